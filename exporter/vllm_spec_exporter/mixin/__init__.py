@@ -1,0 +1,1 @@
+"""Generators for the monitoring artifacts (rules, alerts, runbooks, dashboards) from one config."""

@@ -1,0 +1,98 @@
+"""Command line: `vllm-spec-exporter serve | generate`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from . import __version__, settings
+from .collector import SpecDecodeCollector
+from .fetch import Credentials, Fetcher
+from .poller import Poller
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vllm-spec-exporter",
+        description="Is speculative decoding on this vLLM server paying off? A Prometheus sidecar, "
+                    "alert rules and Grafana dashboards.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the sidecar exporter next to one vLLM server",
+                           description="Poll one vLLM server's /metrics, normalise and derive the "
+                                       "spec-decode figures, serve them on /metrics.")
+    settings.add_arguments(serve)
+
+    from .mixin import generate
+
+    gen = sub.add_parser("generate", help="write alerts/, docs/runbooks.md and dashboards/ from one config",
+                         description="Render every monitoring artifact from one MixinConfig.")
+    generate.add_arguments(gen)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "serve":
+            return serve(args)
+        if args.command == "generate":
+            from .mixin import generate
+
+            return generate.run(args)
+    except ValueError as error:  # bad input: one clear line, no traceback
+        print(f"vllm-spec-exporter: error: {error}", file=sys.stderr)
+        return 2
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+def serve(args: argparse.Namespace) -> int:
+    from prometheus_client import CollectorRegistry
+
+    from .server import ExporterServer, parse_listen, serve_in_thread
+
+    conf = settings.resolve(args)
+    logging.basicConfig(level=conf.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log = logging.getLogger("vllm_spec_exporter")
+    credentials = Credentials(
+        bearer_token=settings.read_secret(conf.bearer_token_file, "VLLM_SPEC_EXPORTER_BEARER_TOKEN"),
+        basic_user=conf.basic_auth_user,
+        basic_password=settings.read_secret(conf.basic_auth_password_file,
+                                             "VLLM_SPEC_EXPORTER_BASIC_AUTH_PASSWORD"),
+    )
+    fetcher = Fetcher(conf.target, conf.timeout, conf.max_bytes, credentials, ca_file=conf.ca_file,
+                      insecure=conf.insecure_skip_verify, client_cert=conf.client_cert_file,
+                      client_key=conf.client_key_file)
+    poller = Poller(fetcher, conf.interval, conf.window, conf.min_draft_tokens, conf.max_series)
+    registry = CollectorRegistry()
+    registry.register(SpecDecodeCollector(poller))
+    try:
+        server = ExporterServer(parse_listen(conf.listen), registry, poller)
+    except OSError as error:
+        raise ValueError(f"cannot listen on {conf.listen}: {error.strerror}") from None
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    poller.start()
+    serve_in_thread(server)
+    host, port = server.server_address[:2]
+    log.info("vllm-spec-exporter %s watching %s, serving http://%s:%s/metrics (interval %gs, window %gs)",
+             __version__, fetcher.url, host, port, conf.interval, conf.window)
+    stop.wait()
+    log.info("shutting down")
+    server.shutdown()
+    server.server_close()
+    poller.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

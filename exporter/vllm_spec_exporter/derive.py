@@ -1,0 +1,130 @@
+"""Derive the windowed spec-decode values from counter deltas (formulas in schema.py).
+
+No data is not zero: a ratio whose denominator is 0 (idle), or that rests on fewer than
+`min_draft_tokens` draft tokens, is omitted, never served as 0 or NaN. Rates may be 0 when idle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .normalise import SCHEMA_V0, SCHEMA_V1, SeriesKey, Snapshot
+from .window import WindowStore
+
+# A gauge sample: (metric name, label values in the metric's label order, value).
+Sample = tuple[str, tuple[str, ...], float]
+
+
+@dataclass(frozen=True)
+class SeriesFigures:
+    """Windowed deltas of one (model_name, engine) series; None where the counter is absent."""
+
+    seconds: float
+    drafts: float | None
+    draft_tokens: float | None
+    accepted: float | None
+    generation: float | None
+    accepted_by_position: dict[str, float]
+    k: int
+
+
+def figures(store: WindowStore, snap: Snapshot, series: SeriesKey) -> SeriesFigures | None:
+    """Deltas of every counter of `series` over one common interval, or None before 2 polls."""
+    per_pos = store.group_keys("accepted_per_pos", series)
+    singles = {fam: (fam, series, "") for fam in ("drafts", "draft_tokens", "accepted_tokens",
+                                                   "generation_tokens")}
+    span = store.span([*singles.values(), *per_pos])
+    if span is None:
+        return None
+    start, end = span
+
+    def delta(family: str) -> float | None:
+        return store.delta(singles[family], start, end)
+
+    by_pos = {}
+    for key in per_pos:
+        value = store.delta(key, start, end)
+        if value is not None:
+            by_pos[key[2]] = value
+    return SeriesFigures(
+        seconds=end - start,
+        drafts=delta("drafts"),
+        draft_tokens=delta("draft_tokens"),
+        accepted=delta("accepted_tokens"),
+        generation=delta("generation_tokens"),
+        accepted_by_position=dict(sorted(by_pos.items(), key=lambda kv: int(kv[0]))),
+        k=len(snap.positions(series)),
+    )
+
+
+def derive(store: WindowStore, snap: Snapshot, min_draft_tokens: float) -> list[Sample]:
+    if snap.schema == SCHEMA_V0:
+        return _derive_v0(snap)
+    if snap.schema != SCHEMA_V1:
+        return []
+    out: list[Sample] = []
+    for series in snap.series_keys():
+        fig = figures(store, snap, series)
+        if fig is None:
+            continue
+        out.extend(_derive_series(series, fig, min_draft_tokens))
+    return out
+
+
+def _derive_series(series: SeriesKey, f: SeriesFigures, min_draft_tokens: float) -> list[Sample]:
+    out: list[Sample] = []
+
+    def emit(name: str, value: float, labels: tuple[str, ...] = series) -> None:
+        out.append((name, labels, value))
+
+    def emit_ratio(name: str, num: float, den: float, labels: tuple[str, ...] = series) -> None:
+        # Omit rather than lie: outside [0, 1] means the counters are inconsistent.
+        if den > 0 and 0 <= num <= den:
+            emit(name, num / den, labels)
+
+    sec = f.seconds
+    D, T, A, G = f.drafts, f.draft_tokens, f.accepted, f.generation
+    if T is not None:
+        emit("vllm_spec_decode_window_draft_tokens", T)
+        emit("vllm_spec_decode_draft_tokens_per_second", T / sec)
+    emit("vllm_spec_decode_window_seconds", sec)
+    if A is not None:
+        emit("vllm_spec_decode_accepted_tokens_per_second", A / sec)
+    if D is not None:
+        emit("vllm_spec_decode_drafts_per_second", D / sec)
+    if G is not None:
+        emit("vllm_generation_tokens_per_second", G / sec)
+    if T is not None and A is not None and A <= T:
+        emit("vllm_spec_decode_rejected_tokens_per_second", (T - A) / sec)
+    if f.k:
+        emit("vllm_spec_decode_num_speculative_tokens", float(f.k))
+
+    enough = T is not None and T > 0 and min_draft_tokens <= T
+    if not enough or A is None:
+        return out
+    emit_ratio("vllm_spec_decode_acceptance_ratio", A, T)
+    if G is not None:
+        emit_ratio("vllm_spec_decode_draft_output_ratio", A, G)
+    if D is None or D <= 0:
+        return out  # vLLM 0.8.3-0.8.4 had no drafts counter: acceptance only
+    if D * max(f.k, 1) >= A or not f.k:
+        emit("vllm_spec_decode_mean_acceptance_length", 1 + A / D)
+    if D * f.k >= T or not f.k:
+        emit("vllm_spec_decode_mean_draft_length", T / D)
+    emit_ratio("vllm_spec_decode_drafted_efficiency_ratio", D + A, D + T)
+    if f.k:
+        emit_ratio("vllm_spec_decode_efficiency_ratio", D + A, D * (f.k + 1))
+    for position, accepted in f.accepted_by_position.items():
+        emit_ratio("vllm_spec_decode_position_acceptance_ratio", accepted, D, (*series, position))
+    return out
+
+
+def _derive_v0(snap: Snapshot) -> list[Sample]:
+    """V0 publishes lifetime ratios as gauges; its counters are unusable (sum-of-sums)."""
+    out: list[Sample] = []
+    for (family, series), value in sorted(snap.gauges.items()):
+        name = {"v0_acceptance_rate": "vllm_spec_decode_acceptance_ratio",
+                "v0_efficiency": "vllm_spec_decode_efficiency_ratio"}.get(family)
+        if name and 0 <= value <= 1:
+            out.append((name, series, value))
+    return out

@@ -1,0 +1,132 @@
+"""Fetch the target's /metrics: bounded in time and size, never redirected, credentials hidden.
+
+Only the configured target is ever contacted; nothing in an incoming request changes the URL.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+import requests
+
+# The classic text format keeps vLLM's colon names intact; OpenMetrics negotiation would escape
+# them to underscores in prometheus_client >= 0.2x (client_python#1177).
+ACCEPT = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
+_CHUNK = 64 * 1024
+
+
+class FetchError(Exception):
+    """A failed fetch; `reason` is one of schema.SCRAPE_ERROR_REASONS."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Credentials:
+    bearer_token: str | None = field(default=None, repr=False)
+    basic_user: str | None = None
+    basic_password: str | None = field(default=None, repr=False)
+
+
+def metrics_url(target: str) -> str:
+    """`http://host:8000` -> `http://host:8000/metrics`; an explicit path is kept."""
+    parts = urlsplit(target)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"--target must be an http(s) URL like http://127.0.0.1:8000, got {target!r}")
+    if parts.username is not None or parts.password is not None:
+        # A URL ends up in logs and error messages; credentials belong in files or env.
+        raise ValueError("--target must not carry credentials; use --bearer-token-file or "
+                         "--basic-auth-user with --basic-auth-password-file")
+    path = parts.path if parts.path not in ("", "/") else "/metrics"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+class Fetcher:
+    def __init__(self, target: str, timeout: float, max_bytes: int,
+                 credentials: Credentials | None = None, ca_file: str | None = None,
+                 insecure: bool = False, client_cert: str | None = None,
+                 client_key: str | None = None) -> None:
+        self.url = metrics_url(target)
+        parts = urlsplit(self.url)
+        self.version_url = urlunsplit((parts.scheme, parts.netloc, "/version", "", ""))
+        self.timeout = timeout
+        self.max_bytes = max_bytes
+        self.session = requests.Session()
+        self.session.trust_env = False  # no proxies or .netrc from the environment
+        self.session.headers.update({"Accept": ACCEPT, "Accept-Encoding": "identity",
+                                     "User-Agent": "vllm-spec-exporter"})
+        creds = credentials or Credentials()
+        if creds.bearer_token:
+            self.session.headers["Authorization"] = f"Bearer {creds.bearer_token}"
+        elif creds.basic_user is not None:
+            self.session.auth = (creds.basic_user, creds.basic_password or "")
+        self.session.verify = False if insecure else (ca_file or True)
+        if client_cert:
+            self.session.cert = (client_cert, client_key) if client_key else client_cert
+
+    def get_metrics(self) -> str:
+        return self._get(self.url, self.max_bytes).decode("utf-8", errors="replace")
+
+    def get_version(self) -> str:
+        """vLLM's version from GET /version, or "" when the server does not say."""
+        try:
+            body = json.loads(self._get(self.version_url, 4096))
+            version = body.get("version", "") if isinstance(body, dict) else ""
+            return version if isinstance(version, str) and len(version) < 64 else ""
+        except (FetchError, ValueError):
+            return ""
+
+    def _get(self, url: str, max_bytes: int) -> bytes:
+        deadline = time.monotonic() + self.timeout
+        try:
+            with self.session.get(url, stream=True, timeout=self.timeout, allow_redirects=False) as resp:
+                if resp.status_code != 200:
+                    raise FetchError("http_status", f"GET {url} answered HTTP {resp.status_code}")
+                declared = resp.headers.get("Content-Length", "")
+                if declared.isdigit() and int(declared) > max_bytes:
+                    raise FetchError("too_large", f"GET {url}: body of {declared} bytes exceeds "
+                                                  f"the {max_bytes}-byte cap (--max-bytes)")
+                chunks, size = [], 0
+                while True:
+                    # read1 returns what has arrived, so a server trickling bytes cannot hold a
+                    # read open past the deadline.
+                    chunk = resp.raw.read1(_CHUNK, decode_content=True)
+                    if not chunk:
+                        break
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise FetchError("too_large", f"GET {url}: body exceeds the {max_bytes}-byte "
+                                                      "cap (--max-bytes)")
+                    chunks.append(chunk)
+                    if time.monotonic() > deadline:
+                        raise FetchError("timeout", f"GET {url}: body not complete within "
+                                                    f"{self.timeout:g} s (--timeout)")
+                return b"".join(chunks)
+        except FetchError:
+            raise
+        except requests.exceptions.Timeout:
+            raise FetchError("timeout", f"GET {url}: no answer within {self.timeout:g} s (--timeout)") from None
+        except requests.exceptions.SSLError as e:
+            raise FetchError("connect", f"GET {url}: TLS error: {_short(e)}") from None
+        except requests.exceptions.ConnectionError as e:
+            text = _short(e)
+            reason = "timeout" if "timed out" in text.lower() else "connect"
+            raise FetchError(reason, f"GET {url}: cannot connect: {text}") from None
+        except (requests.exceptions.RequestException, OSError, ValueError) as e:
+            # Broken chunked encoding, a protocol error, a decoding error: the body is unusable.
+            raise FetchError("parse", f"GET {url}: broken response: {_short(e)}") from None
+
+    def close(self) -> None:
+        self.session.close()
+
+
+def _short(error: BaseException) -> str:
+    """The innermost cause, one line: urllib3's wrapped messages are long and repetitive."""
+    while error.__context__ is not None and str(error.__context__):
+        error = error.__context__
+    return " ".join(str(error).split())[:200]

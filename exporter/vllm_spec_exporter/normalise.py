@@ -1,0 +1,119 @@
+"""Turn parsed samples into one version-independent snapshot of a vLLM server.
+
+Decides the schema (V1 counters, V0 gauges, or no spec decoding), validates each sample, and
+folds every name variant and extra label (Ray adds replica labels) onto series keyed by
+(model_name, engine[, position]).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .parse import RawSample
+
+# (model_name, engine); engine is "" on V0, which has no engine label.
+SeriesKey = tuple[str, str]
+# (canonical family, series, position); position is "" except for accepted_per_pos.
+CounterKey = tuple[str, SeriesKey, str]
+
+V1_COUNTERS = ("drafts", "draft_tokens", "accepted_tokens", "accepted_per_pos")
+V0_MARKERS = ("v0_acceptance_rate", "v0_efficiency", "v0_emitted_tokens")
+COUNTER_FAMILIES = (*V1_COUNTERS, "generation_tokens")
+GAUGE_FAMILIES = ("requests_running", "requests_waiting", "kv_cache_usage", *V0_MARKERS[:2])
+SUMMED_GAUGES = ("requests_running", "requests_waiting")
+MAX_POSITION = 63  # no drafter proposes more; a larger label is garbage, not a 64-token draft
+
+SCHEMA_V1 = "v1"
+SCHEMA_V0 = "v0"
+SCHEMA_NONE = "none"
+
+
+@dataclass
+class Snapshot:
+    schema: str
+    counters: dict[CounterKey, float] = field(default_factory=dict)
+    created: dict[CounterKey, float] = field(default_factory=dict)
+    gauges: dict[tuple[str, SeriesKey], float] = field(default_factory=dict)
+    # One message per rejected sample: the rest of the scrape is still used.
+    invalid: list[str] = field(default_factory=list)
+
+    @property
+    def spec_enabled(self) -> bool:
+        return self.schema != SCHEMA_NONE
+
+    def positions(self, series: SeriesKey) -> list[str]:
+        """Draft positions exposed for a series, sorted numerically: len() is k."""
+        found = {pos for fam, key, pos in self.counters if fam == "accepted_per_pos" and key == series}
+        return sorted(found, key=int)
+
+    def series_keys(self) -> list[SeriesKey]:
+        keys = {key for _, key, _ in self.counters} | {key for _, key in self.gauges}
+        return sorted(keys)
+
+
+def detect_schema(samples: list[RawSample]) -> str:
+    keys = {s.key for s in samples if not s.created}
+    if keys.intersection(V0_MARKERS):
+        return SCHEMA_V0
+    if keys.intersection(V1_COUNTERS):
+        return SCHEMA_V1
+    return SCHEMA_NONE
+
+
+def normalise(samples: list[RawSample]) -> Snapshot:
+    snap = Snapshot(schema=detect_schema(samples))
+    # Exact duplicates (same family and full label set) keep the last value; distinct label sets
+    # that fold onto one (model_name, engine) are summed (Ray's per-replica labels).
+    counters: dict[tuple, tuple[CounterKey, float]] = {}
+    created: dict[tuple, tuple[CounterKey, float]] = {}
+    gauges: dict[tuple, tuple[tuple[str, SeriesKey], float]] = {}
+    for s in samples:
+        if snap.schema == SCHEMA_V0 and s.key in COUNTER_FAMILIES:
+            continue  # V0 counters add their running total every 5 s: never usable for rates
+        labels = s.labels
+        series = (labels.get("model_name", ""), labels.get("engine", ""))
+        position = ""
+        if s.key == "accepted_per_pos":
+            position = _position(labels.get("position"))
+            if position is None:
+                snap.invalid.append(f"accepted_per_pos: position label {labels.get('position')!r} "
+                                    "is not an integer 0..63")
+                continue
+        full = (s.key, tuple(sorted(labels.items())))
+        if s.created:
+            created[full] = (s.key, series, position), s.value
+            continue
+        if s.key in COUNTER_FAMILIES:
+            if not math.isfinite(s.value) or s.value < 0:
+                snap.invalid.append(f"{s.key}{{{_fmt(labels)}}}: counter value {s.value} is not a "
+                                    "finite non-negative number")
+                continue
+            counters[full] = (s.key, series, position), s.value
+        elif s.key in GAUGE_FAMILIES:
+            if not math.isfinite(s.value):
+                snap.invalid.append(f"{s.key}{{{_fmt(labels)}}}: gauge value {s.value} is not finite")
+                continue
+            gauges[full] = (s.key, series), s.value
+    for key, value in counters.values():
+        snap.counters[key] = snap.counters.get(key, 0.0) + value
+    for key, value in created.values():
+        if key in snap.counters:
+            snap.created[key] = snap.created.get(key, 0.0) + value  # a sum still changes on any restart
+    for key, value in gauges.values():
+        if key[0] in SUMMED_GAUGES:
+            snap.gauges[key] = snap.gauges.get(key, 0.0) + value
+        else:  # a usage or ratio: the worst replica, never a sum
+            snap.gauges[key] = max(snap.gauges.get(key, value), value)
+    return snap
+
+
+def _position(raw: str | None) -> str | None:
+    if raw is None or not raw.isascii() or not raw.isdigit():
+        return None
+    value = int(raw)
+    return str(value) if value <= MAX_POSITION else None
+
+
+def _fmt(labels: dict[str, str]) -> str:
+    return ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))

@@ -1,0 +1,160 @@
+"""Poll the target on a fixed interval: fetch -> parse -> normalise -> window -> derive.
+
+Polling (rather than fetching on each Prometheus scrape) is a documented exception to the usual
+exporter rule: a fixed trailing window needs samples at a steady cadence whoever scrapes, and
+/metrics must never wait on a slow vLLM. Each poll publishes one immutable PollResult; the
+collector only formats the latest one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import derive as derive_mod
+from .fetch import Fetcher, FetchError
+from .normalise import SCHEMA_NONE, Snapshot, normalise
+from .parse import ParseError, parse
+from .schema import SCRAPE_ERROR_REASONS
+from .window import SeriesLimitError, WindowStore
+
+log = logging.getLogger("vllm_spec_exporter")
+
+
+@dataclass(frozen=True)
+class PollResult:
+    target_up: bool
+    schema: str = SCHEMA_NONE
+    version: str = ""
+    snapshot: Snapshot | None = None  # None while the target is down
+    derived: tuple[derive_mod.Sample, ...] = ()
+    duration_seconds: float = 0.0
+    last_success_unix: float = 0.0
+    errors: dict[str, int] = field(default_factory=dict)
+    counter_resets: int = 0
+    error_message: str = ""
+
+
+class RateLimitedLog:
+    """At most one line per key per `every` seconds, plus every change of state."""
+
+    def __init__(self, every: float = 60.0) -> None:
+        self.every = every
+        self._last: dict[str, float] = {}
+
+    def warn(self, key: str, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last.get(key, -1e18) >= self.every:
+            self._last[key] = now
+            log.warning(message, *args)
+
+
+class Poller:
+    def __init__(self, fetcher: Fetcher, interval: float, window: float, min_draft_tokens: float,
+                 max_series: int = 10_000, clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        self.fetcher = fetcher
+        self.interval = interval
+        self.min_draft_tokens = min_draft_tokens
+        self.store = WindowStore(window, max_series=max_series)
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.errors = dict.fromkeys(SCRAPE_ERROR_REASONS, 0)
+        self.counter_resets = 0
+        self.version = ""
+        self.last_success = 0.0
+        self.result = PollResult(target_up=False, errors=dict(self.errors))
+        self._last_poll_clock: float | None = None
+        self._was_up: bool | None = None
+        self._last_schema: str | None = None
+        self._log = RateLimitedLog()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- one poll -----------------------------------------------------------------------------
+    def poll_once(self) -> PollResult:
+        started = self.clock()
+        try:
+            return self._poll(started)
+        finally:
+            self._last_poll_clock = self.clock()
+
+    def seconds_since_last_poll(self) -> float | None:
+        last = self._last_poll_clock
+        return None if last is None else self.clock() - last
+
+    def _poll(self, started: float) -> PollResult:
+        try:
+            text = self.fetcher.get_metrics()
+            snap = normalise(parse(text))
+            resets = self.store.observe(started, snap)
+        except (FetchError, ParseError, SeriesLimitError) as error:
+            reason = getattr(error, "reason", "series_limit" if isinstance(error, SeriesLimitError) else "parse")
+            return self._publish_failure(reason, str(error), started)
+        if resets:
+            self.counter_resets += 1
+            log.warning("vLLM counters were reset (%d series went backwards or restarted): "
+                        "treating it as a server restart", resets)
+        if snap.invalid:
+            self.errors["invalid_sample"] += 1
+            self._log.warn("invalid_sample", "ignored %d invalid sample(s) from the target, e.g. %s",
+                           len(snap.invalid), snap.invalid[0])
+        if not self._was_up or resets:
+            self.version = self.fetcher.get_version() or self.version
+        if snap.schema != self._last_schema:
+            log.info("target %s exposes schema %s%s", self.fetcher.url, snap.schema,
+                     "" if snap.spec_enabled else " (no spec-decode metrics: speculative decoding off)")
+            self._last_schema = snap.schema
+        if self._was_up is False:
+            log.info("target %s is reachable again", self.fetcher.url)
+        self._was_up = True
+        derived = derive_mod.derive(self.store, snap, self.min_draft_tokens)
+        self.last_success = self.wall_clock()
+        self.result = PollResult(
+            target_up=True, schema=snap.schema, version=self.version, snapshot=snap,
+            derived=tuple(derived), duration_seconds=self.clock() - started,
+            last_success_unix=self.last_success, errors=dict(self.errors),
+            counter_resets=self.counter_resets,
+        )
+        return self.result
+
+    def _publish_failure(self, reason: str, message: str, started: float) -> PollResult:
+        self.errors[reason] += 1
+        if self._was_up is not False:
+            log.error("target %s is down: %s", self.fetcher.url, message)
+        else:
+            self._log.warn("down:" + reason, "target still down: %s", message)
+        self._was_up = False
+        self.result = PollResult(
+            target_up=False, schema=self.result.schema, version=self.version,
+            duration_seconds=self.clock() - started, last_success_unix=self.last_success,
+            errors=dict(self.errors), counter_resets=self.counter_resets, error_message=message,
+        )
+        return self.result
+
+    # --- background loop ------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="poller", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        next_due = self.clock()
+        while not self._stop.is_set():
+            try:
+                self.poll_once()
+            except Exception:  # a bug must not kill the sidecar; say so loudly and keep polling
+                log.exception("unexpected error while polling; continuing")
+            next_due += self.interval
+            now = self.clock()
+            if next_due < now:  # a poll overran: skip missed ticks instead of bursting
+                next_due = now + self.interval
+            self._stop.wait(next_due - now)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout)
+        self.fetcher.close()

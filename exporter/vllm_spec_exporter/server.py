@@ -1,0 +1,101 @@
+"""The exporter's own HTTP endpoint: /metrics, /healthz and a landing page.
+
+Serving never touches the target: /metrics formats the poller's latest result, so a slow or hung
+vLLM cannot block a scrape.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+from . import __version__
+from .poller import Poller
+
+log = logging.getLogger("vllm_spec_exporter")
+
+_LANDING = """<!doctype html><html><head><title>vllm-spec-exporter</title></head><body>
+<h1>vllm-spec-exporter {version}</h1>
+<p>Watching <code>{target}</code>: is speculative decoding paying off?</p>
+<ul><li><a href="metrics">/metrics</a></li><li><a href="healthz">/healthz</a></li></ul>
+</body></html>
+"""
+
+
+class ExporterServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], registry: CollectorRegistry, poller: Poller) -> None:
+        self.registry = registry
+        self.poller = poller
+        super().__init__(address, _Handler)
+
+    def healthy(self) -> tuple[bool, dict]:
+        """Alive when the poll loop is making progress (whether or not vLLM is up: a liveness
+        probe that failed with vLLM would restart the sidecar for nothing)."""
+        poller = self.poller
+        age = poller.seconds_since_last_poll()
+        stalled = age is None or age > 3 * poller.interval + poller.fetcher.timeout + 5
+        result = poller.result
+        body = {"status": "stalled" if stalled else "ok", "target_up": result.target_up,
+                "schema": result.schema, "last_poll_age_seconds": age}
+        if result.error_message:
+            body["last_error"] = result.error_message
+        return not stalled, body
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ExporterServer
+    server_version = "vllm-spec-exporter/" + __version__
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            self._send(200, content_type, encoder(self.server.registry))
+        elif path == "/healthz":
+            ok, body = self.server.healthy()
+            self._send(200 if ok else 503, "application/json", json.dumps(body).encode() + b"\n")
+        elif path == "/":
+            page = _LANDING.format(version=__version__, target=_html(self.server.poller.fetcher.url))
+            self._send(200, "text/html; charset=utf-8", page.encode())
+        else:
+            self._send(404, "text/plain; charset=utf-8", b"not found: try /metrics\n")
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def _send(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"--listen must be host:port, got {listen!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def serve_in_thread(server: ExporterServer) -> threading.Thread:
+    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    thread.start()
+    return thread

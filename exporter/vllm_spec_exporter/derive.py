@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .advisor import advise
 from .normalise import SCHEMA_V0, SCHEMA_V1, SeriesKey, Snapshot
 from .window import WindowStore
 
+# Cost of drafting one token relative to a target step, for the advisor gauges (--draft-cost-ratio).
+DEFAULT_DRAFT_COST = 0.05
 # A gauge sample: (metric name, label values in the metric's label order, value).
 Sample = tuple[str, tuple[str, ...], float]
 
@@ -57,9 +60,10 @@ def figures(store: WindowStore, snap: Snapshot, series: SeriesKey) -> SeriesFigu
     )
 
 
-def derive(store: WindowStore, snap: Snapshot, min_draft_tokens: float) -> list[Sample]:
+def derive(store: WindowStore, snap: Snapshot, min_draft_tokens: float,
+           draft_cost: float = DEFAULT_DRAFT_COST) -> list[Sample]:
     if snap.schema == SCHEMA_V0:
-        return _derive_v0(snap)
+        return derive_v0(snap)
     if snap.schema != SCHEMA_V1:
         return []
     out: list[Sample] = []
@@ -67,11 +71,12 @@ def derive(store: WindowStore, snap: Snapshot, min_draft_tokens: float) -> list[
         fig = figures(store, snap, series)
         if fig is None:
             continue
-        out.extend(_derive_series(series, fig, min_draft_tokens))
+        out.extend(derive_series(series, fig, min_draft_tokens, draft_cost))
     return out
 
 
-def _derive_series(series: SeriesKey, f: SeriesFigures, min_draft_tokens: float) -> list[Sample]:
+def derive_series(series: SeriesKey, f: SeriesFigures, min_draft_tokens: float,
+                  draft_cost: float = DEFAULT_DRAFT_COST) -> list[Sample]:
     out: list[Sample] = []
 
     def emit(name: str, value: float, labels: tuple[str, ...] = series) -> None:
@@ -114,12 +119,19 @@ def _derive_series(series: SeriesKey, f: SeriesFigures, min_draft_tokens: float)
     emit_ratio("vllm_spec_decode_drafted_efficiency_ratio", D + A, D + T)
     if f.k:
         emit_ratio("vllm_spec_decode_efficiency_ratio", D + A, D * (f.k + 1))
+    curve = []
     for position, accepted in f.accepted_by_position.items():
         emit_ratio("vllm_spec_decode_position_acceptance_ratio", accepted, D, (*series, position))
+        curve.append(accepted / D)
+    if curve and len(curve) == f.k and all(0 <= p <= 1 for p in curve):
+        advice = advise(curve, draft_cost)
+        emit("vllm_spec_decode_estimated_speedup", advice.current_speedup)
+        emit("vllm_spec_decode_recommended_k", float(advice.recommended_k))
+        emit("vllm_spec_decode_recommended_k_estimated_speedup", advice.speedup[advice.recommended_k])
     return out
 
 
-def _derive_v0(snap: Snapshot) -> list[Sample]:
+def derive_v0(snap: Snapshot) -> list[Sample]:
     """V0 publishes lifetime ratios as gauges; its counters are unusable (sum-of-sums)."""
     out: list[Sample] = []
     for (family, series), value in sorted(snap.gauges.items()):

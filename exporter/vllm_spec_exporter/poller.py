@@ -54,11 +54,13 @@ class RateLimitedLog:
 
 class Poller:
     def __init__(self, fetcher: Fetcher, interval: float, window: float, min_draft_tokens: float,
-                 max_series: int = 10_000, clock: Callable[[], float] = time.monotonic,
+                 max_series: int = 10_000, draft_cost: float = derive_mod.DEFAULT_DRAFT_COST,
+                 clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time) -> None:
         self.fetcher = fetcher
         self.interval = interval
         self.min_draft_tokens = min_draft_tokens
+        self.draft_cost = draft_cost
         self.store = WindowStore(window, max_series=max_series)
         self.clock = clock
         self.wall_clock = wall_clock
@@ -111,7 +113,7 @@ class Poller:
         if self._was_up is False:
             log.info("target %s is reachable again", self.fetcher.url)
         self._was_up = True
-        derived = derive_mod.derive(self.store, snap, self.min_draft_tokens)
+        derived = derive_mod.derive(self.store, snap, self.min_draft_tokens, self.draft_cost)
         self.last_success = self.wall_clock()
         self.result = PollResult(
             target_up=True, schema=snap.schema, version=self.version, snapshot=snap,

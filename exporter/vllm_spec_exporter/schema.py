@@ -118,6 +118,23 @@ DERIVED = (
         "Δt",
     ),
     Metric(
+        "vllm_spec_decode_estimated_speedup", "gauge", SERIES_LABELS,
+        "Advisor: expected speed-up over no speculation at the current k, "
+        "(1 + sum of position acceptance) / (1 + c*k), c = --draft-cost-ratio.",
+        "E(k) / (1 + c·k)",
+    ),
+    Metric(
+        "vllm_spec_decode_recommended_k", "gauge", SERIES_LABELS,
+        "Advisor: the k' <= k that maximises the estimated speed-up (ties go to the smaller k). "
+        "Positions beyond k were never drafted, so it never recommends raising k.",
+        "argmax S(k')",
+    ),
+    Metric(
+        "vllm_spec_decode_recommended_k_estimated_speedup", "gauge", SERIES_LABELS,
+        "Advisor: estimated speed-up at the recommended k.",
+        "S(k*)",
+    ),
+    Metric(
         "vllm_spec_decode_num_speculative_tokens", "gauge", SERIES_LABELS,
         "k: number of draft positions the target exposes (distinct position labels).",
         "#positions",

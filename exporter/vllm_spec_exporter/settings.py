@@ -27,6 +27,7 @@ class Settings:
     window: float = 60.0
     timeout: float = 3.0
     min_draft_tokens: float = 100.0
+    draft_cost_ratio: float = 0.05
     max_bytes: int = 16 * 1024 * 1024
     max_series: int = 10_000
     bearer_token_file: str | None = None
@@ -47,6 +48,8 @@ class Settings:
         if self.timeout >= self.interval:
             raise ValueError(f"--timeout ({self.timeout:g} s) must be shorter than --interval "
                              f"({self.interval:g} s) so polls never pile up")
+        if self.draft_cost_ratio < 0:
+            raise ValueError("--draft-cost-ratio must be >= 0")
         if self.min_draft_tokens < 0 or self.max_bytes <= 0 or self.max_series <= 0:
             raise ValueError("--min-draft-tokens must be >= 0; --max-bytes and --max-series > 0")
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
@@ -64,6 +67,8 @@ HELP = {
     "timeout": "seconds allowed for one whole poll of the target (connect + full body)",
     "min_draft_tokens": "omit ratios resting on fewer draft tokens than this in the window "
                         "(no alert on three tokens)",
+    "draft_cost_ratio": "cost of drafting one token relative to one target step, for the k advisor "
+                        "(about 0 for n-gram, 0.05 for EAGLE/MTP, 0.1 for a draft model)",
     "max_bytes": "largest /metrics body accepted from the target, in bytes",
     "max_series": "most spec-decode series accepted from the target (bounds memory)",
     "bearer_token_file": "file holding a bearer token for the target (or env VLLM_SPEC_EXPORTER_BEARER_TOKEN)",

@@ -1,0 +1,73 @@
+"""The k advisor: from the per-position acceptance curve, which number of speculative tokens pays best?
+
+With p_i the share of drafts whose token at 0-based position i was accepted (prefix acceptance, so
+p_0 >= p_1 >= ...), a drafter proposing k' <= k tokens emits per target step on average
+
+    E(k') = 1 + sum_{i < k'} p_i            (the 1 is the bonus / recovered token)
+
+and, if drafting one token costs c target steps (c ~ 0 for n-gram lookup, ~0.05-0.2 for a draft
+model), the expected speed-up over no speculation is
+
+    S(k') = E(k') / (1 + c * k').
+
+Positions beyond the current k were never drafted, so the data can justify *lowering* k; raising it
+is only ever a suggestion to try ("the last position is still accepted often").
+For a constant per-token acceptance a, p_i = a^(i+1) and E(k) = (1 - a^(k+1)) / (1 - a).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Draft cost per proposed token relative to one target forward step: rough, documented defaults.
+DEFAULT_DRAFT_COST = {
+    "ngram": 0.0,  # a lookup in the prompt, no model
+    "suffix": 0.0,
+    "eagle": 0.05,  # one small head on the target's hidden states
+    "eagle3": 0.05,
+    "mtp": 0.05,
+    "draft_model": 0.1,  # a separate small model, e.g. 1B drafting for 8B-70B
+}
+
+
+@dataclass(frozen=True)
+class Advice:
+    current_k: int
+    recommended_k: int
+    tokens_per_step: dict[int, float]  # E(k') for k' = 1..k
+    speedup: dict[int, float]  # S(k')
+    gain_vs_current: float  # S(recommended) / S(current)
+    try_raising: bool  # the last drafted position is still accepted above the raise threshold
+    draft_cost: float
+
+    @property
+    def current_speedup(self) -> float:
+        return self.speedup[self.current_k]
+
+
+def expected_tokens_per_step(position_acceptance: list[float], k: int) -> float:
+    return 1.0 + sum(position_acceptance[:k])
+
+
+def advise(position_acceptance: list[float], draft_cost: float, raise_threshold: float = 0.7) -> Advice:
+    """`position_acceptance[i]` = p_i for i = 0..k-1 (k >= 1), each within [0, 1]."""
+    k = len(position_acceptance)
+    if k == 0:
+        raise ValueError("no draft positions: the target exposes no per-position acceptance")
+    if draft_cost < 0:
+        raise ValueError(f"draft cost ratio must be >= 0, got {draft_cost}")
+    if any(not 0 <= p <= 1 for p in position_acceptance):
+        raise ValueError(f"position acceptance must lie within [0, 1], got {position_acceptance}")
+    tokens = {kk: expected_tokens_per_step(position_acceptance, kk) for kk in range(1, k + 1)}
+    speedup = {kk: tokens[kk] / (1 + draft_cost * kk) for kk in tokens}
+    # Ties go to the smaller k: the same gain for less drafting work and less wasted verification.
+    best = max(speedup, key=lambda kk: (round(speedup[kk], 9), -kk))
+    return Advice(
+        current_k=k,
+        recommended_k=best,
+        tokens_per_step=tokens,
+        speedup=speedup,
+        gain_vs_current=speedup[best] / speedup[k],
+        try_raising=best == k and position_acceptance[-1] >= raise_threshold,
+        draft_cost=draft_cost,
+    )

@@ -1,0 +1,269 @@
+"""`vllm-spec-exporter check`: sample a live vLLM server and print a verdict, without Grafana.
+
+The same fetch -> parse -> normalise -> window -> derive path as the sidecar; per model, the deltas of
+all its engines are summed before dividing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from . import advisor
+from .derive import SeriesFigures, derive_series, derive_v0, figures
+from .fetch import Fetcher
+from .normalise import SCHEMA_NONE, SCHEMA_V0, Snapshot
+from .poller import Poller
+
+EXIT_HEALTHY, EXIT_BELOW, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
+EPILOG = """exit codes: 0 acceptance at or above the threshold; 1 below it; 2 bad arguments;
+3 cannot judge (target unreachable, speculative decoding off, or no draft traffic while sampling)"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", default="http://127.0.0.1:8000", help="vLLM base URL")
+    parser.add_argument("--duration", default="30s", help="how long to sample, e.g. 30s, 2m (default 30s)")
+    parser.add_argument("--threshold", type=float, default=0.5,
+                        help="acceptance below this is reported as a problem (default 0.5)")
+    parser.add_argument("--min-draft-tokens", type=float, default=100,
+                        help="fewer draft tokens than this while sampling means 'no traffic'")
+    parser.add_argument("--method", choices=sorted(advisor.DEFAULT_DRAFT_COST), default=None,
+                        help="drafting method, to pick the advisor's default draft cost")
+    parser.add_argument("--draft-cost-ratio", type=float, default=None,
+                        help="cost of drafting one token relative to one target step (overrides --method)")
+    parser.add_argument("--timeout", type=float, default=3.0, help="seconds allowed per poll")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+
+
+def parse_duration(text: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    for suffix in sorted(units, key=len, reverse=True):
+        if text.endswith(suffix):
+            number = text[: -len(suffix)]
+            break
+    else:
+        suffix, number = "s", text
+    try:
+        value = float(number) * units[suffix]
+    except ValueError:
+        raise ValueError(f"--duration: cannot read {text!r}; use e.g. 30s or 2m") from None
+    if value < 1:
+        raise ValueError("--duration must be at least 1s (two polls are needed for a rate)")
+    return value
+
+
+@dataclass(frozen=True)
+class ModelReport:
+    model: str
+    engines: list[str]
+    figures: SeriesFigures | None
+    values: dict[str, Any]  # derived metric name -> value (positions: {position: value})
+    context: dict[str, float]
+    advice: advisor.Advice | None
+
+
+def sum_figures(parts: list[SeriesFigures]) -> SeriesFigures:
+    def total(attr: str) -> float | None:
+        vals = [getattr(p, attr) for p in parts if getattr(p, attr) is not None]
+        return sum(vals) if vals else None
+
+    by_pos: dict[str, float] = {}
+    for p in parts:
+        for pos, v in p.accepted_by_position.items():
+            by_pos[pos] = by_pos.get(pos, 0.0) + v
+    return replace(parts[0], seconds=max(p.seconds for p in parts), drafts=total("drafts"),
+                   draft_tokens=total("draft_tokens"), accepted=total("accepted"),
+                   generation=total("generation"), accepted_by_position=by_pos,
+                   k=max(p.k for p in parts))
+
+
+def build_reports(poller: Poller, snap: Snapshot, min_draft_tokens: float,
+                  draft_cost: float) -> list[ModelReport]:
+    reports = []
+    models = sorted({series[0] for series in snap.series_keys()})
+    for model in models:
+        series_keys = [s for s in snap.series_keys() if s[0] == model]
+        context = {}
+        for name in ("requests_running", "requests_waiting"):
+            vals = [snap.gauges[(name, s)] for s in series_keys if (name, s) in snap.gauges]
+            if vals:
+                context[name] = sum(vals)
+        kv = [snap.gauges[("kv_cache_usage", s)] for s in series_keys if ("kv_cache_usage", s) in snap.gauges]
+        if kv:
+            context["kv_cache_usage"] = max(kv)
+        if snap.schema == SCHEMA_V0:
+            values = {name: value for name, labels, value in derive_v0(snap) if labels[0] == model}
+            reports.append(ModelReport(model, [s[1] for s in series_keys], None, values, context, None))
+            continue
+        parts = [f for f in (figures(poller.store, snap, s) for s in series_keys) if f is not None]
+        if not parts:
+            reports.append(ModelReport(model, [s[1] for s in series_keys], None, {}, context, None))
+            continue
+        total = sum_figures(parts)
+        values: dict[str, Any] = {}
+        for name, labels, value in derive_series((model, "*"), total, min_draft_tokens, draft_cost):
+            if name == "vllm_spec_decode_position_acceptance_ratio":
+                values.setdefault("positions", {})[labels[2]] = value
+            else:
+                values[name] = value
+        positions = values.get("positions", {})
+        curve = [positions[p] for p in sorted(positions, key=int)]
+        advice = advisor.advise(curve, draft_cost) if curve else None
+        reports.append(ModelReport(model, [s[1] for s in series_keys], total, values, context, advice))
+    return reports
+
+
+def verdict(schema: str, reports: list[ModelReport], threshold: float) -> tuple[int, str]:
+    if schema == SCHEMA_NONE:
+        return EXIT_UNKNOWN, "SPEC DECODING OFF — the server exposes no speculative-decoding metrics"
+    rates = {r.model: r.values.get("vllm_spec_decode_acceptance_ratio") for r in reports}
+    judged = {m: a for m, a in rates.items() if a is not None}
+    if not judged:
+        return EXIT_UNKNOWN, "NO TRAFFIC — too few draft tokens while sampling to judge acceptance"
+    low = {m: a for m, a in judged.items() if a < threshold}
+    if low:
+        worst = min(low, key=low.get)
+        return EXIT_BELOW, (f"BELOW {threshold:.0%} — {worst} accepts {low[worst]:.1%} of draft tokens: "
+                            "speculation likely costs more than it saves")
+    return EXIT_HEALTHY, f"HEALTHY — acceptance {min(judged.values()):.1%} ≥ {threshold:.0%}"
+
+
+def run(args: argparse.Namespace) -> int:
+    duration = parse_duration(args.duration)
+    draft_cost = args.draft_cost_ratio
+    if draft_cost is None:
+        draft_cost = advisor.DEFAULT_DRAFT_COST.get(args.method or "", 0.05)
+    if draft_cost < 0:
+        raise ValueError("--draft-cost-ratio must be >= 0")
+    interval = min(5.0, duration / 2)
+    fetcher = Fetcher(args.target, min(args.timeout, interval * 0.9), 64 * 1024 * 1024)
+    poller = Poller(fetcher, interval, window=duration + 2 * interval, min_draft_tokens=args.min_draft_tokens)
+    started = time.monotonic()
+    polls = 0
+    last_error = ""
+    while True:
+        result = poller.poll_once()
+        polls += 1
+        if not result.target_up:
+            last_error = result.error_message
+            if polls == 1:
+                break  # unreachable from the start: say so now rather than after the duration
+        left = duration - (time.monotonic() - started)
+        if left <= 0:
+            break
+        time.sleep(min(interval, left))
+    fetcher.close()
+    result = poller.result
+    if not result.target_up or result.snapshot is None:
+        report = {"target": fetcher.url, "verdict": "TARGET DOWN", "error": last_error or result.error_message}
+        _print(args, report, lambda: f"vllm-spec-exporter check — {fetcher.url}\nverdict: TARGET DOWN — "
+                                     f"{report['error']}")
+        return EXIT_UNKNOWN
+    snap = result.snapshot
+    reports = build_reports(poller, snap, args.min_draft_tokens, draft_cost)
+    code, line = verdict(snap.schema, reports, args.threshold)
+    data = to_json(fetcher.url, result.version, snap.schema, duration, polls, reports, line, code)
+    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
+    _print(args, data, lambda: render_table(data, args.threshold, color))
+    return code
+
+
+def _print(args: argparse.Namespace, data: dict, table) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True) if args.json else table())
+
+
+def to_json(url: str, version: str, schema: str, duration: float, polls: int, reports: list[ModelReport],
+            verdict_line: str, code: int) -> dict[str, Any]:
+    models = []
+    for r in reports:
+        entry: dict[str, Any] = {"model_name": r.model, "engines": r.engines, "context": r.context,
+                                 **{k.removeprefix("vllm_"): v for k, v in r.values.items()}}
+        if r.figures is not None:
+            entry["k"] = r.figures.k
+            entry["window"] = {"seconds": r.figures.seconds, "drafts": r.figures.drafts,
+                               "draft_tokens": r.figures.draft_tokens, "accepted_tokens": r.figures.accepted,
+                               "generation_tokens": r.figures.generation}
+        if r.advice is not None:
+            a = r.advice
+            entry["advisor"] = {"draft_cost_ratio": a.draft_cost, "current_k": a.current_k,
+                                "recommended_k": a.recommended_k, "tokens_per_step": a.tokens_per_step,
+                                "estimated_speedup": a.speedup, "gain_vs_current": a.gain_vs_current,
+                                "try_raising_k": a.try_raising}
+        models.append(entry)
+    return {"target": url, "vllm_version": version, "schema": schema, "sampled_seconds": duration,
+            "polls": polls, "models": models, "verdict": verdict_line, "exit_code": code}
+
+
+def _bar(value: float, width: int = 24) -> str:
+    eighths = round(max(0.0, min(1.0, value)) * width * 8)
+    return "█" * (eighths // 8) + ("", "▏", "▎", "▍", "▌", "▋", "▊", "▉")[eighths % 8]
+
+
+def render_table(data: dict[str, Any], threshold: float, color: bool) -> str:
+    def paint(text: str, code: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if color else text
+
+    def judge(rate: float) -> str:
+        return paint(f"{rate:6.1%}", "32" if rate >= threshold else "31;1")
+
+    lines = [paint(f"vllm-spec-exporter check — {data['target']}", "1"),
+             f"schema {data['schema']} · vLLM {data['vllm_version'] or 'version unknown'} · "
+             f"sampled {data['sampled_seconds']:g} s in {data['polls']} polls"]
+    if data["schema"] == SCHEMA_V0:
+        lines.append("V0 engine: lifetime gauges, not windowed (V0's counters are unusable).")
+    for m in data["models"]:
+        k = m.get("k")
+        lines.append("")
+        lines.append(paint(f"model {m['model_name']}", "1") + f"  engines {', '.join(m['engines']) or '—'}"
+                     + (f" · k={k}" if k else ""))
+        rate = m.get("spec_decode_acceptance_ratio")
+        lines.append(f"  acceptance        {judge(rate) if rate is not None else '   n/a'}"
+                     f"   (threshold {threshold:.0%})")
+        for pos, value in sorted(m.get("positions", {}).items(),
+                                 key=lambda kv: int(kv[0])):
+            lines.append(f"  position {pos:>2}       {value:6.1%} {_bar(value)}")
+        mal = m.get("spec_decode_mean_acceptance_length")
+        if mal is not None:
+            lines.append(f"  mean accept. len  {mal:6.2f}  of k+1 = {k + 1 if k else '?'}")
+        eff = m.get("spec_decode_efficiency_ratio")
+        if eff is not None:
+            drafted = m.get("spec_decode_drafted_efficiency_ratio")
+            over_drafted = f"  (over drafted tokens {drafted:.1%})" if drafted else ""
+            lines.append(f"  efficiency        {eff:6.1%}{over_drafted}")
+        flow = [("generated", "generation_tokens_per_second"), ("drafted", "spec_decode_draft_tokens_per_second"),
+                ("accepted", "spec_decode_accepted_tokens_per_second"),
+                ("rejected", "spec_decode_rejected_tokens_per_second")]
+        if any(key in m for _, key in flow):
+            rates = " · ".join(f"{label} {m[key]:.1f}" for label, key in flow if key in m)
+            lines.append(f"  tokens/s          {rates}")
+        ctx = m.get("context", {})
+        if ctx:
+            parts = []
+            if "requests_running" in ctx:
+                parts.append(f"running {ctx['requests_running']:g}")
+            if "requests_waiting" in ctx:
+                parts.append(f"waiting {ctx['requests_waiting']:g}")
+            if "kv_cache_usage" in ctx:
+                parts.append(f"KV cache {ctx['kv_cache_usage']:.0%}")
+            lines.append("  load              " + " · ".join(parts))
+        adv = m.get("advisor")
+        if adv:
+            best, cur = adv["recommended_k"], adv["current_k"]
+            speed = adv["estimated_speedup"]
+            text = (f"  advisor           best k = {best}: {adv['tokens_per_step'][best]:.2f} tokens/step, "
+                    f"est. speed-up {speed[best]:.2f}× (k={cur}: {speed[cur]:.2f}×, draft cost "
+                    f"{adv['draft_cost_ratio']:g})")
+            lines.append(text)
+            if best < cur:
+                lines.append(f"                    lower num_speculative_tokens to {best}: "
+                             f"+{adv['gain_vs_current'] - 1:.1%} expected")
+            elif adv["try_raising_k"]:
+                lines.append(f"                    the last position is still accepted often: try k={cur + 1}")
+    code = data["exit_code"]
+    lines += ["", "verdict: " + paint(data["verdict"], {0: "32;1", 1: "31;1"}.get(code, "33;1"))]
+    return "\n".join(lines)

@@ -7,8 +7,9 @@ import logging
 import signal
 import sys
 import threading
+import time
 
-from . import __version__, check, settings
+from . import __version__, check, settings, webconfig
 from .collector import SpecDecodeCollector
 from .fetch import Credentials, Fetcher
 from .mixin import generate
@@ -74,8 +75,9 @@ def serve(args: argparse.Namespace) -> int:
                     conf.draft_cost_ratio)
     registry = CollectorRegistry()
     registry.register(SpecDecodeCollector(poller))
+    web_config = webconfig.load(conf.web_config_file) if conf.web_config_file else None
     try:
-        server = ExporterServer(parse_listen(conf.listen), registry, poller)
+        server = ExporterServer(parse_listen(conf.listen), registry, poller, web_config)
     except OSError as error:
         raise ValueError(f"cannot listen on {conf.listen}: {error.strerror}") from None
     stop = threading.Event()
@@ -84,13 +86,18 @@ def serve(args: argparse.Namespace) -> int:
     poller.start()
     serve_in_thread(server)
     host, port = server.server_address[:2]
-    log.info("vllm-spec-exporter %s watching %s, serving http://%s:%s/metrics (interval %gs, window %gs)",
-             __version__, fetcher.url, host, port, conf.interval, conf.window)
+    scheme = "https" if web_config and web_config.ssl_context else "http"
+    log.info("vllm-spec-exporter %s watching %s, serving %s://%s:%s/metrics (interval %gs, window %gs%s)",
+             __version__, fetcher.url, scheme, host, port, conf.interval, conf.window,
+             ", basic auth on" if web_config and web_config.auth_required else "")
     stop.wait()
-    log.info("shutting down")
+    stopping = time.monotonic()
     server.shutdown()
     server.server_close()
-    poller.stop()
+    # A poll blocked on a hung target is not waited for: the poller is a daemon thread and holds
+    # nothing that needs flushing.
+    poller.stop(timeout=0.1)
+    log.info("stopped in %.2f s", time.monotonic() - stopping)
     return 0
 
 

@@ -16,6 +16,7 @@ from prometheus_client.exposition import choose_encoder
 
 from . import __version__
 from .poller import Poller
+from .webconfig import WebConfig
 
 log = logging.getLogger("vllm_spec_exporter")
 
@@ -31,10 +32,17 @@ class ExporterServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], registry: CollectorRegistry, poller: Poller) -> None:
+    def __init__(self, address: tuple[str, int], registry: CollectorRegistry, poller: Poller,
+                 web_config: WebConfig | None = None) -> None:
         self.registry = registry
         self.poller = poller
+        self.web_config = web_config or WebConfig()
         super().__init__(address, _Handler)
+        if self.web_config.ssl_context is not None:
+            # The handshake then runs in each request's thread, not in the accept loop, so a client
+            # that connects and stalls cannot block other scrapers.
+            self.socket = self.web_config.ssl_context.wrap_socket(
+                self.socket, server_side=True, do_handshake_on_connect=False)
 
     def healthy(self) -> tuple[bool, dict]:
         """Alive when the poll loop is making progress (whether or not vLLM is up: a liveness
@@ -54,8 +62,15 @@ class _Handler(BaseHTTPRequestHandler):
     server: ExporterServer
     server_version = "vllm-spec-exporter/" + __version__
     protocol_version = "HTTP/1.1"
+    timeout = 30  # seconds a client may stall mid-request before its thread is freed
 
     def do_GET(self) -> None:
+        if not self.server.web_config.authorized(self.headers.get("Authorization")):
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="vllm-spec-exporter"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
@@ -96,6 +111,8 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 
 def serve_in_thread(server: ExporterServer) -> threading.Thread:
-    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    # A short poll interval lets shutdown() return quickly on SIGTERM.
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="http",
+                              daemon=True)
     thread.start()
     return thread

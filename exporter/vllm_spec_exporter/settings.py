@@ -37,6 +37,7 @@ class Settings:
     insecure_skip_verify: bool = False
     client_cert_file: str | None = None
     client_key_file: str | None = None
+    web_config_file: str | None = None
     log_level: str = "info"
 
     def validate(self) -> None:
@@ -79,6 +80,8 @@ HELP = {
     "insecure_skip_verify": "do not verify the target's TLS certificate (testing only)",
     "client_cert_file": "client certificate (PEM) for mutual TLS to the target",
     "client_key_file": "private key (PEM) of the client certificate",
+    "web_config_file": "exporter-toolkit style YAML enabling TLS and/or basic auth (bcrypt hashes) "
+                       "on this exporter's own endpoint; off by default",
     "log_level": "debug, info, warning or error",
 }
 

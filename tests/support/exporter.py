@@ -40,11 +40,13 @@ class ExporterProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"exporter exited {self.proc.returncode}: {self.proc.stdout.read()}")
-            try:
-                if requests.get(self.url + "/healthz", timeout=1).status_code in (200, 503):
+            for url in (self.url, self.url.replace("http://", "https://")):
+                try:
+                    requests.get(url + "/healthz", timeout=1, verify=False)  # any answer: it listens
                     return self
-            except requests.RequestException:
-                time.sleep(0.1)
+                except requests.RequestException:
+                    pass
+            time.sleep(0.1)
         raise RuntimeError("exporter did not start listening")
 
     def metrics(self) -> dict[str, dict[tuple, float]]:

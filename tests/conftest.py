@@ -4,3 +4,17 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the fault-injection table (tests/test_faults.py) when those tests ran."""
+    from test_faults import FAULT_TABLE
+
+    if not FAULT_TABLE:
+        return
+    write = terminalreporter.write_line
+    write("")
+    write("fault injection against the exporter process")
+    write(f"{'fault':<36} {'observed':<78} pass")
+    for fault, _expected, observed, passed in FAULT_TABLE:
+        write(f"{fault:<36} {observed[:78]:<78} {'yes' if passed else 'NO'}")

@@ -102,8 +102,10 @@ class Poller:
                         "treating it as a server restart", resets)
         if snap.invalid:
             self.errors["invalid_sample"] += 1
-            self._log.warn("invalid_sample", "ignored %d invalid sample(s) from the target, e.g. %s",
-                           len(snap.invalid), snap.invalid[0])
+            # One line per kind of problem per minute: a distinct defect is never hidden by another.
+            self._log.warn("invalid:" + snap.invalid[0].split("{")[0].split(":")[0],
+                           "ignored %d invalid sample(s) from the target, e.g. %s", len(snap.invalid),
+                           snap.invalid[0])
         if not self._was_up or resets:
             self.version = self.fetcher.get_version() or self.version
         if snap.schema != self._last_schema:

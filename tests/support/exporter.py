@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,14 +33,18 @@ class ExporterProcess:
                     "--min-draft-tokens", str(min_draft_tokens), *args]
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
+        # Logs go to a file, not a pipe: readable at any time, and a chatty exporter can never block
+        # on a full pipe buffer.
+        self.log_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 (lives as long as the process)
+            prefix="vllm-spec-exporter-", suffix=".log", delete=False)
 
     def start(self, wait: float = 15) -> ExporterProcess:
-        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, start_new_session=True)
+        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self.log_file, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"exporter exited {self.proc.returncode}: {self.proc.stdout.read()}")
+                raise RuntimeError(f"exporter exited {self.proc.returncode}: {self.logs()}")
             for url in (self.url, self.url.replace("http://", "https://")):
                 try:
                     requests.get(url + "/healthz", timeout=1, verify=False)  # any answer: it listens
@@ -58,6 +63,9 @@ class ExporterProcess:
                 out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
         return out
 
+    def logs(self) -> str:
+        return Path(self.log_file.name).read_text(errors="replace")
+
     def stop(self) -> str:
         """SIGTERM, wait; returns the process output (logs)."""
         if self.proc is None:
@@ -69,7 +77,7 @@ class ExporterProcess:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-        return self.proc.stdout.read() if self.proc.stdout else ""
+        return self.logs()
 
     def __enter__(self) -> ExporterProcess:
         return self.start()

@@ -1,0 +1,251 @@
+"""Fault injection against the real exporter process, with a table of what happened.
+
+One exporter polls one misbehaving target (tests/support/badtarget.py). For every fault: the
+exporter stays up and /metrics keeps answering, the health metrics and the log name the cause,
+ratios are omitted rather than wrong, and it recovers by itself when the target heals. Healthy
+bodies are real wire format, produced by prometheus_client with vLLM 0.32's families
+(tests/support/fakevllm.py). The table is printed at the end of the pytest run.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+
+from support.badtarget import BadTarget, http_response
+from support.exporter import ExporterProcess
+from support.fakevllm import FakeVllm, wait_until
+
+FAULT_TABLE: list[tuple[str, str, str, bool]] = []  # printed by conftest.pytest_terminal_summary
+SERIES = (("engine", "0"), ("model_name", "tiny-llama"))
+MAX_RSS_MB = 80
+
+
+@dataclass
+class Rig:
+    target: BadTarget
+    fake: FakeVllm
+    exporter: ExporterProcess
+
+    def body(self, transform: Callable[[str], str] = lambda t: t) -> bytes:
+        self.fake.step(40, 0.5)  # traffic between polls, so ratios exist when healthy
+        return transform(generate_latest(self.fake.registry).decode()).encode()
+
+    def serve(self, transform: Callable[[str], str] = lambda t: t) -> None:
+        self.target.set(lambda conn: conn.sendall(http_response(self.body(transform))))
+
+    def metrics(self):
+        return self.exporter.metrics()
+
+    def errors(self, reason: str) -> float:
+        return self.metrics()["vllm_spec_exporter_scrape_errors_total"][(("reason", reason),)]
+
+    def healthy(self) -> bool:
+        m = self.metrics()
+        return m["vllm_spec_exporter_target_up"][()] == 1 and SERIES in m.get("vllm_spec_decode_acceptance_ratio", {})
+
+
+@pytest.fixture(scope="module")
+def rig():
+    with BadTarget() as target, FakeVllm(k=4) as fake:
+        exporter = ExporterProcess(target.url, "--max-bytes", "2000000", interval=0.3, window=3,
+                                   timeout=0.25, min_draft_tokens=1)
+        r = Rig(target, fake, exporter)
+        r.serve()
+        exporter.start()
+        assert wait_until(r.healthy, 10)
+        yield r
+        exporter.stop()
+
+
+def _down_fault(name: str, reason: str, behaviour: Callable[[Rig], None]):
+    def check(r: Rig) -> str:
+        before = r.errors(reason)
+        behaviour(r)
+        assert wait_until(lambda: r.errors(reason) > before, 8), f"no {reason} error counted"
+        m = r.metrics()
+        assert m["vllm_spec_exporter_target_up"][()] == 0
+        assert "vllm_spec_decode_acceptance_ratio" not in m and "vllm_spec_decode_drafts_total" not in m
+        return f"up=0, errors{{reason={reason}}}+, vLLM series omitted"
+
+    return pytest.param(name, check, id=name)
+
+
+def _mangle_positions(text: str) -> str:
+    return text.replace('position="2"', 'position="two"')
+
+
+def _duplicate_series(text: str) -> str:
+    dup = next(line for line in text.split("\n") if line.startswith("vllm:spec_decode_num_drafts_total{"))
+    return text + dup + "\n"
+
+
+def _nan_counter(text: str) -> str:
+    return re.sub(r"(vllm:spec_decode_num_draft_tokens_total\{[^}]*\}) \S+", r"\1 NaN", text)
+
+
+def _negative_counter(text: str) -> str:
+    return re.sub(r"(vllm:spec_decode_num_drafts_total\{[^}]*\}) \S+", r"\1 -5.0", text)
+
+
+def _quoted_model(text: str) -> str:
+    return text.replace('model_name="tiny-llama"', 'model_name="tiny \\"llama\\"\\nv2"')
+
+
+def _without_spec(text: str) -> str:
+    return "\n".join(line for line in text.split("\n") if "spec_decode" not in line)
+
+
+def _invalid_utf8(r: Rig) -> None:
+    r.target.set(lambda conn: conn.sendall(http_response(b"# HELP junk \xff\xfe\xc3\x28 bytes\n" + r.body())))
+
+
+def check_invalid_utf8(r: Rig) -> str:
+    _invalid_utf8(r)
+    time.sleep(1)
+    assert wait_until(r.healthy, 5)
+    return "body decoded with replacement characters; spec series intact"
+
+
+def check_nan_counter(r: Rig) -> str:
+    before = r.errors("invalid_sample")
+    r.serve(_nan_counter)
+    assert wait_until(lambda: r.errors("invalid_sample") > before, 5)
+    m = r.metrics()
+    assert m["vllm_spec_exporter_target_up"][()] == 1
+    assert SERIES not in m.get("vllm_spec_decode_acceptance_ratio", {})  # no denominator, no ratio
+    return "sample dropped, errors{reason=invalid_sample}+, acceptance omitted"
+
+
+def check_negative_counter(r: Rig) -> str:
+    before = r.errors("invalid_sample")
+    r.serve(_negative_counter)
+    assert wait_until(lambda: r.errors("invalid_sample") > before, 5)
+    assert SERIES not in r.metrics().get("vllm_spec_decode_mean_acceptance_length", {})
+    return "sample dropped, errors{reason=invalid_sample}+, length omitted"
+
+
+def check_bad_position(r: Rig) -> str:
+    before = r.errors("invalid_sample")
+    r.serve(_mangle_positions)
+    assert wait_until(lambda: r.errors("invalid_sample") > before, 5)
+    positions = {dict(k)["position"] for k in r.metrics().get("vllm_spec_decode_position_acceptance_ratio", {})}
+    assert "two" not in positions and "2" not in positions
+    return "position series dropped, errors{reason=invalid_sample}+"
+
+
+def check_duplicates(r: Rig) -> str:
+    body = r.body(_duplicate_series)  # one static body: its drafts line appears twice
+    drafts = float(re.search(rb"vllm:spec_decode_num_drafts_total\{[^}]*\} (\S+)", body).group(1))
+    r.target.set(BadTarget.body(body))
+    assert wait_until(lambda: r.metrics().get("vllm_spec_decode_drafts_total", {}).get(SERIES) == drafts, 5)
+    return "exact duplicate kept once (no double count)"
+
+
+def check_quotes_newlines(r: Rig) -> str:
+    r.serve(_quoted_model)
+    quoted = (("engine", "0"), ("model_name", 'tiny "llama"\nv2'))
+    assert wait_until(lambda: quoted in r.metrics().get("vllm_spec_decode_acceptance_ratio", {}), 5)
+    return "label unescaped and re-escaped correctly"
+
+
+def check_k_change(r: Rig) -> str:
+    r.fake.restart(k=2)
+    r.serve()
+    assert wait_until(lambda: r.metrics().get("vllm_spec_decode_num_speculative_tokens", {}).get(SERIES) == 2, 5)
+    r.fake.restart(k=4)
+    r.serve()
+    assert wait_until(lambda: r.metrics().get("vllm_spec_decode_num_speculative_tokens", {}).get(SERIES) == 4, 5)
+    return "k follows the target (4 -> 2 -> 4), stale positions forgotten"
+
+
+def check_upgrade_drops_spec(r: Rig) -> str:
+    r.serve(_without_spec)
+    assert wait_until(lambda: r.metrics().get("vllm_spec_decode_enabled") == {(): 0.0}, 5)
+    m = r.metrics()
+    assert m["vllm_spec_exporter_target_up"][()] == 1 and "vllm_spec_decode_acceptance_ratio" not in m
+    return "enabled=0, schema=none, no ratios"
+
+
+def check_restart_loop(r: Rig) -> str:
+    before = r.metrics()["vllm_spec_exporter_counter_resets_total"][()]
+    for _ in range(3):
+        r.fake.restart()
+        r.serve()
+        time.sleep(0.8)
+    m = r.metrics()
+    assert m["vllm_spec_exporter_counter_resets_total"][()] >= before + 3
+    for name, series in m.items():
+        if name.endswith("_per_second") or name.endswith("_ratio"):
+            assert all(v >= 0 for v in series.values()), name
+    return "3 restarts counted, no negative or spiked values"
+
+
+FAULTS = [
+    _down_fault("connection refused", "connect", lambda r: r.target.set(BadTarget.reset())),
+    _down_fault("accept, never answer", "timeout", lambda r: r.target.set(r.target.hang())),
+    _down_fault("byte-by-byte trickle", "timeout", lambda r: r.target.set(r.target.trickle(r.body(), 0.01))),
+    _down_fault("HTTP 500", "http_status", lambda r: r.target.set(BadTarget.status("500 Internal Server Error"))),
+    _down_fault("HTTP 404", "http_status", lambda r: r.target.set(BadTarget.status("404 Not Found"))),
+    _down_fault("HTTP 401", "http_status", lambda r: r.target.set(BadTarget.status("401 Unauthorized"))),
+    _down_fault("302 redirect loop", "http_status",
+                lambda r: r.target.set(BadTarget.status("302 Found", f"Location: {r.target.url}/metrics\r\n"))),
+    _down_fault("HTML page", "parse", lambda r: r.target.set(BadTarget.body(b"<html><body>login</body></html>\n",
+                                                                            content_type="text/html"))),
+    _down_fault("body truncated mid-line", "parse",
+                lambda r: r.target.set(BadTarget.body(r.body()[:-7]))),
+    _down_fault("huge body beyond the cap", "too_large",
+                lambda r: r.target.set(BadTarget.body(b"# x\n" * 1_000_000))),
+    _down_fault("endless stream", "too_large", lambda r: r.target.set(r.target.endless())),
+    pytest.param("invalid UTF-8", check_invalid_utf8, id="invalid UTF-8"),
+    pytest.param("NaN counter", check_nan_counter, id="NaN counter"),
+    pytest.param("negative counter", check_negative_counter, id="negative counter"),
+    pytest.param("non-integer position", check_bad_position, id="non-integer position"),
+    pytest.param("duplicate series", check_duplicates, id="duplicate series"),
+    pytest.param("quotes and newlines in labels", check_quotes_newlines, id="quotes and newlines"),
+    pytest.param("k changes between polls", check_k_change, id="k changes"),
+    pytest.param("upgrade drops spec metrics", check_upgrade_drops_spec, id="spec metrics dropped"),
+    pytest.param("restart loop (counters to 0, x3)", check_restart_loop, id="restart loop"),
+]
+
+
+@pytest.mark.parametrize(("fault", "check"), FAULTS)
+def test_fault(rig: Rig, fault: str, check):
+    observed, passed = "", False
+    try:
+        observed = check(rig)
+        assert rig.exporter.proc.poll() is None, "exporter died"
+        # Heal: a good target again, and the exporter must recover by itself.
+        rig.serve()
+        assert wait_until(rig.healthy, 10), "did not recover after the target healed"
+        observed += "; recovered"
+        passed = True
+    finally:
+        FAULT_TABLE.append((fault, "stays up, names the cause, omits ratios, recovers", observed or "FAILED", passed))
+
+
+LOGGED_CAUSES = ("cannot connect", "no answer within", "not complete within", "HTTP 500", "HTTP 404", "HTTP 401",
+                 "HTTP 302", "looks like HTML", "truncated", "exceeds", "not a finite", "position label",
+                 "schema none", "counters were reset")
+
+
+def test_logs_name_each_cause(rig: Rig):
+    logs = rig.exporter.logs()
+    missing = [cause for cause in LOGGED_CAUSES if cause not in logs]
+    FAULT_TABLE.append(("(after all faults) log lines", "each cause named",
+                        f"{len(LOGGED_CAUSES) - len(missing)}/{len(LOGGED_CAUSES)} named", not missing))
+    assert not missing, logs[-3000:]
+
+
+def test_memory_stays_bounded(rig: Rig):
+    status = Path(f"/proc/{rig.exporter.proc.pid}/status").read_text()
+    rss_mb = int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024
+    FAULT_TABLE.append(("(after all faults) memory", f"RSS <= {MAX_RSS_MB} MB", f"RSS {rss_mb:.1f} MB",
+                        rss_mb <= MAX_RSS_MB))
+    assert rss_mb <= MAX_RSS_MB

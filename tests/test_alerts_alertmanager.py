@@ -1,0 +1,115 @@
+"""The generated alertmanager.yml in a real Alertmanager 0.25: routing, secrets from files, inhibition.
+
+Alerts are pushed straight into Alertmanager's API (the rules are covered by promtool tests and
+the end-to-end test); the receivers' URLs point at a local webhook recorder. Only the URLs, the
+key file and the group timings are overridden — through MixinConfig, not by editing the YAML.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.prom import ALERTMANAGER_BIN, Alertmanager, WebhookReceiver, require_binary, wait_until
+from vllm_spec_exporter.mixin import alerts, rules
+from vllm_spec_exporter.mixin.config import MixinConfig
+
+pytestmark = pytest.mark.prometheus
+
+ROUTING_KEY = "test-routing-key-0123456789abcdef"
+
+
+def _alert(name: str, severity: str, instance: str, model: str | None = "llama") -> dict[str, Any]:
+    labels = {"alertname": name, "severity": severity, "job": "vllm-spec-exporter", "instance": instance}
+    if model:
+        labels["model_name"] = model
+    return {"labels": labels,
+            "annotations": {"summary": f"{name} summary.", "description": f"{name} on {instance}.",
+                            "runbook_url": f"https://runbooks.example/{name.lower()}",
+                            "dashboard_url": "/d/vllm-spec-overview"}}
+
+
+@pytest.fixture
+def stack(tmp_path: Path):
+    require_binary(ALERTMANAGER_BIN)
+    with WebhookReceiver() as hook:
+        key_file = tmp_path / "routing-key"
+        key_file.write_text(ROUTING_KEY)
+        url_file = tmp_path / "chat-url"
+        url_file.write_text(f"{hook.url}/chat")
+        cfg = MixinConfig().with_overrides({
+            "pager_routing_key_file": str(key_file), "pager_events_url": f"{hook.url}/pager",
+            "chat_webhook_url_file": str(url_file),
+            "alertmanager_group_wait": "1s", "alertmanager_group_interval": "1s",
+        })
+        with Alertmanager(alerts.render(cfg)[alerts.ALERTMANAGER_FILE]) as am:
+            yield am, hook
+
+
+def _pages(hook: WebhookReceiver) -> list[str]:
+    """Text of every PagerDuty event received (summary + details), one string per event."""
+    return [str(r["body"]) for r in hook.received("/pager")]
+
+
+def _chats(hook: WebhookReceiver) -> list[str]:
+    return [str(r["body"]) for r in hook.received("/chat")]
+
+
+def test_critical_pages_and_warning_goes_to_chat(stack) -> None:
+    am, hook = stack
+    am.post_alerts([_alert(rules.ACCEPTANCE_CRITICAL, "critical", "10.0.0.1:9400"),
+                    _alert(rules.ACCEPTANCE_LOW, "warning", "10.0.0.2:9400")])
+    wait_until(lambda: hook.received("/pager") and hook.received("/chat"), 30)
+    page = hook.received("/pager")[0]["body"]
+    assert page["routing_key"] == ROUTING_KEY  # read from routing_key_file
+    assert page["event_action"] == "trigger"
+    assert page["payload"]["summary"] == "SpecDecodeAcceptanceCritical summary. (llama)"
+    assert page["payload"]["custom_details"]["runbook_url"].endswith("specdecodeacceptancecritical")
+    chat = hook.received("/chat")[0]["body"]
+    assert chat["channel"] == "#vllm-alerts"
+    attachment = chat["attachments"][0]
+    assert attachment["title"] == "[FIRING] SpecDecodeAcceptanceLow: SpecDecodeAcceptanceLow summary."
+    assert "SpecDecodeAcceptanceLow on 10.0.0.2:9400." in attachment["text"]
+    # the warning never reaches the pager, the critical never the chat
+    assert not any("SpecDecodeAcceptanceLow" in p for p in _pages(hook))
+    assert not any("SpecDecodeAcceptanceCritical" in c for c in _chats(hook))
+
+
+def test_target_down_inhibits_acceptance_alerts_on_that_server_only(stack) -> None:
+    am, hook = stack
+    # Sources first: inhibition needs the source alert present when the target is notified.
+    am.post_alerts([_alert(rules.VLLM_UNREACHABLE, "warning", "10.0.0.3:9400", model=None),
+                    _alert(rules.EXPORTER_DOWN, "warning", "10.0.0.5:9400", model=None)])
+    wait_until(lambda: len(am.alerts(alertname=rules.VLLM_UNREACHABLE)) == 1, 10)
+    am.post_alerts([
+        _alert(rules.ACCEPTANCE_CRITICAL, "critical", "10.0.0.3:9400"),  # inhibited: vLLM unreachable
+        _alert(rules.DRAFTS_STOPPED, "warning", "10.0.0.5:9400"),  # inhibited: exporter down
+        _alert(rules.ACCEPTANCE_CRITICAL, "critical", "10.0.0.4:9400"),  # other server: pages
+    ])
+    wait_until(lambda: any("10.0.0.4:9400" in p for p in _pages(hook)), 30)
+    wait_until(lambda: any(rules.VLLM_UNREACHABLE in c for c in _chats(hook)), 30)
+    time.sleep(3)  # several group_interval cycles: an inhibited alert would have been sent by now
+    assert not any("10.0.0.3:9400" in p for p in _pages(hook))
+    assert not any(rules.DRAFTS_STOPPED in c for c in _chats(hook))
+    states = {(a["labels"]["alertname"], a["labels"]["instance"]): a["status"]
+              for a in am.alerts()}
+    assert states[(rules.ACCEPTANCE_CRITICAL, "10.0.0.3:9400")]["state"] == "suppressed"
+    assert states[(rules.ACCEPTANCE_CRITICAL, "10.0.0.3:9400")]["inhibitedBy"]
+    assert states[(rules.DRAFTS_STOPPED, "10.0.0.5:9400")]["state"] == "suppressed"
+    assert states[(rules.ACCEPTANCE_CRITICAL, "10.0.0.4:9400")]["state"] == "active"
+
+
+def test_critical_supersedes_warning_for_the_same_server_and_model(stack) -> None:
+    am, hook = stack
+    am.post_alerts([_alert(rules.ACCEPTANCE_CRITICAL, "critical", "10.0.0.6:9400")])
+    wait_until(lambda: len(am.alerts(alertname=rules.ACCEPTANCE_CRITICAL)) == 1, 10)
+    am.post_alerts([_alert(rules.ACCEPTANCE_LOW, "warning", "10.0.0.6:9400"),
+                    _alert(rules.ACCEPTANCE_LOW, "warning", "10.0.0.6:9400", model="qwen")])
+    wait_until(lambda: any("qwen" in c for c in _chats(hook)), 30)  # other model: not inhibited
+    time.sleep(3)
+    low_messages = [c for c in _chats(hook) if rules.ACCEPTANCE_LOW in c]
+    assert len(low_messages) == 1 and "qwen" in low_messages[0]
+    assert any("10.0.0.6:9400" in p for p in _pages(hook))

@@ -1,0 +1,132 @@
+"""End to end on 127.0.0.1: fake vLLM → real exporter process → real Prometheus with the generated
+rules → real Alertmanager with the generated config → local webhook. The page arrives during an
+acceptance collapse and resolves after recovery.
+
+The synthetic vLLM (tests/support/fakevllm.py) is a simulation of vLLM's /metrics; everything
+after it is the real thing. Windows and `for` durations are shortened through
+MixinConfig.with_overrides (not hand-edited copies) so the test takes about a minute and a half.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from support.fakevllm import FakeVllm
+from support.prom import (
+    ALERTMANAGER_BIN,
+    PROMETHEUS_BIN,
+    Alertmanager,
+    Prometheus,
+    WebhookReceiver,
+    free_port,
+    is_ready,
+    require_binary,
+    wait_until,
+)
+from vllm_spec_exporter.mixin import alerts, rules
+from vllm_spec_exporter.mixin.config import MixinConfig
+
+pytestmark = pytest.mark.prometheus
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPORTER = Path(sys.executable).with_name("vllm-spec-exporter")
+JOB = "vllm-spec-exporter"
+
+# Seconds instead of minutes; everything else (expressions, routing, inhibition) as shipped.
+FAST = {
+    "rate_window": "20s",
+    "acceptance_low_for": "10s",
+    "acceptance_critical_for": "10s",
+    "acceptance_keep_firing_for": "10s",
+    "target_down_for": "10s",
+    "alertmanager_group_wait": "1s",
+    "alertmanager_group_interval": "1s",
+}
+
+
+@pytest.fixture
+def exporter_url() -> Iterator[tuple[str, FakeVllm]]:
+    with FakeVllm(models=("tiny-llama",)) as fake:
+        target = fake.start()
+        fake.drive(50, 0.8)  # 5 drafts per 0.1 s tick × k=4 = 20 tokens, 16 accepted: exactly 80 %
+        port = free_port()
+        process = subprocess.Popen(
+            [str(EXPORTER), "serve", "--target", target, "--listen", f"127.0.0.1:{port}",
+             "--interval", "1", "--window", "30", "--timeout", "0.8"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: process.poll() is not None or is_ready(f"http://127.0.0.1:{port}/metrics"), 20)
+            assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
+            yield f"127.0.0.1:{port}", fake
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+
+
+def test_collapse_pages_and_recovery_resolves(exporter_url: tuple[str, FakeVllm], tmp_path: Path) -> None:
+    require_binary(PROMETHEUS_BIN)
+    require_binary(ALERTMANAGER_BIN)
+    exporter_address, fake = exporter_url
+    with WebhookReceiver() as hook:
+        (tmp_path / "key").write_text("integration-key")
+        (tmp_path / "chat-url").write_text(f"{hook.url}/chat")
+        cfg = MixinConfig().with_overrides({
+            **FAST,
+            "pager_routing_key_file": str(tmp_path / "key"),
+            "pager_events_url": f"{hook.url}/pager",
+            "chat_webhook_url_file": str(tmp_path / "chat-url"),
+        })
+        for rel, text in alerts.render(cfg).items():
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / rel).write_text(text)
+        ratio = rules.record_names(cfg).acceptance_ratio
+
+        with Alertmanager((tmp_path / alerts.ALERTMANAGER_FILE).read_text()) as am, Prometheus(
+            scrape_targets={JOB: [exporter_address]},
+            rule_files=[tmp_path / alerts.RULES_FILE, tmp_path / alerts.ALERTS_FILE],
+            alertmanager_url=am.url,
+        ) as prom:
+            # Healthy: the recording rule sees ~80 % and nothing pages.
+            healthy = wait_until(lambda: (v := prom.query_value(ratio)) is not None and v > 0.7 and v, 60)
+            assert healthy == pytest.approx(0.8, abs=0.05)
+            time.sleep(5)
+            assert not prom.firing(rules.ACCEPTANCE_CRITICAL) and not hook.received("/pager")
+
+            # Collapse to 10 %: a page must arrive.
+            collapse_at = time.monotonic()
+            fake.drive(50, 0.1)
+            wait_until(lambda: any(r["body"]["event_action"] == "trigger" for r in hook.received("/pager")), 90)
+            time_to_page = time.monotonic() - collapse_at
+            page = next(r["body"] for r in hook.received("/pager") if r["body"]["event_action"] == "trigger")
+            assert page["routing_key"] == "integration-key"
+            assert page["payload"]["summary"] == "Speculative decoding acceptance is below 40%. (tiny-llama)"
+            details = page["payload"]["custom_details"]
+            assert f"model tiny-llama on {exporter_address} were accepted" in details["description"]
+            assert details["runbook_url"].endswith("/docs/runbooks.md#specdecodeacceptancecritical")
+            [alert] = prom.firing(rules.ACCEPTANCE_CRITICAL)
+            assert alert["labels"] == {"alertname": rules.ACCEPTANCE_CRITICAL, "severity": "critical",
+                                       "job": JOB, "instance": exporter_address, "model_name": "tiny-llama"}
+            # 20 s window crossing 40 % (~12 s) + for 10 s + evaluation and group_wait (~3 s)
+            assert time_to_page < 60, time_to_page
+
+            # Recovery: the page resolves.
+            recover_at = time.monotonic()
+            fake.drive(50, 0.8)
+            wait_until(lambda: any(r["body"]["event_action"] == "resolve" for r in hook.received("/pager")), 90)
+            time_to_resolve = time.monotonic() - recover_at
+            assert not prom.firing(rules.ACCEPTANCE_CRITICAL)
+            # The critical alert never goes to chat; the warning never pages.
+            assert not any(rules.ACCEPTANCE_CRITICAL in str(r["body"]) for r in hook.received("/chat"))
+            assert all(r["body"]["payload"]["summary"].startswith("Speculative decoding acceptance is below 40%")
+                       for r in hook.received("/pager"))
+            print(f"time to page {time_to_page:.1f}s, time to resolve {time_to_resolve:.1f}s (fast config)")

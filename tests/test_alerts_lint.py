@@ -1,0 +1,259 @@
+"""mixtool-style lint of the generated alerts and rules, plus generation contracts (no tools needed).
+
+Rules enforced (monitoring-mixins conventions, mixtool pkg/mixer/lint.go, kubernetes-mixin):
+CamelCase alert names <= 40 chars, group names <= 40 chars, <= 20 rules per group, a known
+severity, a static capitalised `summary` ending in a period, a templated `description`, a
+`runbook_url` whose anchor exists in docs/runbooks.md, a `dashboard_url`, and
+`level:metric:operations` recording-rule names that only read the exporter's schema.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vllm_spec_exporter import schema
+from vllm_spec_exporter.mixin import alertmanager, alerts, rules, runbooks
+from vllm_spec_exporter.mixin.config import MixinConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = MixinConfig()
+FILES = alerts.render(DEFAULT)
+ALERT_NAME = re.compile(r"^([A-Z]+[a-z0-9]+)+$")
+RECORD_NAME = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
+PROMQL_KEYWORDS = {
+    "sum", "rate", "increase", "absent", "and", "or", "unless", "by", "without", "ignoring", "on",
+    "group_left", "group_right", "max", "min", "avg", "count", "time", "changes",
+}
+
+
+def _groups(path: str) -> list[dict]:
+    return yaml.safe_load(FILES[path])["groups"]
+
+
+def _alerts() -> list[dict]:
+    return [r for g in _groups(alerts.ALERTS_FILE) for r in g["rules"]]
+
+
+def _github_anchors(markdown: str) -> set[str]:
+    """Anchors GitHub generates for headings: lower-case, spaces to '-', punctuation dropped."""
+    anchors = set()
+    for line in markdown.splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            anchors.add(re.sub(r"[^a-z0-9 _-]", "", title).replace(" ", "-"))
+    return anchors
+
+
+# --- contracts ------------------------------------------------------------------------------
+
+def test_contract_alert_names_and_severities() -> None:
+    by_name = {a["alert"]: a for a in _alerts()}
+    assert by_name["SpecDecodeAcceptanceLow"]["labels"]["severity"] == "warning"
+    assert by_name["SpecDecodeAcceptanceCritical"]["labels"]["severity"] == "critical"
+    assert set(by_name) == {
+        "SpecDecodeAcceptanceLow", "SpecDecodeAcceptanceCritical", "SpecDecodeDraftsStopped",
+        "SpecDecodeMetricsMissing", "SpecDecodeVllmUnreachable", "SpecDecodeVllmRestarting",
+        "SpecDecodeExporterDown", "SpecDecodeExporterAbsent",
+    }
+
+
+def test_committed_files_equal_a_fresh_generation() -> None:
+    # The alerts half of `generate --check` (the CLI also renders the dashboards).
+    stale = [rel for rel, text in FILES.items()
+             if not (ROOT / rel).exists() or (ROOT / rel).read_text() != text]
+    assert not stale, f"regenerate: {stale}"
+
+
+def test_generation_is_deterministic() -> None:
+    assert alerts.render(MixinConfig()) == FILES
+
+
+def test_prometheusrule_carries_byte_identical_groups() -> None:
+    text = FILES[alerts.PROMETHEUS_RULE_FILE]
+    spec_block = text.split("\nspec:\n", 1)[1]
+    dedented = "".join(line[2:] if line.strip() else line for line in spec_block.splitlines(keepends=True))
+    rules_text = FILES[alerts.RULES_FILE].removeprefix(alerts.HEADER).removeprefix("groups:\n")
+    alerts_text = FILES[alerts.ALERTS_FILE].removeprefix(alerts.HEADER).removeprefix("groups:\n")
+    assert dedented == "groups:\n" + rules_text + alerts_text
+    doc = yaml.safe_load(text)
+    assert doc["kind"] == "PrometheusRule" and doc["apiVersion"] == "monitoring.coreos.com/v1"
+    assert doc["spec"]["groups"] == _groups(alerts.RULES_FILE) + _groups(alerts.ALERTS_FILE)
+
+
+# --- mixtool-style lint ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", [alerts.RULES_FILE, alerts.ALERTS_FILE])
+def test_group_names_and_sizes(path: str) -> None:
+    for group in _groups(path):
+        assert len(group["name"]) <= 40, group["name"]
+        assert 0 < len(group["rules"]) <= 20, group["name"]
+
+
+@pytest.mark.parametrize("alert", _alerts(), ids=lambda a: a["alert"])
+def test_alert_conventions(alert: dict) -> None:
+    name = alert["alert"]
+    assert ALERT_NAME.match(name) and len(name) <= 40, name
+    assert alert["labels"]["severity"] in {DEFAULT.warning_severity, DEFAULT.critical_severity}
+    notes = alert["annotations"]
+    assert set(notes) == {"summary", "description", "runbook_url", "dashboard_url"}
+    summary = notes["summary"]
+    assert "{{" not in summary, "summary must be static (one sentence, no templating)"
+    assert summary[0].isupper() and summary.endswith("."), summary
+    if alert["expr"].startswith("absent("):
+        # absent() has no series to name; the description names the selector instead.
+        assert DEFAULT.exporter_selector in notes["description"]
+    else:
+        assert "{{ $labels." in notes["description"], "description must name the affected series"
+    assert notes["description"].endswith(".")
+    assert notes["runbook_url"] == DEFAULT.runbook_url_pattern % name.lower()
+    assert notes["dashboard_url"].startswith(f"/d/{DEFAULT.dashboard_uid_prefix}-overview")
+    if not alert["expr"].startswith("absent("):
+        assert "var-instance={{ $labels.instance | urlquery }}" in notes["dashboard_url"]
+
+
+@pytest.mark.parametrize("alert", _alerts(), ids=lambda a: a["alert"])
+def test_runbook_anchor_exists_with_all_sections(alert: dict) -> None:
+    runbook = (ROOT / alerts.RUNBOOKS_FILE).read_text()
+    anchor = alert["annotations"]["runbook_url"].rsplit("#", 1)[1]
+    assert anchor in _github_anchors(runbook)
+    section = runbook.split(f"\n## {alert['alert']}\n", 1)[1].split("\n## ", 1)[0]
+    headings = re.findall(r"^### (\w+)$", section, flags=re.M)
+    assert headings == ["Meaning", "Impact", "Diagnosis", "Mitigation"]
+    for part in section.split("\n### ")[1:]:
+        assert len(part.split("\n", 1)[1].strip()) > 80, f"{alert['alert']}: thin section {part[:20]}"
+
+
+def test_acceptance_descriptions_humanize_the_ratio() -> None:
+    by_name = {a["alert"]: a for a in _alerts()}
+    for name in (rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL):
+        description = by_name[name]["annotations"]["description"]
+        assert "{{ $value | humanizePercentage }}" in description
+        assert "{{ $labels.model_name }}" in description and "{{ $labels.instance }}" in description
+
+
+def test_recording_rule_names_and_inputs() -> None:
+    recorded = [r["record"] for g in _groups(alerts.RULES_FILE) for r in g["rules"]]
+    assert len(recorded) == len(set(recorded))
+    for name in recorded:
+        assert RECORD_NAME.match(name), name
+        assert name.endswith(f"rate{DEFAULT.rate_window}"), name
+        if ":ratio_" in name:
+            assert "_per_" in name, f"{name}: ratios join their two metrics with _per_"
+    known = schema.exposed_names() | set(recorded) | {"up"}
+    everything = _groups(alerts.RULES_FILE) + _groups(alerts.ALERTS_FILE)
+    for rule in (r for g in everything for r in g["rules"]):
+        expr = re.sub(r'"[^"]*"', '""', rule["expr"])  # drop label values
+        expr = re.sub(r"\{[^}]*\}|\[[^\]]*\]", "", expr)  # matchers, ranges
+        expr = re.sub(r"\b(by|without|ignoring|on|group_left|group_right)\s*\([^)]*\)", "", expr)  # label lists
+        names = set(re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr)) - PROMQL_KEYWORDS
+        assert names <= known, f"{rule.get('record') or rule.get('alert')}: unknown {names - known}"
+
+
+def test_ratios_divide_by_guarded_denominators() -> None:
+    for rule in (r for g in _groups(alerts.RULES_FILE) for r in g["rules"]):
+        if "/" in rule["expr"]:
+            assert re.search(r"\(\S+ > 0\)$", rule["expr"]), rule["record"]
+            assert "avg" not in rule["expr"], "never average ratios"
+
+
+# --- the config drives the output ------------------------------------------------------------
+
+def test_overrides_change_thresholds_labels_and_links() -> None:
+    cfg = DEFAULT.with_overrides({
+        "acceptance_warning_threshold": 0.6, "acceptance_critical_threshold": 0.45,
+        "critical_severity": "page", "extra_alert_labels": {"team": "llm"},
+        "rate_window": "5m", "exporter_selector": 'namespace="llm",container="spec"',
+        "runbook_url_pattern": "https://runbooks.example/%s", "grafana_url": "https://grafana.example/",
+        "fleet_labels": ["cluster", "job"],
+    })
+    files = alerts.render(cfg)
+    by_name = {a["alert"]: a for g in yaml.safe_load(files[alerts.ALERTS_FILE])["groups"] for a in g["rules"]}
+    low, critical = by_name[rules.ACCEPTANCE_LOW], by_name[rules.ACCEPTANCE_CRITICAL]
+    assert "ratio_rate5m < 0.6\n" in low["expr"] and "< 0.45\n" in critical["expr"]
+    assert critical["labels"] == {"severity": "page", "team": "llm"}
+    assert low["annotations"]["summary"] == "Speculative decoding acceptance is below 60%."
+    assert low["annotations"]["runbook_url"] == "https://runbooks.example/specdecodeacceptancelow"
+    assert low["annotations"]["dashboard_url"].startswith("https://grafana.example/d/vllm-spec-overview?var-job=")
+    assert '{namespace="llm",container="spec"}' in files[alerts.RULES_FILE]
+    assert "cluster_job_model:vllm_spec_decode_accepted_per_draft_tokens:ratio_rate5m" in files[alerts.RULES_FILE]
+    assert "sum by (cluster, job, model_name)" in files[alerts.RULES_FILE]
+    am = yaml.safe_load(files[alerts.ALERTMANAGER_FILE])
+    assert am["route"]["routes"][0] == {"matchers": ['severity="page"'], "receiver": alertmanager.PAGER_RECEIVER}
+    assert "`0.6`" not in files[alerts.README_FILE]  # README documents defaults, not overrides
+    assert "60%" in files[alerts.RUNBOOKS_FILE]
+
+
+def test_alertmanager_routes_and_inhibitions() -> None:
+    am = yaml.safe_load(FILES[alerts.ALERTMANAGER_FILE])
+    routes = {tuple(r["matchers"]): r["receiver"] for r in am["route"]["routes"]}
+    assert routes == {('severity="critical"',): "spec-decode-pager", ('severity="warning"',): "spec-decode-chat"}
+    assert am["route"]["receiver"] == "spec-decode-chat"  # unmatched alerts never page
+    assert "model_name" in am["route"]["group_by"]
+    target_down = am["inhibit_rules"][0]
+    assert "SpecDecodeVllmUnreachable" in target_down["source_matchers"][0]
+    for name in rules.TRAFFIC_ALERTS:
+        assert name in target_down["target_matchers"][0]
+    assert target_down["equal"] == ["instance", "job"]
+    receivers = {r["name"]: r for r in am["receivers"]}
+    assert "routing_key_file" in receivers["spec-decode-pager"]["pagerduty_configs"][0]
+    assert "api_url_file" in receivers["spec-decode-chat"]["slack_configs"][0]
+    assert "routing_key:" not in FILES[alerts.ALERTMANAGER_FILE] and "api_url:" not in FILES[alerts.ALERTMANAGER_FILE]
+
+
+def test_readme_lists_every_knob_with_its_comment() -> None:
+    readme = FILES[alerts.README_FILE]
+    knobs = alerts.config_knobs()
+    assert {name for _, name, _, _ in knobs} == set(MixinConfig.__dataclass_fields__)
+    for _section, name, _default, comment in knobs:
+        assert comment, f"config knob {name} has no comment in mixin/config.py"
+        assert f"`{name}`" in readme
+    assert "| Acceptance thresholds | `acceptance_warning_threshold` | `0.5` |" in readme
+
+
+def test_every_alert_has_a_runbook() -> None:
+    assert set(runbooks.runbooks(DEFAULT)) == {a["alert"] for a in _alerts()}
+
+
+def test_invalid_config_is_rejected() -> None:
+    with pytest.raises(ValueError, match="duration"):
+        DEFAULT.with_overrides({"acceptance_low_for": "two minutes"})
+    with pytest.raises(ValueError, match="critical_threshold"):
+        DEFAULT.with_overrides({"acceptance_critical_threshold": 0.6})
+
+
+# --- links into the dashboards ---------------------------------------------------------------
+
+def _overview_dashboard() -> dict:
+    import json
+
+    for path in sorted((ROOT / "dashboards").glob("*.json")):
+        model = json.loads(path.read_text())
+        if model.get("uid") == f"{DEFAULT.dashboard_uid_prefix}-overview":
+            return model
+    pytest.fail("no dashboard with the uid the alerts link to")
+
+
+def _panel_titles(panels: list[dict]) -> set[str]:
+    titles = set()
+    for panel in panels:
+        titles.add(panel.get("title", ""))
+        titles |= _panel_titles(panel.get("panels", []))
+    return titles
+
+
+def test_dashboard_links_select_existing_variables() -> None:
+    variables = {v["name"] for v in _overview_dashboard()["templating"]["list"]}
+    for alert in _alerts():
+        for var in re.findall(r"var-([a-z_]+)=", alert["annotations"]["dashboard_url"]):
+            assert var in variables, f"{alert['alert']} links to unknown dashboard variable {var}"
+
+
+def test_panels_named_in_runbooks_exist() -> None:
+    titles = _panel_titles(_overview_dashboard()["panels"])
+    named = set(re.findall(r"\*\*([^*]+)\*\* panel", FILES[alerts.RUNBOOKS_FILE]))
+    assert len(named) >= 8
+    assert named <= titles, f"runbooks name panels the dashboard does not have: {named - titles}"

@@ -1,0 +1,97 @@
+"""promtool / amtool on the generated rules and Alertmanager config (real Debian binaries).
+
+Skipped only when the tools are missing outside CI; with env CI set a missing tool fails.
+The mutation tests prove the promtool scenarios can fail: rules generated from a subtly wrong
+config must break at least one scenario.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from support.prom import AMTOOL_BIN, PROMTOOL_BIN, require_binary, run_tool
+from vllm_spec_exporter.mixin import alerts
+from vllm_spec_exporter.mixin.config import MixinConfig
+
+pytestmark = pytest.mark.prometheus
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMTOOL_TESTS = sorted((ROOT / "tests" / "promtool").glob("*.yaml"))
+
+
+def test_promtool_check_rules_on_committed_files() -> None:
+    promtool = require_binary(PROMTOOL_BIN)
+    result = run_tool([promtool, "check", "rules", alerts.RULES_FILE, alerts.ALERTS_FILE], cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 16 rules found" in result.stdout
+    assert "SUCCESS: 8 rules found" in result.stdout
+
+
+def test_promtool_check_rules_on_prometheusrule_spec(tmp_path: Path) -> None:
+    # promtool reads plain rule files; the PrometheusRule's spec is exactly one.
+    promtool = require_binary(PROMTOOL_BIN)
+    spec = yaml.safe_load((ROOT / alerts.PROMETHEUS_RULE_FILE).read_text())["spec"]
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    result = run_tool([promtool, "check", "rules", str(path)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 24 rules found" in result.stdout
+
+
+def test_promtool_unit_tests_pass() -> None:
+    promtool = require_binary(PROMTOOL_BIN)
+    assert len(PROMTOOL_TESTS) >= 3
+    result = run_tool([promtool, "test", "rules", *map(str, PROMTOOL_TESTS)], cwd=ROOT / "tests" / "promtool")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("SUCCESS") == len(PROMTOOL_TESTS)
+
+
+def test_amtool_check_config_on_committed_file() -> None:
+    amtool = require_binary(AMTOOL_BIN)
+    result = run_tool([amtool, "check-config", alerts.ALERTMANAGER_FILE], cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 inhibit rules" in result.stdout and "2 receivers" in result.stdout
+
+
+def _run_scenarios_against(cfg: MixinConfig, tmp_path: Path) -> str:
+    """Render `cfg` into tmp/alerts and run the committed scenarios (tmp/tests/promtool) on it."""
+    for rel, text in alerts.render(cfg).items():
+        target = tmp_path / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    tests_dir = tmp_path / "tests" / "promtool"
+    tests_dir.mkdir(parents=True)
+    for path in PROMTOOL_TESTS:
+        shutil.copy(path, tests_dir / path.name)
+    result = run_tool([require_binary(PROMTOOL_BIN), "test", "rules", *(p.name for p in PROMTOOL_TESTS)],
+                      cwd=tests_dir)
+    assert result.returncode != 0, f"scenarios passed against a wrong config {cfg}"
+    return result.stdout + result.stderr  # promtool prints failures on stderr
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected_failure"),
+    [
+        # A `for` one minute shorter pages at 12m instead of 13m in the collapse scenario.
+        ({"acceptance_critical_for": "0s"}, "name: sudden collapse and recovery"),
+        # Without the volume guard trickle traffic pages.
+        ({"min_draft_tokens_per_second": 0.0}, "name: trickle traffic"),
+        # Without hysteresis the long-dips flapping scenario resolves in between.
+        ({"acceptance_keep_firing_for": "0s"}, "name: flapping around 50 percent, long dips"),
+        # A 1m `for` on the warning fires on every short dip.
+        ({"acceptance_low_for": "1m"}, "name: flapping around 50 percent, short dips"),
+        # Threshold drift shows in values and annotations.
+        ({"acceptance_warning_threshold": 0.45}, "name: slow decline across the thresholds"),
+        ({"spec_decode_missing_for": "5m"}, "name: spec decoding turned off"),
+        ({"counter_resets_threshold": 2}, "name: vllm restarting repeatedly"),
+        ({"target_down_for": "3m"}, "name: vllm unreachable"),
+    ],
+)
+def test_scenarios_fail_against_wrong_rules(overrides: dict[str, object], expected_failure: str,
+                                             tmp_path: Path) -> None:
+    output = _run_scenarios_against(MixinConfig().with_overrides(overrides), tmp_path)
+    assert expected_failure in output, output[:3000]

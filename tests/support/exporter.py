@@ -41,6 +41,14 @@ class ExporterProcess:
     def start(self, wait: float = 15) -> ExporterProcess:
         self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self.log_file, stderr=subprocess.STDOUT,
                                      start_new_session=True)
+        try:
+            self._wait_listening(wait)
+        except BaseException:
+            self.stop()  # never leak the process when start-up fails (__exit__ will not run)
+            raise
+        return self
+
+    def _wait_listening(self, wait: float) -> None:
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -48,7 +56,7 @@ class ExporterProcess:
             for url in (self.url, self.url.replace("http://", "https://")):
                 try:
                     requests.get(url + "/healthz", timeout=1, verify=False)  # any answer: it listens
-                    return self
+                    return
                 except requests.RequestException:
                     pass
             time.sleep(0.1)

@@ -20,7 +20,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def test_defaults_are_a_loopback_sidecar():
     conf = settings.resolve(parse([]), environ={})
     assert conf.listen == "127.0.0.1:9850" and conf.target == "http://127.0.0.1:8000"
-    assert conf.timeout < conf.interval and conf.window >= 2 * conf.interval
+    assert conf.poll_timeout < conf.interval and conf.window >= 2 * conf.interval
 
 
 def test_precedence_flag_over_env_over_file(tmp_path):

@@ -68,7 +68,7 @@ def serve(args: argparse.Namespace) -> int:
         basic_password=settings.read_secret(conf.basic_auth_password_file,
                                              "VLLM_SPEC_EXPORTER_BASIC_AUTH_PASSWORD"),
     )
-    fetcher = Fetcher(conf.target, conf.timeout, conf.max_bytes, credentials, ca_file=conf.ca_file,
+    fetcher = Fetcher(conf.target, conf.poll_timeout, conf.max_bytes, credentials, ca_file=conf.ca_file,
                       insecure=conf.insecure_skip_verify, client_cert=conf.client_cert_file,
                       client_key=conf.client_key_file)
     poller = Poller(fetcher, conf.interval, conf.window, conf.min_draft_tokens, conf.max_series,

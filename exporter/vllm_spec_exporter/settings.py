@@ -25,7 +25,7 @@ class Settings:
     listen: str = f"127.0.0.1:{DEFAULT_PORT}"
     interval: float = 5.0
     window: float = 60.0
-    timeout: float = 3.0
+    timeout: float = 0.0  # 0: automatic, min(3 s, 0.8 x --interval)
     min_draft_tokens: float = 100.0
     draft_cost_ratio: float = 0.05
     max_bytes: int = 16 * 1024 * 1024
@@ -40,14 +40,18 @@ class Settings:
     web_config_file: str | None = None
     log_level: str = "info"
 
+    @property
+    def poll_timeout(self) -> float:
+        return self.timeout if self.timeout > 0 else min(3.0, 0.8 * self.interval)
+
     def validate(self) -> None:
-        if self.interval <= 0 or self.window <= 0 or self.timeout <= 0:
-            raise ValueError("--interval, --window and --timeout must be positive")
+        if self.interval <= 0 or self.window <= 0 or self.timeout < 0:
+            raise ValueError("--interval and --window must be positive, --timeout >= 0")
         if self.window < 2 * self.interval:
             raise ValueError(f"--window ({self.window:g} s) must cover at least two polls "
                              f"(2 x --interval = {2 * self.interval:g} s)")
-        if self.timeout >= self.interval:
-            raise ValueError(f"--timeout ({self.timeout:g} s) must be shorter than --interval "
+        if self.poll_timeout >= self.interval:
+            raise ValueError(f"--timeout ({self.poll_timeout:g} s) must be shorter than --interval "
                              f"({self.interval:g} s) so polls never pile up")
         if self.draft_cost_ratio < 0:
             raise ValueError("--draft-cost-ratio must be >= 0")
@@ -65,7 +69,8 @@ HELP = {
     "listen": f"host:port to serve /metrics and /healthz on. Use 0.0.0.0:{DEFAULT_PORT} inside a pod.",
     "interval": "seconds between polls of the target",
     "window": "trailing window in seconds for the derived gauges (ratios, rates)",
-    "timeout": "seconds allowed for one whole poll of the target (connect + full body)",
+    "timeout": "seconds allowed for one whole poll of the target (connect + full body); "
+               "0 means min(3, 0.8 x interval)",
     "min_draft_tokens": "omit ratios resting on fewer draft tokens than this in the window "
                         "(no alert on three tokens)",
     "draft_cost_ratio": "cost of drafting one token relative to one target step, for the k advisor "

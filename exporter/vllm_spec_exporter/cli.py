@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "load and the best k.", epilog=check.EPILOG)
     check.add_arguments(chk)
 
-    gen = sub.add_parser("generate", help="write alerts/, docs/runbooks.md and dashboards/ from one config",
+    gen = sub.add_parser("generate", help="write alerts/, dashboards/, deploy/kubernetes/ and docs/ from one config",
                          description="Render every monitoring artifact from one MixinConfig.")
     generate.add_arguments(gen)
     return parser

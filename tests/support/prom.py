@@ -1,303 +1,40 @@
-"""Real Prometheus / Alertmanager / webhook receiver for integration tests, all on 127.0.0.1.
-
-Every server gets a free port and a fresh temporary data folder and is always stopped (use them as
-context managers). Binaries are Debian 12's: /usr/bin/prometheus (2.42), /usr/bin/promtool and
-/usr/bin/prometheus-alertmanager (0.25; there is no `alertmanager` binary), /usr/bin/amtool.
-
-    with Prometheus(rule_files=[...], scrape_targets={"vllm-spec-exporter": ["127.0.0.1:9400"]},
-                    alertmanager_url=am.url) as prom:
-        prom.wait_for(lambda: prom.query("up") != [])
-
-`require_binary()` skips a test when a tool is missing, except under CI (env `CI` set), where a
-missing tool is a failure: CI must never go green by skipping the real checks.
-"""
+"""Prometheus / Alertmanager / webhook helpers for tests (the classes live in the package's lab, where
+the demo uses them too), plus the test-only pieces: `require_binary()` and `run_tool()`."""
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import socket
 import subprocess
-import tempfile
-import threading
-import time
-from collections.abc import Callable, Iterable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
-from urllib.error import URLError
-from urllib.parse import urlencode
-from urllib.request import Request, urlopen
 
-import yaml
-
-PROMETHEUS_BIN = "/usr/bin/prometheus"
-PROMTOOL_BIN = "/usr/bin/promtool"
-ALERTMANAGER_BIN = "/usr/bin/prometheus-alertmanager"
-AMTOOL_BIN = "/usr/bin/amtool"
+from vllm_spec_exporter.lab.monitoring import (  # noqa: F401 (re-exported for the tests)
+    ALERTMANAGER_BIN,
+    AMTOOL_BIN,
+    PROMETHEUS_BIN,
+    PROMTOOL_BIN,
+    Alertmanager,
+    Prometheus,
+    WebhookReceiver,
+    free_port,
+    have_binary,
+    http_get_json,
+    is_ready,
+    wait_until,
+)
 
 
 def require_binary(path: str) -> str:
-    """Return `path` if executable; otherwise skip the test, or fail it when running in CI."""
-    import pytest  # imported here so the module also works outside pytest (bench scripts)
+    """Return `path` if executable; otherwise skip the test, or fail it when running in CI (env `CI`
+    set): CI must never go green by skipping the real checks."""
+    import pytest
 
-    found = path if os.access(path, os.X_OK) else shutil.which(Path(path).name)
+    found = have_binary(path)
     if found:
         return found
     message = f"{path} not found (Debian: apt-get install prometheus prometheus-alertmanager)"
     if os.environ.get("CI"):
         pytest.fail(message + " — required in CI", pytrace=False)
     pytest.skip(message)
-
-
-def free_port() -> int:
-    # Bind port 0 and release it; the tiny race with other processes is acceptable in tests.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.2) -> Any:
-    """Poll `predicate` until it returns something truthy; return that value or raise TimeoutError."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"condition not met within {timeout:.0f}s")
-        time.sleep(interval)
-
-
-def http_get_json(url: str, timeout: float = 5.0) -> Any:
-    with urlopen(url, timeout=timeout) as response:
-        return json.loads(response.read())
-
-
-def is_ready(url: str) -> bool:
-    try:
-        with urlopen(url, timeout=1.0) as response:
-            return response.status == 200
-    except (URLError, OSError):
-        return False
-
-
-class _Server:
-    """A child process with a temp folder, a port and a readiness URL."""
-
-    name = "server"
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._tmp = tempfile.TemporaryDirectory(prefix=f"vse-{self.name}-")
-        self.dir = Path(self._tmp.name)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = self.dir / "server.log"
-
-    def _command(self) -> list[str]:
-        raise NotImplementedError
-
-    def start(self, timeout: float = 30.0) -> None:
-        log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(self._command(), stdout=log, stderr=subprocess.STDOUT)
-        log.close()  # the child holds its own descriptor
-        try:
-            wait_until(self._ready_or_dead, timeout)
-        except TimeoutError:
-            self.stop()
-            raise RuntimeError(f"{self.name} not ready within {timeout}s:\n{self.log()}") from None
-        if self.proc.poll() is not None:
-            log_text = self.log()
-            self.stop()
-            raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{log_text}")
-
-    def _ready_or_dead(self) -> bool:
-        assert self.proc is not None
-        return self.proc.poll() is not None or is_ready(self.url + "/-/ready")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self._tmp.cleanup()
-
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-class Prometheus(_Server):
-    """A real Prometheus with a generated config: scrape jobs, rule files, optional Alertmanager.
-
-    Short intervals by default (1 s) so tests see rates and `for` transitions within seconds;
-    `--rules.alert.resend-delay=1s` because Prometheus drops the first notification while it
-    discovers Alertmanager and otherwise resends only after a minute.
-    """
-
-    name = "prometheus"
-
-    def __init__(
-        self,
-        scrape_targets: Mapping[str, Iterable[str]] | None = None,
-        rule_files: Iterable[str | Path] = (),
-        alertmanager_url: str | None = None,
-        scrape_interval: str = "1s",
-        evaluation_interval: str = "1s",
-        extra_args: Iterable[str] = (),
-    ) -> None:
-        super().__init__()
-        self.config_path = self.dir / "prometheus.yml"
-        config: dict[str, Any] = {
-            "global": {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval,
-                       "scrape_timeout": scrape_interval},
-            "rule_files": [str(Path(p).resolve()) for p in rule_files],
-            "scrape_configs": [
-                {"job_name": job, "static_configs": [{"targets": list(targets)}]}
-                for job, targets in (scrape_targets or {}).items()
-            ],
-        }
-        if alertmanager_url:
-            host = alertmanager_url.split("://", 1)[-1].rstrip("/")
-            config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [host]}]}]}
-        self.config_path.write_text(yaml.safe_dump(config, sort_keys=True))
-        self.extra_args = list(extra_args)
-
-    def _command(self) -> list[str]:
-        return [
-            PROMETHEUS_BIN,
-            f"--config.file={self.config_path}",
-            f"--storage.tsdb.path={self.dir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{self.port}",
-            "--rules.alert.resend-delay=1s",
-            "--web.enable-lifecycle",  # POST /-/reload for tests that swap rule files
-            *self.extra_args,
-        ]
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        """Instant query; returns the `result` list (vector elements with `metric` and `value`)."""
-        data = http_get_json(f"{self.url}/api/v1/query?{urlencode({'query': expr})}")
-        if data.get("status") != "success":
-            raise RuntimeError(f"query {expr!r} failed: {data}")
-        return list(data["data"]["result"])
-
-    def query_value(self, expr: str) -> float | None:
-        """The single value of an instant query, or None when the result is empty."""
-        result = self.query(expr)
-        if not result:
-            return None
-        if len(result) > 1:
-            raise AssertionError(f"{expr!r} returned {len(result)} series, expected one")
-        return float(result[0]["value"][1])
-
-    def alerts(self) -> list[dict[str, Any]]:
-        """Active alerts (pending and firing) from /api/v1/alerts."""
-        return list(http_get_json(f"{self.url}/api/v1/alerts")["data"]["alerts"])
-
-    def firing(self, alertname: str) -> list[dict[str, Any]]:
-        return [a for a in self.alerts() if a["labels"].get("alertname") == alertname and a["state"] == "firing"]
-
-    def rule_groups(self) -> list[dict[str, Any]]:
-        return list(http_get_json(f"{self.url}/api/v1/rules")["data"]["groups"])
-
-    def targets_up(self) -> bool:
-        targets = http_get_json(f"{self.url}/api/v1/targets")["data"]["activeTargets"]
-        return bool(targets) and all(t["health"] == "up" for t in targets)
-
-
-class Alertmanager(_Server):
-    """A real Alertmanager 0.25 with the given config text; fresh storage so it always notifies."""
-
-    name = "alertmanager"
-
-    def __init__(self, config_text: str) -> None:
-        super().__init__()
-        self.config_path = self.dir / "alertmanager.yml"
-        self.config_path.write_text(config_text)
-
-    def _command(self) -> list[str]:
-        return [
-            ALERTMANAGER_BIN,
-            f"--config.file={self.config_path}",
-            f"--storage.path={self.dir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{self.port}",
-            "--cluster.listen-address=",  # empty: no gossip port on 0.0.0.0
-        ]
-
-    def alerts(self, **filters: str) -> list[dict[str, Any]]:
-        """Alerts Alertmanager holds (/api/v2/alerts), inhibited and silenced ones included."""
-        query = urlencode({"filter": [f'{k}="{v}"' for k, v in filters.items()]}, doseq=True)
-        return list(http_get_json(f"{self.url}/api/v2/alerts?{query}"))
-
-    def post_alerts(self, alerts: list[dict[str, Any]]) -> None:
-        """Push alerts directly (API v2), e.g. to test routing and inhibition without Prometheus."""
-        request = Request(f"{self.url}/api/v2/alerts", data=json.dumps(alerts).encode(),
-                          headers={"Content-Type": "application/json"}, method="POST")
-        with urlopen(request, timeout=5):
-            pass
-
-
-class WebhookReceiver:
-    """Records every POST (path, parsed JSON body, arrival time) sent to it by Alertmanager."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length)
-                try:
-                    payload: Any = json.loads(body)
-                except ValueError:
-                    payload = body.decode(errors="replace")
-                with receiver._lock:
-                    receiver.requests.append({"path": self.path, "body": payload, "time": time.time(),
-                                              "headers": dict(self.headers)})
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-            def log_message(self, *args: object) -> None:  # keep test output readable
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def start(self) -> WebhookReceiver:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def received(self, path: str | None = None) -> list[dict[str, Any]]:
-        """A snapshot of recorded requests, optionally only those sent to `path`."""
-        with self._lock:
-            return [r for r in self.requests if path is None or r["path"] == path]
-
-    def __enter__(self) -> WebhookReceiver:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def run_tool(args: list[str], cwd: Path | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:

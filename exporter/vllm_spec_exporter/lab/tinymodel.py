@@ -14,6 +14,7 @@ Keep the module-level imports stdlib-only: the script runs in a venv without thi
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import shutil
 import subprocess
@@ -60,11 +61,16 @@ def ensure_tiny_models(python: Path, cache_dir: Path, timeout_s: float = 600.0) 
     target_dir, draft_dir = root / "target", root / "draft"
     if (target_dir / DONE_MARKER).exists() and (draft_dir / DONE_MARKER).exists():
         return target_dir, draft_dir
-    subprocess.run(
-        [str(python), str(Path(__file__).resolve()), "--out", str(root)],
-        check=True,
-        timeout=timeout_s,
-    )
+    root.mkdir(parents=True, exist_ok=True)
+    # Two test sessions must not rebuild (rmtree + rename) under each other's running servers.
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not ((target_dir / DONE_MARKER).exists() and (draft_dir / DONE_MARKER).exists()):
+            subprocess.run(
+                [str(python), str(Path(__file__).resolve()), "--out", str(root)],
+                check=True,
+                timeout=timeout_s,
+            )
     return target_dir, draft_dir
 
 

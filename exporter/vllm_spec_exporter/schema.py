@@ -197,6 +197,14 @@ ALL = DERIVED + COUNTERS + CONTEXT + HEALTH
 BY_NAME = {m.name: m for m in ALL}
 
 
+def served(name: str) -> str:
+    """`name` if the exporter serves it, else KeyError: the generators wrap every metric name they
+    query in this, so rules and dashboards cannot drift from the schema."""
+    if name not in BY_NAME:
+        raise KeyError(f"{name} is not served by the exporter (vllm_spec_exporter/schema.py)")
+    return name
+
+
 def exposed_names() -> set[str]:
     """Every sample name a Prometheus scraping the exporter can see."""
     return {m.name for m in ALL}

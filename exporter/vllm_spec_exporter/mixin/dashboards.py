@@ -95,32 +95,25 @@ def vllm_name_pattern(name: str) -> str:
     return "vllm[:_]" + name.removeprefix("vllm:")
 
 
-def _metric(name: str) -> str:
-    """An exporter metric name, checked against the output contract at import time."""
-    if name not in schema.BY_NAME:
-        raise KeyError(f"{name} is not served by the exporter (schema.py)")
-    return name
-
-
-DRAFTS = _metric("vllm_spec_decode_drafts_total")
-DRAFT_TOKENS = _metric("vllm_spec_decode_draft_tokens_total")
-ACCEPTED = _metric("vllm_spec_decode_accepted_tokens_total")
-ACCEPTED_BY_POSITION = _metric("vllm_spec_decode_accepted_tokens_by_position_total")
-GENERATED = _metric("vllm_generation_tokens_total")
-NUM_SPECULATIVE_TOKENS = _metric("vllm_spec_decode_num_speculative_tokens")
-REQUESTS_RUNNING = _metric("vllm_num_requests_running")
-REQUESTS_WAITING = _metric("vllm_num_requests_waiting")
-KV_CACHE_USAGE = _metric("vllm_kv_cache_usage_ratio")
-TARGET_UP = _metric("vllm_spec_exporter_target_up")
-SPEC_DECODE_ENABLED = _metric("vllm_spec_decode_enabled")
-SCRAPE_DURATION = _metric("vllm_spec_exporter_scrape_duration_seconds")
-LAST_SUCCESS = _metric("vllm_spec_exporter_last_success_timestamp_seconds")
-SCRAPE_ERRORS = _metric("vllm_spec_exporter_scrape_errors_total")
-COUNTER_RESETS = _metric("vllm_spec_exporter_counter_resets_total")
-TARGET_INFO = _metric("vllm_spec_exporter_target_info")
-ESTIMATED_SPEEDUP = _metric("vllm_spec_decode_estimated_speedup")
-RECOMMENDED_K = _metric("vllm_spec_decode_recommended_k")
-RECOMMENDED_K_SPEEDUP = _metric("vllm_spec_decode_recommended_k_estimated_speedup")
+DRAFTS = schema.served("vllm_spec_decode_drafts_total")
+DRAFT_TOKENS = schema.served("vllm_spec_decode_draft_tokens_total")
+ACCEPTED = schema.served("vllm_spec_decode_accepted_tokens_total")
+ACCEPTED_BY_POSITION = schema.served("vllm_spec_decode_accepted_tokens_by_position_total")
+GENERATED = schema.served("vllm_generation_tokens_total")
+NUM_SPECULATIVE_TOKENS = schema.served("vllm_spec_decode_num_speculative_tokens")
+REQUESTS_RUNNING = schema.served("vllm_num_requests_running")
+REQUESTS_WAITING = schema.served("vllm_num_requests_waiting")
+KV_CACHE_USAGE = schema.served("vllm_kv_cache_usage_ratio")
+TARGET_UP = schema.served("vllm_spec_exporter_target_up")
+SPEC_DECODE_ENABLED = schema.served("vllm_spec_decode_enabled")
+SCRAPE_DURATION = schema.served("vllm_spec_exporter_scrape_duration_seconds")
+LAST_SUCCESS = schema.served("vllm_spec_exporter_last_success_timestamp_seconds")
+SCRAPE_ERRORS = schema.served("vllm_spec_exporter_scrape_errors_total")
+COUNTER_RESETS = schema.served("vllm_spec_exporter_counter_resets_total")
+TARGET_INFO = schema.served("vllm_spec_exporter_target_info")
+ESTIMATED_SPEEDUP = schema.served("vllm_spec_decode_estimated_speedup")
+RECOMMENDED_K = schema.served("vllm_spec_decode_recommended_k")
+RECOMMENDED_K_SPEEDUP = schema.served("vllm_spec_decode_recommended_k_estimated_speedup")
 # The advisor's speed-up is relative to decoding without speculation: below 1 it slows decoding.
 BREAK_EVEN_SPEEDUP = 1
 

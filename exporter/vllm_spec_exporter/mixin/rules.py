@@ -41,21 +41,14 @@ ACCEPTANCE_GROUP = "vllm-spec-decode.alerts"
 EXPORTER_GROUP = "vllm-spec-exporter.alerts"
 
 
-def _name(metric: str) -> str:
-    """Check a metric name against the exporter's schema: the rules must not drift from it."""
-    if metric not in schema.BY_NAME:
-        raise KeyError(f"{metric} is not in vllm_spec_exporter.schema")
-    return metric
-
-
-ACCEPTED = _name("vllm_spec_decode_accepted_tokens_total")
-DRAFT_TOKENS = _name("vllm_spec_decode_draft_tokens_total")
-DRAFTS = _name("vllm_spec_decode_drafts_total")
-ACCEPTED_BY_POSITION = _name("vllm_spec_decode_accepted_tokens_by_position_total")
-GENERATION = _name("vllm_generation_tokens_total")
-TARGET_UP = _name("vllm_spec_exporter_target_up")
-SPEC_ENABLED = _name("vllm_spec_decode_enabled")
-COUNTER_RESETS = _name("vllm_spec_exporter_counter_resets_total")
+ACCEPTED = schema.served("vllm_spec_decode_accepted_tokens_total")
+DRAFT_TOKENS = schema.served("vllm_spec_decode_draft_tokens_total")
+DRAFTS = schema.served("vllm_spec_decode_drafts_total")
+ACCEPTED_BY_POSITION = schema.served("vllm_spec_decode_accepted_tokens_by_position_total")
+GENERATION = schema.served("vllm_generation_tokens_total")
+TARGET_UP = schema.served("vllm_spec_exporter_target_up")
+SPEC_ENABLED = schema.served("vllm_spec_decode_enabled")
+COUNTER_RESETS = schema.served("vllm_spec_exporter_counter_resets_total")
 
 
 @dataclass(frozen=True)

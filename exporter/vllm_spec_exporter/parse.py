@@ -65,6 +65,8 @@ _EXPOSITION_MARKERS = ("# TYPE ", "# HELP ")
 class ParseError(ValueError):
     """The body is not a usable Prometheus text exposition; the message names the problem."""
 
+    reason = "parse"  # schema.SCRAPE_ERROR_REASONS
+
 
 class RawSample(NamedTuple):
     """One wanted sample. `labels` may be shared between samples (cached): never mutate it."""

@@ -94,8 +94,7 @@ class Poller:
             snap = normalise(parse(text))
             resets = self.store.observe(started, snap)
         except (FetchError, ParseError, SeriesLimitError) as error:
-            reason = getattr(error, "reason", "series_limit" if isinstance(error, SeriesLimitError) else "parse")
-            return self._publish_failure(reason, str(error), started)
+            return self._publish_failure(error.reason, str(error), started)
         if resets:
             self.counter_resets += 1
             log.warning("vLLM counters were reset (%d series went backwards or restarted): "

@@ -25,6 +25,8 @@ class _Series:
 class SeriesLimitError(RuntimeError):
     """The target exposes more series than --max-series allows."""
 
+    reason = "series_limit"  # schema.SCRAPE_ERROR_REASONS
+
 
 @dataclass
 class WindowStore:

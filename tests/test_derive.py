@@ -237,3 +237,23 @@ def test_acceptance_stays_in_unit_interval(acceptance):
     for name, _, value in out:
         if name.endswith("_ratio"):
             assert 0.0 <= value <= 1.0
+
+
+def test_series_cap_rejects_the_poll_and_names_it():
+    from vllm_spec_exporter.poller import Poller
+
+    class StaticFetcher:  # stands in for Fetcher: hands the poller one real-format body
+        url = "http://127.0.0.1:1/metrics"
+        timeout = 1.0
+
+        def get_metrics(self) -> str:
+            return text_of(FakeVllm(engines=("0", "1", "2"), k=4))
+
+        def get_version(self) -> str:
+            return ""
+
+    poller = Poller(StaticFetcher(), interval=1, window=10, min_draft_tokens=0, max_series=8)
+    result = poller.poll_once()
+    assert not result.target_up and result.errors["series_limit"] == 1
+    assert "more than --max-series 8" in result.error_message
+    assert len(poller.store) == 0

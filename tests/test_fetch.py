@@ -128,3 +128,27 @@ def test_version_endpoint_is_optional(target):
     assert fetcher(target.url).get_version() == ""
     target.set(target.body(b"<html>"))
     assert fetcher(target.url).get_version() == ""
+
+
+def test_body_cut_short_is_a_broken_response(target):
+    target.set(target.short_body(GOOD))
+    reason, message = reason_of(fetcher(target.url))
+    assert reason == "parse" and "broken response" in message
+
+
+def test_stall_after_the_headers_is_a_timeout(target):
+    target.set(target.stall_after_headers(GOOD * 20))
+    started = time.monotonic()
+    assert reason_of(fetcher(target.url, timeout=0.5))[0] == "timeout"
+    assert time.monotonic() - started < 2.5
+
+
+def test_headers_trickled_byte_by_byte_cannot_hold_a_poll_past_its_deadline(target):
+    target.set(target.trickle_headers(every=0.1))  # each byte well inside the socket timeout
+    f = fetcher(target.url, timeout=0.5)
+    started = time.monotonic()
+    reason, message = reason_of(f)
+    assert reason == "timeout" and "no complete answer" in message
+    assert time.monotonic() - started < 1.5
+    # The abandoned request still hangs: no second request is stacked on the target meanwhile.
+    assert reason_of(f) == ("timeout", f"GET {f.url}: the previous request still hangs; not sending another")

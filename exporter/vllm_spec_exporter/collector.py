@@ -45,7 +45,7 @@ class SpecDecodeCollector(Collector):
         return []
 
     def collect(self) -> Iterator[Metric]:
-        result = self.poller.result  # one immutable snapshot for the whole scrape
+        result = self.poller.current()  # one immutable snapshot for the whole scrape
         yield from self._health(result)
         snap = result.snapshot
         if not result.target_up or snap is None:

@@ -6,11 +6,14 @@ Only the configured target is ever contacted; nothing in an incoming request cha
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
+import urllib3
 
 # The classic text format keeps vLLM's colon names intact; OpenMetrics negotiation would escape
 # them to underscores in prometheus_client >= 0.2x (client_python#1177).
@@ -56,6 +59,7 @@ class Fetcher:
         self.version_url = urlunsplit((parts.scheme, parts.netloc, "/version", "", ""))
         self.timeout = timeout
         self.max_bytes = max_bytes
+        self._worker: threading.Thread | None = None
         self.session = requests.Session()
         self.session.trust_env = False  # no proxies or .netrc from the environment
         self.session.headers.update({"Accept": ACCEPT, "Accept-Encoding": "identity",
@@ -70,16 +74,47 @@ class Fetcher:
             self.session.cert = (client_cert, client_key) if client_key else client_cert
 
     def get_metrics(self) -> str:
-        return self._get(self.url, self.max_bytes).decode("utf-8", errors="replace")
+        body = self._bounded(lambda: self._get(self.url, self.max_bytes), f"GET {self.url}", self.timeout)
+        return body.decode("utf-8", errors="replace")
 
     def get_version(self) -> str:
         """vLLM's version from GET /version, or "" when the server does not say."""
         try:
-            body = json.loads(self._get(self.version_url, 4096))
+            raw = self._bounded(lambda: self._get(self.version_url, 4096), f"GET {self.version_url}",
+                                min(self.timeout, 1.0))
+            body = json.loads(raw)
             version = body.get("version", "") if isinstance(body, dict) else ""
             return version if isinstance(version, str) and len(version) < 64 else ""
         except (FetchError, ValueError):
             return ""
+
+    def _bounded(self, request: Callable[[], bytes], what: str, budget: float) -> bytes:
+        """Run `request` with a hard deadline for the whole exchange: socket timeouts bound each
+        read, but not a server trickling its headers byte by byte or a slow DNS lookup. A request
+        past its budget is abandoned (its daemon thread ends with its socket timeout) and no new one
+        is sent while it still hangs, so a hung target costs at most one thread."""
+        if self._worker is not None and self._worker.is_alive():
+            raise FetchError("timeout", f"{what}: the previous request still hangs; not sending another")
+        box: dict[str, object] = {}
+
+        def work() -> None:
+            try:
+                box["value"] = request()
+            except BaseException as error:  # handed to the caller below
+                box["error"] = error
+
+        worker = threading.Thread(target=work, name="fetch", daemon=True)
+        self._worker = worker
+        worker.start()
+        worker.join(budget + 0.25)  # a little grace: socket timeouts give the better message
+        if worker.is_alive():
+            raise FetchError("timeout", f"{what}: no complete answer within {budget:g} s (--timeout)")
+        error = box.get("error")
+        if isinstance(error, FetchError):
+            raise error
+        if error is not None:
+            raise FetchError("parse", f"{what}: unexpected error: {_short(error)}")  # type: ignore[arg-type]
+        return box["value"]  # type: ignore[return-value]
 
     def _get(self, url: str, max_bytes: int) -> bytes:
         deadline = time.monotonic() + self.timeout
@@ -109,7 +144,7 @@ class Fetcher:
                 return b"".join(chunks)
         except FetchError:
             raise
-        except requests.exceptions.Timeout:
+        except (requests.exceptions.Timeout, urllib3.exceptions.ReadTimeoutError):
             raise FetchError("timeout", f"GET {url}: no answer within {self.timeout:g} s (--timeout)") from None
         except requests.exceptions.SSLError as e:
             raise FetchError("connect", f"GET {url}: TLS error: {_short(e)}") from None
@@ -117,7 +152,7 @@ class Fetcher:
             text = _short(e)
             reason = "timeout" if "timed out" in text.lower() else "connect"
             raise FetchError(reason, f"GET {url}: cannot connect: {text}") from None
-        except (requests.exceptions.RequestException, OSError, ValueError) as e:
+        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError, ValueError) as e:
             # Broken chunked encoding, a protocol error, a decoding error: the body is unusable.
             raise FetchError("parse", f"GET {url}: broken response: {_short(e)}") from None
 

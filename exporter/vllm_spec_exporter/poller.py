@@ -88,6 +88,23 @@ class Poller:
         last = self._last_poll_clock
         return None if last is None else self.clock() - last
 
+    @property
+    def stale_after(self) -> float:
+        """Seconds without a finished poll after which the last result is no longer served as
+        current (a poll is bounded by the fetch deadline, so this only trips on a stuck loop)."""
+        return 3 * self.interval + 2 * self.fetcher.timeout + 5
+
+    def current(self) -> PollResult:
+        """The latest result, or a 'down' result when polling has stalled."""
+        result = self.result
+        age = self.seconds_since_last_poll()
+        if result.target_up and age is not None and age > self.stale_after:
+            return PollResult(target_up=False, schema=result.schema, version=result.version,
+                              last_success_unix=result.last_success_unix, errors=result.errors,
+                              counter_resets=result.counter_resets,
+                              error_message=f"no poll finished for {age:.0f} s (polling stalled)")
+        return result
+
     def _poll(self, started: float) -> PollResult:
         try:
             text = self.fetcher.get_metrics()
@@ -95,6 +112,9 @@ class Poller:
             resets = self.store.observe(started, snap)
         except (FetchError, ParseError, SeriesLimitError) as error:
             return self._publish_failure(error.reason, str(error), started)
+        except Exception as error:  # a bug must never leave the previous result in place
+            log.exception("unexpected error while polling")
+            return self._publish_failure("parse", f"unexpected error: {error}", started)
         if resets:
             self.counter_resets += 1
             log.warning("vLLM counters were reset (%d series went backwards or restarted): "

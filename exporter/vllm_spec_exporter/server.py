@@ -51,7 +51,7 @@ class ExporterServer(ThreadingHTTPServer):
 
     def exposition(self, accept: str) -> tuple[str, bytes]:
         encoder, content_type = choose_encoder(accept)
-        result = self.poller.result
+        result = self.poller.current()
         with self._render_lock:
             owner, bodies = self._rendered
             if owner is not result:
@@ -67,7 +67,7 @@ class ExporterServer(ThreadingHTTPServer):
         probe that failed with vLLM would restart the sidecar for nothing)."""
         poller = self.poller
         age = poller.seconds_since_last_poll()
-        stalled = age is None or age > 3 * poller.interval + poller.fetcher.timeout + 5
+        stalled = age is None or age > poller.stale_after
         result = poller.result
         body = {"status": "stalled" if stalled else "ok", "target_up": result.target_up,
                 "schema": result.schema, "last_poll_age_seconds": age}

@@ -63,6 +63,27 @@ class BadTarget:
                 time.sleep(every)
         return run
 
+    @staticmethod
+    def short_body(payload: bytes) -> Behaviour:
+        """Declares more bytes than it sends, then closes: a connection cut mid-body."""
+        return lambda conn: conn.sendall(http_response(payload, length=len(payload) + 500))
+
+    def stall_after_headers(self, payload: bytes) -> Behaviour:
+        def run(conn: socket.socket) -> None:
+            conn.sendall(http_response(b"", length=len(payload)) + payload[: len(payload) // 2])
+            self._stop.wait(30)
+        return run
+
+    def trickle_headers(self, every: float = 0.2) -> Behaviour:
+        def run(conn: socket.socket) -> None:
+            head = http_response(b"# TYPE x gauge\n")
+            for i in range(len(head)):
+                if self._stop.is_set():
+                    return
+                conn.sendall(head[i:i + 1])
+                time.sleep(every)
+        return run
+
     def endless(self) -> Behaviour:
         def run(conn: socket.socket) -> None:
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n")

@@ -1,5 +1,9 @@
 """Static checks of the generated dashboards, in the spirit of grafana/dashboard-linter.
 
+Every dashboard file `render()` writes (overview and fleet) goes through the same lint rules: the
+`model` fixture is parametrised over them. Checks tied to one dashboard's panels use `overview`
+or `fleet`.
+
 dashboard-linter itself is a Go binary that cannot be installed here, so its rules are re-implemented
 on the JSON (see ../shared/reference/anchors.md §1.5), with PromQL parsed by PyPI `promql-parser`
 (a binding of the Rust parser used by Greptime). Beyond the linter: every metric must exist
@@ -51,9 +55,37 @@ def cfg() -> MixinConfig:
     return MixinConfig()
 
 
+DASHBOARD_FILES = list(dashboards.DASHBOARD_BUILDERS)
+EXPECTED_UIDS = {dashboards.MAIN_DASHBOARD_PATH: "vllm-spec-overview",
+                 dashboards.FLEET_DASHBOARD_PATH: "vllm-spec-fleet"}
+
+
+@pytest.fixture(scope="module", params=DASHBOARD_FILES, ids=lambda path: Path(path).stem)
+def dashboard_file(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def model(cfg: MixinConfig) -> dict:
+def model(cfg: MixinConfig, dashboard_file: str) -> dict:
+    return dashboards.DASHBOARD_BUILDERS[dashboard_file](cfg)
+
+
+@pytest.fixture(scope="module")
+def overview(cfg: MixinConfig) -> dict:
     return dashboards.build_main_dashboard(cfg)
+
+
+@pytest.fixture(scope="module")
+def fleet(cfg: MixinConfig) -> dict:
+    return dashboards.build_fleet_dashboard(cfg)
+
+
+def test_every_committed_dashboard_is_linted(cfg: MixinConfig) -> None:
+    """The parametrisation covers every dashboard JSON render() writes, and nothing else."""
+    rendered = {path for path in dashboards.render(cfg) if path.endswith(".json")}
+    assert rendered == set(DASHBOARD_FILES) == set(EXPECTED_UIDS)
+    committed = {f"dashboards/{path.name}" for path in (REPO / "dashboards").glob("*.json")}
+    assert committed == rendered
 
 
 def all_targets(model: dict) -> Iterator[tuple[dict, int, dict]]:
@@ -135,9 +167,10 @@ def lint_exclusions(cfg: MixinConfig) -> dict:
     return yaml.safe_load(dashboards.render(cfg)[dashboards.LINT_PATH])["exclusions"]
 
 
-def excluded(exclusions: dict, rule: str, panel: dict, target_index: int) -> bool:
+def excluded(exclusions: dict, rule: str, model: dict, panel: dict, target_index: int) -> bool:
     for entry in exclusions.get(rule, {}).get("entries", []):
-        if entry.get("panel") == panel["title"] and entry.get("targetIdx", str(target_index)) == str(target_index):
+        if (entry.get("dashboard") == model["title"] and entry.get("panel") == panel["title"]
+                and entry.get("targetIdx", str(target_index)) == str(target_index)):
             return True
     return False
 
@@ -145,8 +178,10 @@ def excluded(exclusions: dict, rule: str, panel: dict, target_index: int) -> boo
 # --- dashboard-level rules ------------------------------------------------------------------
 
 
-def test_dashboard_identity_is_stable_tagged_and_read_only(model: dict, cfg: MixinConfig) -> None:
-    assert model["uid"] == f"{cfg.dashboard_uid_prefix}-overview" == "vllm-spec-overview"
+def test_dashboard_identity_is_stable_tagged_and_read_only(model: dict, cfg: MixinConfig,
+                                                          dashboard_file: str) -> None:
+    assert model["uid"] == EXPECTED_UIDS[dashboard_file]
+    assert model["uid"].startswith(cfg.dashboard_uid_prefix + "-")
     assert set(cfg.dashboard_tags) <= set(model["tags"])
     assert model["editable"] is False  # uneditable-dashboard: dashboards are code
     assert model["refresh"] == cfg.dashboard_refresh
@@ -201,10 +236,10 @@ def test_panel_ids_unique_and_grid_does_not_overlap(model: dict) -> None:
         occupied |= cells
 
 
-def test_top_row_answers_the_page(model: dict) -> None:
+def test_top_row_answers_the_page(overview: dict) -> None:
     """The first screen (no row header above it) holds acceptance, tokens per step vs k+1,
     efficiency, token rates and firing alerts, acceptance first."""
-    top = [p for p in model["panels"] if p["gridPos"]["y"] == 0]
+    top = [p for p in overview["panels"] if p["gridPos"]["y"] == 0]
     titles = [p["title"] for p in top]
     assert titles[0] == "Acceptance rate"
     assert {"Acceptance rate", "Tokens per step vs k+1", "Efficiency", "Tokens/s", "Firing alerts"} <= set(titles)
@@ -240,8 +275,45 @@ def test_every_panel_has_datasource_title_description_unit_and_targets(model: di
     assert not problems, "\n".join(problems)
 
 
-def test_ratio_panels_use_percentunit_and_say_no_traffic(model: dict) -> None:
-    stats = {p["title"]: p for p in dashboards.iter_panels(model) if p["type"] == "stat"}
+def test_fleet_top_row_and_rows(fleet: dict) -> None:
+    """The fleet's first screen: fleet acceptance, the servers per band, speed-up, servers not
+    speculating, down and alerts; then the worst-first server table right below."""
+    top = [p for p in fleet["panels"] if p["gridPos"]["y"] == 0]
+    titles = [p["title"] for p in top]
+    assert titles == ["Fleet acceptance rate", "Servers by acceptance", "Speed-up (est.)",
+                      "Spec decoding off", "Targets down", "Firing alerts"]
+    assert all(p["type"] == "stat" for p in top)
+    assert sum(p["gridPos"]["w"] for p in top) == 24
+    after_top = [p for p in fleet["panels"] if p["gridPos"]["y"] > 0]
+    assert after_top[0]["type"] == "row" and after_top[1]["title"] == "Servers, worst acceptance first"
+    rows = [p["title"] for p in fleet["panels"] if p["type"] == "row"]
+    assert rows == ["Servers: which ones speculate badly?", "Models: fleet-wide acceptance per model",
+                    "Servers not speculating, and alerts"]
+
+
+def test_shared_panels_are_identical_on_both_dashboards(overview: dict, fleet: dict) -> None:
+    """Panels the fleet reuses from the overview are built by the same code: same queries and
+    options, only the grid position, id and (for the acceptance tile) title and scope differ."""
+    def comparable(panel: dict) -> dict:
+        return {k: v for k, v in panel.items() if k not in ("gridPos", "id")}
+
+    ours = {p["title"]: p for p in dashboards.iter_panels(fleet)}
+    theirs = {p["title"]: p for p in dashboards.iter_panels(overview)}
+    shared = ["Speed-up (est.)", "Targets down", "Firing alerts", "Firing spec-decode alerts",
+              "Acceptance rate by instance", "Acceptance rate by model"]
+    for title in shared:
+        assert comparable(ours[title]) == comparable(theirs[title]), title
+    fleet_tile, overview_tile = ours["Fleet acceptance rate"], theirs["Acceptance rate"]
+    assert fleet_tile["targets"] == overview_tile["targets"]
+    assert fleet_tile["fieldConfig"] == overview_tile["fieldConfig"]
+
+
+def test_ratio_panels_use_percentunit_and_say_no_traffic(overview: dict, fleet: dict) -> None:
+    fleet_stats = {p["title"]: p for p in dashboards.iter_panels(fleet) if p["type"] == "stat"}
+    for title in ("Fleet acceptance rate", "Speed-up (est.)", "Servers by acceptance"):
+        assert fleet_stats[title]["fieldConfig"]["defaults"]["noValue"] == "No traffic", title
+    assert fleet_stats["Fleet acceptance rate"]["fieldConfig"]["defaults"]["unit"] == "percentunit"
+    stats = {p["title"]: p for p in dashboards.iter_panels(overview) if p["type"] == "stat"}
     for title in ("Acceptance rate", "Efficiency", "Tokens per step vs k+1", "k advice"):
         defaults = stats[title]["fieldConfig"]["defaults"]
         assert defaults["noValue"] == "No traffic", title
@@ -282,13 +354,13 @@ def test_every_query_filters_by_job_and_instance(model: dict, cfg: MixinConfig) 
         for selector, _ in vector_selectors(parse(target["expr"])):
             matchers = matchers_of(selector)
             if is_vllm_own(selector):
-                assert excluded(exclusions, "target-job-rule", panel, index), panel["title"]
+                assert excluded(exclusions, "target-job-rule", model, panel, index), panel["title"]
                 assert matchers.get("model_name") == VARIABLE_SENTINEL.format("model_name")
                 assert matchers.get("engine") == VARIABLE_SENTINEL.format("engine")
                 assert matchers.get("job") == "vllm"  # from MixinConfig.vllm_selector
                 continue
             if selector.name == "ALERTS":
-                assert excluded(exclusions, "target-job-rule", panel, index), panel["title"]
+                assert excluded(exclusions, "target-job-rule", model, panel, index), panel["title"]
                 continue
             for label in ("job", cfg.instance_label):
                 if matchers.get(label) != VARIABLE_SENTINEL.format(label if label == "job" else "instance"):
@@ -347,11 +419,11 @@ def test_divisions_are_guarded_and_sum_then_divide(model: dict) -> None:
                 continue
             if not (_is_aggregate_arithmetic(den.lhs) and _is_aggregate_arithmetic(node.lhs)):
                 problems.append(f"{panel['title']} {index}: divide aggregates, not per-series rates")
-    assert divisions >= 10, "the dashboard should be full of ratios; did parsing break?"
+    assert divisions >= 10, "the dashboards should be full of ratios; did parsing break?"
     assert not problems, "\n".join(problems)
 
 
-def test_vllm_metrics_match_both_spellings(model: dict) -> None:
+def test_vllm_metrics_match_both_spellings(model: dict, dashboard_file: str) -> None:
     """Prometheus 2.x stores vLLM's names with `_` (OpenMetrics escaping), 3.x with `:`."""
     spellings = set()
     for _, _, target in all_targets(model):
@@ -362,7 +434,9 @@ def test_vllm_metrics_match_both_spellings(model: dict) -> None:
                 assert pattern.fullmatch(colon) and pattern.fullmatch(underscore)
                 assert underscore == colon.replace(":", "_")
                 spellings.add(colon)
-    assert spellings == set(dashboards.VLLM_METRICS_QUERIED)
+    # The latency context panels live on the overview only.
+    on_overview = dashboard_file == dashboards.MAIN_DASHBOARD_PATH
+    assert spellings == (set(dashboards.VLLM_METRICS_QUERIED) if on_overview else set())
 
 
 def test_annotations(model: dict, cfg: MixinConfig) -> None:
@@ -430,6 +504,29 @@ def test_thresholds_come_from_config(warning: float, critical: float, raise_k: f
     assert f">= bool {warning}" in _panel(model, "Positions that pay vs k")["targets"][0]["expr"]
     assert f"{warning:.0%}" in _panel(model, "Acceptance rate")["description"]
 
+    fleet = dashboards.build_fleet_dashboard(cfg)
+    assert _steps(_panel(fleet, "Fleet acceptance rate")) == expected
+    assert _steps(_panel(fleet, "Acceptance by server")) == expected
+    assert _column_steps(_panel(fleet, "Servers, worst acceptance first"), "acceptance") == expected
+    assert _column_steps(_panel(fleet, "Models across the fleet"), "acceptance") == expected
+    # The band counts: the same thresholds in the queries and in the legends.
+    for title in ("Servers by acceptance", "Servers per acceptance band"):
+        targets = {t["legendFormat"]: t["expr"] for t in _panel(fleet, title)["targets"]}
+        assert list(targets) == [f"at or above {warning:.0%}", f"{critical:.0%} to {warning:.0%}",
+                                 f"below {critical:.0%}"], title
+        ok, warn_band, crit_band = targets.values()
+        assert f") >= {warning})" in ok and " < " not in ok.split(" or ")[0]
+        assert f") < {warning} >= {critical})" in warn_band
+        assert f") < {critical})" in crit_band and " >= " not in crit_band.split(" or ")[0]
+    assert f"{critical:.0%}" in _panel(fleet, "Servers by acceptance")["description"]
+
+
+def _column_steps(panel: dict, header: str) -> list[tuple[float | None, str]]:
+    """Threshold steps of one column of a merged table (a field override by name)."""
+    (override,) = [o for o in panel["fieldConfig"]["overrides"] if o["matcher"]["options"] == header]
+    (steps,) = [p["value"]["steps"] for p in override["properties"] if p["id"] == "thresholds"]
+    return [(s["value"], s["color"]) for s in steps]
+
 
 def test_no_threshold_literal_outside_config() -> None:
     """Thresholds appear once: the generator source holds no acceptance threshold literal."""
@@ -441,10 +538,11 @@ def test_no_threshold_literal_outside_config() -> None:
         assert not re.search(rf"(?<![\w.]){re.escape(str(value))}(?![\w])", source), value
 
 
-def test_selectors_come_from_config() -> None:
+@pytest.mark.parametrize("build", dashboards.DASHBOARD_BUILDERS.values())
+def test_selectors_come_from_config(build) -> None:
     cfg = MixinConfig().with_overrides({"exporter_selector": 'namespace="llm"', "vllm_selector": 'job="my-vllm"',
                                         "instance_label": "pod"})
-    model = dashboards.build_main_dashboard(cfg)
+    model = build(cfg)
     for panel, _, target in all_targets(model):
         for selector, _ in vector_selectors(parse(target["expr"])):
             matchers = matchers_of(selector)
@@ -455,7 +553,8 @@ def test_selectors_come_from_config() -> None:
     assert "{{pod}}" in json.dumps(_panel(model, "Acceptance rate by instance")["targets"])
 
 
-def test_runbook_links_both_ways(model: dict, cfg: MixinConfig) -> None:
+def test_runbook_links_both_ways(overview: dict, cfg: MixinConfig) -> None:
+    model = overview
     index = cfg.runbook_url_pattern.split("#")[0]
     assert any(link["url"] == index for link in model["links"])
     acceptance_links = [link["url"] for link in _panel(model, "Acceptance rate")["links"]]
@@ -472,6 +571,66 @@ def test_links_are_visible_in_the_top_bar(model: dict) -> None:
     assert all("placement" not in link for link in model["links"])
 
 
+def test_fleet_and_overview_link_both_ways(overview: dict, fleet: dict, cfg: MixinConfig) -> None:
+    """Each dashboard links to the other in its top bar, keeping variables and time range; the
+    fleet's server table links each instance to the overview; the fleet links to the runbooks."""
+    for source, target, title in ((overview, fleet, "Fleet"), (fleet, overview, "Overview")):
+        (found,) = [link for link in source["links"] if link["title"] == title]
+        assert found["url"] == dashboards.dashboard_url(cfg, target["uid"]) == "/d/" + target["uid"]
+        assert found["includeVars"] is True and found["keepTime"] is True
+    table = _panel(fleet, "Servers, worst acceptance first")
+    (instance_links,) = [p["value"] for o in table["fieldConfig"]["overrides"]
+                         if o["matcher"]["options"] == "instance" for p in o["properties"] if p["id"] == "links"]
+    (data_link,) = instance_links
+    assert data_link["url"].startswith("/d/" + overview["uid"] + "?")
+    assert "var-instance=${__value.raw}" in data_link["url"] and "${__url_time_range}" in data_link["url"]
+    assert any(link["url"].startswith("/d/" + overview["uid"] + "?") for link in table["links"])
+    index = cfg.runbook_url_pattern.split("#")[0]
+    assert any(link["url"] == index for link in fleet["links"])
+    linked = {link["url"] for p in dashboards.iter_panels(fleet) for link in p.get("links", [])}
+    for alert in (rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL, rules.METRICS_MISSING,
+                  rules.VLLM_UNREACHABLE, rules.EXPORTER_DOWN):
+        assert cfg.runbook_url_pattern % alert.lower() in linked, alert
+    # The alerts' dashboard_url stays the overview's, where a page is read.
+    assert rules.dashboard_url(cfg).endswith("/d/" + overview["uid"])
+
+
+def test_merged_tables_are_consistent(fleet: dict) -> None:
+    """Merged tables: one renamed column per query, sorted on a column that exists, every column
+    override names a column, and every query is aggregated by labels the table shows."""
+    for title in ("Servers, worst acceptance first", "Models across the fleet"):
+        panel = _panel(fleet, title)
+        transformations = {t["id"]: t["options"] for t in panel["transformations"]}
+        assert list(transformations) == ["merge", "organize"], title
+        renames = transformations["organize"]["renameByName"]
+        values = {f"Value #{t['refId']}" for t in panel["targets"]}
+        assert values <= set(renames), title
+        assert all(t["format"] == "table" and t["instant"] for t in panel["targets"]), title
+        headers = set(renames.values())
+        assert panel["options"]["sortBy"] == [{"desc": False, "displayName": "acceptance"}]
+        assert {o["matcher"]["options"] for o in panel["fieldConfig"]["overrides"]} <= headers, title
+        shown_labels = set(renames) - values
+        for target in panel["targets"]:
+            outer = list(outermost_aggregates(parse(target["expr"])))
+            assert outer, (title, target["expr"])
+            for aggregate in outer:
+                assert set(aggregate.modifier.labels) <= shown_labels, (title, target["expr"])
+
+
+def outermost_aggregates(node) -> Iterator[promql_parser.AggregateExpr]:
+    """The aggregations not nested in another one: they fix the labels of the result."""
+    if isinstance(node, promql_parser.AggregateExpr):
+        yield node
+    elif isinstance(node, promql_parser.Call):
+        for arg in node.args:
+            yield from outermost_aggregates(arg)
+    elif isinstance(node, promql_parser.BinaryExpr):
+        yield from outermost_aggregates(node.lhs)
+        yield from outermost_aggregates(node.rhs)
+    elif isinstance(node, WRAPPERS):
+        yield from outermost_aggregates(node.expr)
+
+
 # --- files ----------------------------------------------------------------------------------
 
 
@@ -482,8 +641,8 @@ def test_render_is_deterministic_and_committed_files_are_current(cfg: MixinConfi
     assert not stale, f"regenerate with `vllm-spec-exporter generate`: {stale}"
 
 
-def test_json_is_sorted_and_parses(cfg: MixinConfig) -> None:
-    text = dashboards.render(cfg)[dashboards.MAIN_DASHBOARD_PATH]
+def test_json_is_sorted_and_parses(cfg: MixinConfig, dashboard_file: str) -> None:
+    text = dashboards.render(cfg)[dashboard_file]
     data = json.loads(text)
     assert text == json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     assert all(math.isfinite(v) for v in _numbers(data))
@@ -505,8 +664,9 @@ def test_configmap_for_grafana_sidecar(cfg: MixinConfig) -> None:
     configmap = yaml.safe_load(files[dashboards.CONFIGMAP_PATH])
     assert configmap["kind"] == "ConfigMap" and configmap["apiVersion"] == "v1"
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"  # a string, as the sidecar wants
-    name = dashboards.MAIN_DASHBOARD_PATH.rsplit("/", 1)[1]
-    assert json.loads(configmap["data"][name]) == json.loads(files[dashboards.MAIN_DASHBOARD_PATH])
+    assert set(configmap["data"]) == {Path(path).name for path in DASHBOARD_FILES}
+    for path in DASHBOARD_FILES:
+        assert json.loads(configmap["data"][Path(path).name]) == json.loads(files[path])
     # kubectl apply (client side) keeps a copy in an annotation limited to 256 KiB.
     assert len(files[dashboards.CONFIGMAP_PATH].encode()) < 256 * 1024
 
@@ -514,3 +674,14 @@ def test_configmap_for_grafana_sidecar(cfg: MixinConfig) -> None:
 def test_lint_file_has_reasons(cfg: MixinConfig) -> None:
     for rule, exclusion in lint_exclusions(cfg).items():
         assert exclusion.get("reason"), rule
+    titles = {entry["dashboard"] for exclusion in lint_exclusions(cfg).values() for entry in exclusion["entries"]}
+    assert titles == {dashboards.MAIN_DASHBOARD_TITLE, dashboards.FLEET_DASHBOARD_TITLE}
+
+
+def test_readme_lists_every_dashboard_and_panel(cfg: MixinConfig) -> None:
+    readme = dashboards.render(cfg)[dashboards.README_PATH]
+    for path, build in dashboards.DASHBOARD_BUILDERS.items():
+        model = build(cfg)
+        assert f"`{Path(path).name}`" in readme and model["uid"] in readme
+        for panel in dashboards.iter_panels(model):
+            assert f"| **{panel['title']}** |" in readme, panel["title"]

@@ -1,4 +1,7 @@
-"""Every query of the generated dashboard, run against a real Prometheus.
+"""Every query of the generated dashboards, run against a real Prometheus.
+
+The overview first (one exporter, below); the fleet dashboard at the end of the module, against
+five exporters (see `fleet_stack`).
 
 A real Prometheus (Debian 2.42) scrapes the real exporter (`vllm-spec-exporter serve`), which polls
 the fake vLLM (a simulation: real prometheus_client exposition with vLLM 0.32's names, scripted
@@ -21,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -28,7 +32,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import pytest
 from prometheus_client import generate_latest
 
-from support.fakevllm import FakeVllm
+from support.fakevllm import FakeVllm, _per_position_counts
 from support.prom import PROMETHEUS_BIN, Prometheus, free_port, http_get_json, require_binary, wait_until
 from vllm_spec_exporter.mixin import dashboards
 from vllm_spec_exporter.mixin.config import MixinConfig
@@ -143,13 +147,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         fake.stop()
 
 
-def run(prom: Prometheus, expr: str, overrides: dict[str, str] | None = None) -> list[dict]:
-    return prom.query(dashboards.expand_variables(expr, RATE_INTERVAL, overrides))
+def run(prom: Prometheus, expr: str, overrides: dict[str, str] | None = None,
+        rate_interval: str = RATE_INTERVAL) -> list[dict]:
+    return prom.query(dashboards.expand_variables(expr, rate_interval, overrides))
 
 
-def run_range(prom: Prometheus, expr: str) -> list[dict]:
+def run_range(prom: Prometheus, expr: str, rate_interval: str = RATE_INTERVAL) -> list[dict]:
     now = time.time()
-    params = {"query": dashboards.expand_variables(expr, RATE_INTERVAL), "start": now - 6, "end": now, "step": 1}
+    params = {"query": dashboards.expand_variables(expr, rate_interval), "start": now - 6, "end": now, "step": 1}
     data = http_get_json(f"{prom.url}/api/v1/query_range?{urlencode(params)}")
     assert data["status"] == "success", data
     return list(data["data"]["result"])
@@ -362,3 +367,347 @@ def test_idle_shows_no_traffic_then_lost_target_shows_in_health(stack: dict, mod
     errors = panels["Scrape errors by reason"]["targets"][0]["expr"]
     wait_until(lambda: any(s["metric"]["reason"] == "connect" and float(s["value"][1]) > 0
                            for s in run(prom, errors)), timeout=15)
+
+
+# --- The fleet dashboard: five exporters --------------------------------------------------------
+#
+# Three fake vLLMs speculate at different acceptance, k and traffic; one runs without speculation;
+# one exporter points at a port where nothing listens. One driver thread advances every fake in the
+# same tick, so each series' traffic is an exact multiple of the tick: acceptance, tokens per step
+# and per-position rates are exact per series; sums across servers are exact up to the servers'
+# different poll phases (each exporter polls on its own clock), hence the wider rate interval
+# (30 s over 1 s polls) and FLEET_SUM_TOLERANCE for figures that add servers together.
+
+FLEET_RATE_INTERVAL = "30s"
+FLEET_RATE_INTERVAL_SECONDS = 30
+FLEET_SUM_TOLERANCE = 0.05
+FLEET_TICK_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Per driver tick, on one (model, engine) series of one server: drafts and acceptance."""
+
+    model: str
+    engine: str
+    drafts: int
+    acceptance: float
+
+
+# server name -> (k, spec decoding on, traffic per tick). Acceptances are chosen so every count is
+# an integer (no rounding), and so that the per-model fleet figure (sum-then-divide) is far from the
+# mean of the servers' ratios: the low-acceptance servers carry more traffic.
+FLEET: dict[str, tuple[int, bool, tuple[Traffic, ...]]] = {
+    "healthy": (4, True, (Traffic("tiny-llama", "0", 1, 0.75), Traffic("tiny-llama", "1", 1, 0.75))),
+    "warning": (2, True, (Traffic("tiny-llama", "0", 8, 0.25), Traffic("tiny-qwen", "0", 4, 0.875))),
+    "critical": (4, True, (Traffic("tiny-qwen", "0", 6, 1 / 3),)),
+    "spec-off": (4, False, (Traffic("tiny-llama", "0", 2, 0.0),)),
+}
+DOWN = "down"  # an exporter whose vLLM never answers
+
+
+@dataclass
+class Sums:
+    drafts: float = 0
+    draft_tokens: float = 0
+    accepted: float = 0
+    speedup_x_drafts: float = 0  # the advisor's speed-up of each series, weighted by its drafts
+
+    def add(self, k: int, traffic: Traffic) -> None:
+        per_position = _per_position_counts(traffic.drafts, traffic.acceptance, k)
+        self.drafts += traffic.drafts
+        self.draft_tokens += traffic.drafts * k
+        self.accepted += sum(per_position)
+        rates = [n / traffic.drafts for n in per_position]
+        self.speedup_x_drafts += traffic.drafts * (1 + sum(rates)) / (1 + DRAFT_COST * k)
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.draft_tokens
+
+    @property
+    def tokens_per_step(self) -> float:
+        return 1 + self.accepted / self.drafts
+
+    @property
+    def speedup(self) -> float:
+        return self.speedup_x_drafts / self.drafts
+
+
+def fleet_sums(key) -> dict[tuple, Sums]:
+    """Scripted per-tick sums grouped by `key(server, traffic)`, speculating servers only."""
+    out: dict[tuple, Sums] = {}
+    for server, (k, enabled, traffic) in FLEET.items():
+        for item in traffic if enabled else ():
+            out.setdefault(key(server, item), Sums()).add(k, item)
+    return out
+
+
+BY_ROW = fleet_sums(lambda server, t: (server, t.model))
+BY_SERVER = fleet_sums(lambda server, t: (server,))
+BY_MODEL = fleet_sums(lambda server, t: (t.model,))
+WHOLE_FLEET = fleet_sums(lambda server, t: ())[()]
+WARN = MixinConfig().acceptance_warning_threshold
+CRIT = MixinConfig().acceptance_critical_threshold
+
+
+def band(acceptance: float) -> int:
+    return 0 if acceptance >= WARN else 1 if acceptance >= CRIT else 2
+
+
+def test_fleet_script_discriminates() -> None:
+    """The scripted fleet can tell right from wrong: one server per band, no ties in the table
+    order, and per-model sums far from the mean of the servers' ratios."""
+    assert sorted(band(s.acceptance) for s in BY_SERVER.values()) == [0, 1, 2]
+    row_acceptances = [s.acceptance for s in BY_ROW.values()]
+    assert len(set(row_acceptances)) == len(row_acceptances)
+    for (model,), sums in BY_MODEL.items():
+        ratios = [s.acceptance for (_, m), s in BY_ROW.items() if m == model]
+        mean = sum(ratios) / len(ratios)
+        assert abs(mean - sums.acceptance) > 3 * FLEET_SUM_TOLERANCE * sums.acceptance, model
+
+
+def _drive_fleet(fakes: dict[str, FakeVllm], stop: threading.Event) -> None:
+    while not stop.wait(FLEET_TICK_SECONDS):
+        for server, (_, _, traffic) in FLEET.items():
+            for item in traffic:
+                fakes[server].step(item.drafts, item.acceptance, model=item.model, engine=item.engine)
+
+
+@pytest.fixture(scope="module")
+def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    require_binary(PROMETHEUS_BIN)
+    rules = tmp_path_factory.mktemp("fleet-rules") / "always-firing.yaml"
+    rules.write_text(
+        "groups:\n- name: dashboard-test\n  rules:\n"
+        f"  - alert: {ALWAYS_FIRING_ALERT}\n    expr: vector(1)\n    labels: {{severity: info}}\n"
+    )
+    fakes: dict[str, FakeVllm] = {}
+    exporters: list[subprocess.Popen] = []
+    stop = threading.Event()
+    exporter_bin = Path(sys.executable).with_name("vllm-spec-exporter")
+    try:
+        urls = {}
+        for server, (k, enabled, traffic) in FLEET.items():
+            fakes[server] = FakeVllm(models=sorted({t.model for t in traffic}),
+                                     engines=sorted({t.engine for t in traffic}), k=k, spec_enabled=enabled)
+            urls[server] = fakes[server].start()
+        urls[DOWN] = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+        instances = {}
+        for server, url in urls.items():
+            port = free_port()
+            instances[server] = f"127.0.0.1:{port}"
+            exporters.append(subprocess.Popen(
+                [str(exporter_bin), "serve", "--target", url, "--listen", instances[server],
+                 "--interval", "1", "--timeout", "0.9", "--window", "30"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            ))
+        threading.Thread(target=_drive_fleet, args=(fakes, stop), daemon=True).start()
+        scrape = {"vllm-spec-exporter": list(instances.values()),
+                  "vllm": [url.split("//", 1)[1] for server, url in urls.items() if server in fakes]}
+        with Prometheus(scrape_targets=scrape, rule_files=[rules]) as prom:
+            wait_until(prom.targets_up, timeout=20)
+            wait_until(lambda: len(prom.query("vllm_spec_exporter_target_up == 1")) == len(fakes), timeout=20)
+            time.sleep(FLEET_RATE_INTERVAL_SECONDS + 5)
+            yield {"prom": prom, "instances": instances,
+                   "vllm_instances": {server: urls[server].split("//", 1)[1] for server in fakes}}
+    finally:
+        stop.set()
+        for exporter in exporters:
+            exporter.terminate()
+        for exporter in exporters:
+            try:
+                exporter.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                exporter.kill()
+                exporter.wait(timeout=10)
+        for fake in fakes.values():
+            fake.stop()
+
+
+@pytest.fixture(scope="module")
+def fleet_model() -> dict:
+    return dashboards.build_fleet_dashboard(MixinConfig())
+
+
+def fleet_run(stack: dict, expr: str, overrides: dict[str, str] | None = None) -> list[dict]:
+    return run(stack["prom"], expr, overrides, rate_interval=FLEET_RATE_INTERVAL)
+
+
+def fleet_panel(model: dict, title: str) -> dict:
+    return next(p for p in dashboards.iter_panels(model) if p["title"] == title)
+
+
+def by_header(panel: dict) -> dict[str, str]:
+    """A merged table's column header -> its query."""
+    renames = next(t for t in panel["transformations"] if t["id"] == "organize")["options"]["renameByName"]
+    return {renames[f"Value #{t['refId']}"]: t["expr"] for t in panel["targets"]}
+
+
+def server_of(stack: dict) -> dict[str, str]:
+    return {instance: server for server, instance in stack["instances"].items()}
+
+
+def fleet_sanity(stack: dict, model: dict) -> list[str]:
+    """Every target of the fleet dashboard returns data, as an instant and (if it is one) a range
+    query; values are finite and >= 0, ratios within [0, 1]."""
+    problems = []
+    for panel, target in targets_of(model):
+        where = f"{panel['title']} / {target.get('legendFormat') or target['refId']}"
+        result = fleet_run(stack, target["expr"])
+        if not result:
+            problems.append(f"{where}: no data\n  {target['expr']}")
+            continue
+        if target.get("range") and not run_range(stack["prom"], target["expr"], FLEET_RATE_INTERVAL):
+            problems.append(f"{where}: no data as a range query")
+        if "ALERTS" in target["expr"] or "label_replace" in target["expr"]:
+            continue  # label tables, checked below
+        numbers = values(result)
+        if not all(math.isfinite(v) and v >= 0 for v in numbers):
+            problems.append(f"{where}: values must be finite and >= 0, got {numbers}")
+        if panel["fieldConfig"]["defaults"]["unit"] == "percentunit" and not all(0 <= v <= 1 for v in numbers):
+            problems.append(f"{where}: ratio outside [0, 1]: {numbers}")
+    return problems
+
+
+def fleet_exact(stack: dict, model: dict) -> list[str]:
+    """Each panel's values against the script: exact per series, FLEET_SUM_TOLERANCE across servers."""
+    problems: list[str] = []
+    servers = server_of(stack)
+
+    def expect(where: str, got: float | None, want: float, tolerance: float) -> None:
+        if got is None or not close(got, want, tolerance):
+            problems.append(f"{where}: expected {want:.4f} (±{tolerance:.0%}), got {got}")
+
+    def one(expr: str) -> float | None:
+        result = values(fleet_run(stack, expr))
+        return result[0] if len(result) == 1 else None
+
+    # Top row.
+    expect("Fleet acceptance rate", one(fleet_panel(model, "Fleet acceptance rate")["targets"][0]["expr"]),
+           WHOLE_FLEET.acceptance, FLEET_SUM_TOLERANCE)
+    expect("Speed-up (est.)", one(fleet_panel(model, "Speed-up (est.)")["targets"][0]["expr"]),
+           WHOLE_FLEET.speedup, FLEET_SUM_TOLERANCE)
+    per_band = [sum(band(s.acceptance) == index for s in BY_SERVER.values()) for index in range(3)]
+    for title in ("Servers by acceptance", "Servers per acceptance band"):
+        for index, target in enumerate(fleet_panel(model, title)["targets"]):
+            expect(f"{title} / {target['legendFormat']}", one(target["expr"]), per_band[index], 0)
+    expect("Spec decoding off", one(fleet_panel(model, "Spec decoding off")["targets"][0]["expr"]),
+           sum(not enabled for _, enabled, _ in FLEET.values()), 0)
+    expect("Targets down", one(fleet_panel(model, "Targets down")["targets"][0]["expr"]), 1, 0)
+    expect("Firing alerts", one(fleet_panel(model, "Firing alerts")["targets"][0]["expr"]), 1, 0)
+
+    # Servers, worst acceptance first: the order, then every cell.
+    table = by_header(fleet_panel(model, "Servers, worst acceptance first"))
+    ordered = [(servers[s["metric"]["instance"]], s["metric"]["model_name"])
+               for s in fleet_run(stack, table["acceptance"])]
+    worst_first = sorted(BY_ROW, key=lambda row: BY_ROW[row].acceptance)
+    if ordered != worst_first:
+        problems.append(f"server table order: expected {worst_first}, got {ordered}")
+    draft_truth = {}
+    for server, instance in stack["vllm_instances"].items():
+        for sample in fleet_run(stack, 'sum by (model_name) (rate(vllm_spec_decode_num_draft_tokens_total'
+                                       f'{{job="vllm", instance="{instance}"}}[{FLEET_RATE_INTERVAL}]))'):
+            draft_truth[(server, sample["metric"]["model_name"])] = float(sample["value"][1])
+    k_of = {server: k for server, (k, _, _) in FLEET.items()}
+    cells = {"acceptance": lambda row: (BY_ROW[row].acceptance, 0.03),
+             "tokens per step": lambda row: (BY_ROW[row].tokens_per_step, 0.03),
+             "k": lambda row: (k_of[row[0]], 0),
+             "speed-up (est.)": lambda row: (BY_ROW[row].speedup, 0.03),
+             # Rates follow the driver's real speed: vLLM's own counters, scraped directly, are the truth.
+             "draft tokens/s": lambda row: (draft_truth.get(row, -1), RATE_TOLERANCE)}
+    for header, want in cells.items():
+        got = {(servers[s["metric"]["instance"]], s["metric"]["model_name"]): float(s["value"][1])
+               for s in fleet_run(stack, table[header])}
+        if set(got) != set(BY_ROW):
+            problems.append(f"server table / {header}: rows {sorted(got)}, expected {sorted(BY_ROW)}")
+        for row, value in got.items():
+            expect(f"server table / {header} / {row}", value, *want(row))
+    up = {servers[s["metric"]["instance"]]: float(s["value"][1]) for s in fleet_run(stack, table["vLLM up"])}
+    if up != {**dict.fromkeys(FLEET, 1.0), DOWN: 0.0}:
+        problems.append(f"server table / vLLM up: {up}")
+
+    # Acceptance by server (sorted, worst first) and over time.
+    bars = [(servers[s["metric"]["instance"]], float(s["value"][1]))
+            for s in fleet_run(stack, fleet_panel(model, "Acceptance by server")["targets"][0]["expr"])]
+    if [server for server, _ in bars] != sorted((s for (s,) in BY_SERVER), key=lambda s: BY_SERVER[(s,)].acceptance):
+        problems.append(f"Acceptance by server: order {bars}")
+    for server, value in bars:
+        expect(f"Acceptance by server / {server}", value, BY_SERVER[(server,)].acceptance, 0.03)
+    for sample in fleet_run(stack, fleet_panel(model, "Acceptance rate by instance")["targets"][0]["expr"]):
+        server = servers[sample["metric"]["instance"]]
+        expect(f"Acceptance rate by instance / {server}", float(sample["value"][1]),
+               BY_SERVER[(server,)].acceptance, 0.03)
+
+    # Fleet-wide per model: sum-then-divide across servers.
+    models_table = by_header(fleet_panel(model, "Models across the fleet"))
+    servers_per_model = {m: sum(1 for (_, mm) in BY_ROW if mm == m) for (m,) in BY_MODEL}
+    model_cells = {"servers": lambda m: (servers_per_model[m], 0),
+                   "acceptance": lambda m: (BY_MODEL[(m,)].acceptance, FLEET_SUM_TOLERANCE),
+                   "tokens per step": lambda m: (BY_MODEL[(m,)].tokens_per_step, FLEET_SUM_TOLERANCE),
+                   "speed-up (est.)": lambda m: (BY_MODEL[(m,)].speedup, FLEET_SUM_TOLERANCE),
+                   "draft tokens/s": lambda m: (sum(v for (_, mm), v in draft_truth.items() if mm == m),
+                                                RATE_TOLERANCE)}
+    for header, want in model_cells.items():
+        got = {s["metric"]["model_name"]: float(s["value"][1]) for s in fleet_run(stack, models_table[header])}
+        if set(got) != {m for (m,) in BY_MODEL}:
+            problems.append(f"models table / {header}: rows {sorted(got)}")
+        for model_name, value in got.items():
+            expect(f"models table / {header} / {model_name}", value, *want(model_name))
+    for sample in fleet_run(stack, fleet_panel(model, "Acceptance rate by model")["targets"][0]["expr"]):
+        model_name = sample["metric"]["model_name"]
+        expect(f"Acceptance rate by model / {model_name}", float(sample["value"][1]),
+               BY_MODEL[(model_name,)].acceptance, FLEET_SUM_TOLERANCE)
+
+    # Servers not speculating, and the firing alerts.
+    rows = {(servers[s["metric"]["instance"]], s["metric"][dashboards.PROBLEM_LABEL])
+            for s in fleet_run(stack, fleet_panel(model, "Servers not speculating")["targets"][0]["expr"])}
+    if rows != {("spec-off", dashboards.PROBLEM_SPEC_OFF), (DOWN, dashboards.PROBLEM_VLLM_UNREADABLE)}:
+        problems.append(f"Servers not speculating: {rows}")
+    alerts = fleet_run(stack, fleet_panel(model, "Firing spec-decode alerts")["targets"][0]["expr"])
+    if [a["metric"]["alertname"] for a in alerts] != [ALWAYS_FIRING_ALERT]:
+        problems.append(f"Firing spec-decode alerts: {alerts}")
+    return problems
+
+
+def test_fleet_every_panel_query_returns_sane_data(fleet_stack: dict, fleet_model: dict) -> None:
+    problems = fleet_sanity(fleet_stack, fleet_model)
+    if problems:  # one more look a poll later: a single slow poll on a loaded machine is not a bug
+        time.sleep(3)
+        problems = fleet_sanity(fleet_stack, fleet_model)
+    assert not problems, "\n".join(problems)
+
+
+def test_fleet_values_match_the_scripted_fleet(fleet_stack: dict, fleet_model: dict) -> None:
+    problems = fleet_exact(fleet_stack, fleet_model)
+    if problems:
+        time.sleep(3)
+        problems = fleet_exact(fleet_stack, fleet_model)
+    assert not problems, "\n".join(problems)
+
+
+def test_fleet_every_target_is_checked_exactly(fleet_model: dict) -> None:
+    """fleet_exact() reads every panel of the fleet dashboard (so none escapes a value check)."""
+    import inspect
+
+    source = inspect.getsource(fleet_exact)
+    for panel in dashboards.iter_panels(fleet_model):
+        assert f'"{panel["title"]}"' in source, panel["title"]
+    for title in ("Servers, worst acceptance first", "Models across the fleet"):
+        for header in by_header(fleet_panel(fleet_model, title)):
+            assert f'"{header}"' in source, (title, header)
+
+
+def test_fleet_variables_and_selection(fleet_stack: dict, fleet_model: dict) -> None:
+    """The instance variable offers every exporter; picking one server narrows the table to it."""
+    prom: Prometheus = fleet_stack["prom"]
+    variable = next(v for v in fleet_model["templating"]["list"] if v["name"] == "instance")
+    selector, label = variable["query"][len("label_values("):-1].rsplit(", ", 1)
+    params = urlencode({"match[]": dashboards.expand_variables(selector, FLEET_RATE_INTERVAL)})
+    offered = http_get_json(f"{prom.url}/api/v1/label/{label}/values?{params}")["data"]
+    assert sorted(offered) == sorted(fleet_stack["instances"].values())
+    warning = fleet_stack["instances"]["warning"].replace(".", "\\\\.")
+    table = by_header(fleet_panel(fleet_model, "Servers, worst acceptance first"))
+    rows = fleet_run(fleet_stack, table["acceptance"], {"instance": warning})
+    assert sorted(s["metric"]["model_name"] for s in rows) == ["tiny-llama", "tiny-qwen"]
+    assert {s["metric"]["instance"] for s in rows} == {fleet_stack["instances"]["warning"]}

@@ -280,11 +280,13 @@ def test_prometheusrule_groups_are_exactly_the_promtool_tested_files(built: Obje
 
 def test_configmap_holds_the_committed_dashboard_json(built: Objects) -> None:
     data = built["ConfigMap"]["data"]
-    name = Path(dashboards.MAIN_DASHBOARD_PATH).name
-    assert set(data) == {name}
-    committed = (ROOT / dashboards.MAIN_DASHBOARD_PATH).read_text()
-    assert data[name] == committed.rstrip("\n")  # `|-` drops only the final newline
-    assert json.loads(data[name]) == json.loads(committed)
+    paths = list(dashboards.DASHBOARD_BUILDERS)  # overview and fleet
+    assert set(data) == {Path(path).name for path in paths}
+    for path in paths:
+        name = Path(path).name
+        committed = (ROOT / path).read_text()
+        assert data[name] == committed.rstrip("\n")  # `|-` drops only the final newline
+        assert json.loads(data[name]) == json.loads(committed)
     # `kubectl apply` (client-side) copies the object into an annotation capped at 256 KiB.
     assert len(json.dumps(built["ConfigMap"])) < CLIENT_SIDE_APPLY_LIMIT
 

@@ -13,7 +13,7 @@ weighted by traffic instead of averaging per-series ratios.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import yaml
 from grafana_foundation_sdk.builders import dashboard
@@ -37,14 +37,18 @@ from .panels import (
     SECONDS,
     SPEEDUP,
     TOKENS_PER_SECOND,
+    Column,
     Query,
     Selectors,
     acceptance_thresholds,
+    as_json,
     bargauge_panel,
+    count_thresholds,
     guarded_ratio,
     join_matchers,
     legend_label,
     link,
+    merged_table_panel,
     no_traffic_mapping,
     position_thresholds,
     rate,
@@ -55,15 +59,18 @@ from .panels import (
     table_panel,
     thresholds,
     timeseries_panel,
+    value_words,
 )
 
 MAIN_DASHBOARD_PATH = "dashboards/vllm-spec-decode-overview.json"
+FLEET_DASHBOARD_PATH = "dashboards/vllm-spec-decode-fleet.json"
 CONFIGMAP_PATH = "dashboards/kubernetes/grafana-dashboards-configmap.yaml"
 # dashboard-linter reads exclusions from a `.lint` file next to the dashboards.
 LINT_PATH = "dashboards/.lint"
 README_PATH = "dashboards/README.md"
 PREVIEW_FILE = "preview.png"  # drawn by tools/render_dashboard_preview.py, committed by hand
 MAIN_DASHBOARD_TITLE = "vLLM / Speculative decoding: is it paying off?"
+FLEET_DASHBOARD_TITLE = "vLLM / Speculative decoding — fleet"
 
 # Alerts are matched by name prefix: every spec-decode alert the mixin generates starts with it.
 ALERT_NAME_REGEX = "SpecDecode.*"
@@ -116,15 +123,25 @@ RECOMMENDED_K = schema.served("vllm_spec_decode_recommended_k")
 RECOMMENDED_K_SPEEDUP = schema.served("vllm_spec_decode_recommended_k_estimated_speedup")
 # The advisor's speed-up is relative to decoding without speculation: below 1 it slows decoding.
 BREAK_EVEN_SPEEDUP = 1
+# Why a server of the fleet is not speculating (the fleet dashboard's table, label `problem`).
+PROBLEM_LABEL = "problem"
+PROBLEM_SPEC_OFF = "spec decoding off"
+PROBLEM_VLLM_UNREADABLE = "vLLM unreadable"
+PROBLEM_EXPORTER_UNSCRAPED = "exporter not scraped"
 
 
 def main_dashboard_uid(cfg: MixinConfig) -> str:
     return f"{cfg.dashboard_uid_prefix}-overview"
 
 
-def dashboard_url(cfg: MixinConfig) -> str:
-    """Link to the main dashboard, for alert annotations and runbooks (the way back)."""
-    return f"{cfg.grafana_url.rstrip('/')}/d/{main_dashboard_uid(cfg)}"
+def fleet_dashboard_uid(cfg: MixinConfig) -> str:
+    return f"{cfg.dashboard_uid_prefix}-fleet"
+
+
+def dashboard_url(cfg: MixinConfig, uid: str = "") -> str:
+    """Link to a dashboard, by default the main one, for alert annotations and runbooks (the way
+    back) and for the links between the dashboards."""
+    return f"{cfg.grafana_url.rstrip('/')}/d/{uid or main_dashboard_uid(cfg)}"
 
 
 def runbook_url(cfg: MixinConfig, alert_name: str) -> str:
@@ -240,6 +257,42 @@ class Queries:
             sum_by(by, self.vllm_rate(histogram + "_count")),
         )
 
+    def acceptance_band(self, by: tuple[str, ...], low: float | None, high: float | None) -> str:
+        """Per-`by` acceptance kept only where low <= acceptance < high (comparison filters)."""
+        expr = f"({self.acceptance(by)})"
+        if high is not None:
+            expr += f" < {high}"
+        if low is not None:
+            expr += f" >= {low}"
+        return expr
+
+    def servers_in_band(self, low: float | None, high: float | None) -> str:
+        """Servers whose acceptance lies in [low, high). 0 while some server has traffic, empty
+        (shown as "No traffic") while none has: an idle fleet is not a healthy one."""
+        by_instance = (self.cfg.instance_label,)
+        return (f"count({self.acceptance_band(by_instance, low, high)}) "
+                f"or (0 * count({self.acceptance(by_instance)}))")
+
+    def per_target(self, metric: str, op: str = "min") -> str:
+        """One value per scrape target of an exporter health gauge (no model/engine labels)."""
+        return sum_by((self.cfg.instance_label,), selector(metric, self.sel.target), op=op)
+
+    def spec_decode_off_servers(self) -> str:
+        """Servers the exporter reads where vLLM exposes no spec-decode metrics; 0 (not empty)
+        while exporters are scraped, so "No exporter" stays distinguishable."""
+        up = selector("up", self.sel.target)
+        return f"count({self.per_target(SPEC_DECODE_ENABLED, op='max')} == 0) or (0 * count({up}))"
+
+    def not_speculating(self) -> str:
+        """One row per server that is not speculating, with the reason in label `problem`."""
+        reasons = (
+            (self.per_target(SPEC_DECODE_ENABLED, op="max"), PROBLEM_SPEC_OFF),
+            (self.per_target(TARGET_UP), PROBLEM_VLLM_UNREADABLE),
+            (self.per_target("up"), PROBLEM_EXPORTER_UNSCRAPED),
+        )
+        return " or ".join(f'label_replace({expr} == 0, "{PROBLEM_LABEL}", "{text}", "", "")'
+                           for expr, text in reasons)
+
     # Health: per scrape target, no model/engine labels.
     def targets_down(self) -> str:
         """Exporters that cannot read vLLM, plus exporters Prometheus cannot scrape. Empty (shown
@@ -318,12 +371,15 @@ def _annotations(cfg: MixinConfig, q: Queries) -> Iterator[dashboard.AnnotationQ
     )
 
 
-def _top_row(cfg: MixinConfig, q: Queries) -> Iterator:
+# --- Panels shared by the dashboards --------------------------------------------------------
+
+
+def _acceptance_stat(cfg: MixinConfig, q: Queries, title: str, scope: str, width: int = 4):
     warn = f"{cfg.acceptance_warning_threshold:.0%}"
     crit = f"{cfg.acceptance_critical_threshold:.0%}"
-    yield stat_panel(
-        "Acceptance rate",
-        "Share of draft tokens the target model accepted, over the selected servers "
+    return stat_panel(
+        title,
+        f"Share of draft tokens the target model accepted, {scope} "
         "(accepted / drafted, summed before dividing). Good: green, at or above "
         f"{warn}; speculation pays off. Orange below {warn}: the target verifies more rejected "
         f"tokens than speculation saves (alert {rules.ACCEPTANCE_LOW}). Red below {crit}: "
@@ -336,8 +392,125 @@ def _top_row(cfg: MixinConfig, q: Queries) -> Iterator:
         no_value="No traffic",
         decimals=1,
         color_mode=common_models.BigValueColorMode.BACKGROUND,
-        width=4,
+        width=width,
     ).links(runbook_links(cfg, rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL))
+
+
+def _speedup_thresholds() -> dashboard.ThresholdsConfig:
+    return thresholds("red", (BREAK_EVEN_SPEEDUP, "green"))
+
+
+def _speedup_stat(q: Queries, width: int = 3):
+    return stat_panel(
+        "Speed-up (est.)",
+        "The exporter's advisor: decoding speed with speculation relative to without it, "
+        "estimated from per-position acceptance and the draft's cost (exporter flag "
+        "--draft-cost-ratio): (1 + accepted per draft) / (1 + cost × k), averaged over the "
+        "selected engines weighted by their drafts. Good: green, above 1×. Red below 1×: "
+        "speculation makes decoding slower than plain decoding. An estimate: confirm with time "
+        "per output token.",
+        SPEEDUP,
+        [Query(q.traffic_weighted(ESTIMATED_SPEEDUP), "speed-up")],
+        thresholds_config=_speedup_thresholds(),
+        mappings=no_traffic_mapping(),
+        no_value="No traffic",
+        decimals=2,
+        color_mode=common_models.BigValueColorMode.BACKGROUND,
+        width=width,
+    )
+
+
+def _targets_down_stat(cfg: MixinConfig, q: Queries, width: int = 2):
+    return stat_panel(
+        "Targets down",
+        "vLLM servers the exporter cannot read, plus exporters Prometheus cannot scrape. Good is "
+        "0. 'No exporter' means Prometheus scrapes no exporter matching the selection: every "
+        "other panel is then empty for that reason, not because of idle traffic.",
+        NUMBER,
+        [Query(q.targets_down(), "down")],
+        thresholds_config=count_thresholds("red"),
+        no_value="No exporter",
+        sparkline=False,
+        color_mode=common_models.BigValueColorMode.BACKGROUND,
+        width=width,
+    ).links(runbook_links(cfg, rules.VLLM_UNREACHABLE, rules.EXPORTER_DOWN, rules.EXPORTER_ABSENT))
+
+
+def _firing_alerts_stat(cfg: MixinConfig, q: Queries, width: int = 3):
+    return stat_panel(
+        "Firing alerts",
+        f"Spec-decode alerts ({ALERT_NAME_REGEX}) firing now in this Prometheus, for every "
+        "server, not only the selected ones: a page elsewhere stays visible. Good is 0. The table "
+        "'Firing spec-decode alerts' at the bottom lists them; each alert's runbook_url explains it.",
+        NUMBER,
+        [Query(f"count({q.firing_alerts()}) or vector(0)", "firing")],
+        thresholds_config=count_thresholds("red"),
+        sparkline=False,
+        color_mode=common_models.BigValueColorMode.BACKGROUND,
+        width=width,
+    ).links([link("Runbooks", runbook_index_url(cfg))])
+
+
+def _firing_alerts_table(cfg: MixinConfig, q: Queries, width: int = 24):
+    return table_panel(
+        "Firing spec-decode alerts",
+        f"Every {ALERT_NAME_REGEX} alert firing now, with its labels. Good: empty. Open the "
+        "runbook from the alert notification (runbook_url) or the dashboard's Runbooks link.",
+        NUMBER,
+        [Query(q.firing_alerts(), table=True)],
+        hidden_columns=("Time", "Value", "__name__", "alertstate"),
+        width=width,
+        height=5,
+        no_value="None firing",
+    ).links([link("Runbooks", runbook_index_url(cfg))])
+
+
+def _acceptance_series_options(cfg: MixinConfig) -> dict:
+    """Acceptance over time: 0..1 with the warning and critical lines drawn."""
+    return {
+        "thresholds_config": acceptance_thresholds(cfg),
+        "threshold_lines": True,
+        "min_value": 0,
+        "max_value": 1,
+        "legend_calcs": ("mean", "min", "lastNotNull"),
+    }
+
+
+def _threshold_note(cfg: MixinConfig) -> str:
+    return (
+        f"Dashed lines: warning {cfg.acceptance_warning_threshold:.0%} (orange), critical "
+        f"{cfg.acceptance_critical_threshold:.0%} (red). Good stays above the warning line; "
+        "gaps mean no draft tokens in the window."
+    )
+
+
+def _acceptance_by_model(cfg: MixinConfig, q: Queries, width: int = 12):
+    return timeseries_panel(
+        "Acceptance rate by model",
+        "Accepted / drafted tokens per served model, summed over every selected server and "
+        "engine before dividing (busy servers weigh more). " + _threshold_note(cfg)
+        + " A step down at one moment points at a deploy or a prompt-mix change; a slow slide at "
+        "a load increase.",
+        RATIO, [Query(q.acceptance(("model_name",)), "{{model_name}}")],
+        width=width, **_acceptance_series_options(cfg),
+    ).links(runbook_links(cfg, rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL))
+
+
+def _acceptance_by_instance(cfg: MixinConfig, q: Queries, width: int = 12):
+    return timeseries_panel(
+        "Acceptance rate by instance",
+        "Accepted / drafted tokens per vLLM server. " + _threshold_note(cfg)
+        + " One server below the others points at its config (draft model, k) or its traffic.",
+        RATIO, [Query(q.acceptance((cfg.instance_label,)), legend_label(cfg.instance_label))],
+        width=width, **_acceptance_series_options(cfg),
+    )
+
+
+# --- Overview dashboard ---------------------------------------------------------------------
+
+
+def _top_row(cfg: MixinConfig, q: Queries) -> Iterator:
+    yield _acceptance_stat(cfg, q, "Acceptance rate", "over the selected servers", width=4)
     yield stat_panel(
         "Tokens per step vs k+1",
         "Mean acceptance length: tokens emitted per verification step, bonus token included "
@@ -366,23 +539,7 @@ def _top_row(cfg: MixinConfig, q: Queries) -> Iterator:
         decimals=1,
         width=3,
     )
-    yield stat_panel(
-        "Speed-up (est.)",
-        "The exporter's advisor: decoding speed with speculation relative to without it, "
-        "estimated from per-position acceptance and the draft's cost (exporter flag "
-        "--draft-cost-ratio): (1 + accepted per draft) / (1 + cost × k), averaged over the "
-        "selected engines weighted by their drafts. Good: green, above 1×. Red below 1×: "
-        "speculation makes decoding slower than plain decoding. An estimate: confirm with time "
-        "per output token.",
-        SPEEDUP,
-        [Query(q.traffic_weighted(ESTIMATED_SPEEDUP), "speed-up")],
-        thresholds_config=thresholds("red", (BREAK_EVEN_SPEEDUP, "green")),
-        mappings=no_traffic_mapping(),
-        no_value="No traffic",
-        decimals=2,
-        color_mode=common_models.BigValueColorMode.BACKGROUND,
-        width=3,
-    )
+    yield _speedup_stat(q, width=3)
     yield stat_panel(
         "Tokens/s",
         "Output tokens generated per second (accepted drafts included), draft tokens accepted "
@@ -396,56 +553,13 @@ def _top_row(cfg: MixinConfig, q: Queries) -> Iterator:
         decimals=1,
         width=5,
     ).links(runbook_links(cfg, rules.DRAFTS_STOPPED))
-    yield stat_panel(
-        "Targets down",
-        "vLLM servers the exporter cannot read, plus exporters Prometheus cannot scrape. Good is "
-        "0. 'No exporter' means Prometheus scrapes no exporter matching the selection: every "
-        "other panel is then empty for that reason, not because of idle traffic.",
-        NUMBER,
-        [Query(q.targets_down(), "down")],
-        thresholds_config=thresholds("green", (1, "red")),
-        no_value="No exporter",
-        sparkline=False,
-        color_mode=common_models.BigValueColorMode.BACKGROUND,
-        width=2,
-    ).links(runbook_links(cfg, rules.VLLM_UNREACHABLE, rules.EXPORTER_DOWN, rules.EXPORTER_ABSENT))
-    yield stat_panel(
-        "Firing alerts",
-        f"Spec-decode alerts ({ALERT_NAME_REGEX}) firing now in this Prometheus, for every "
-        "server, not only the selected ones: a page elsewhere stays visible. Good is 0. The table "
-        "'Firing spec-decode alerts' at the bottom lists them; each alert's runbook_url explains it.",
-        NUMBER,
-        [Query(f"count({q.firing_alerts()}) or vector(0)", "firing")],
-        thresholds_config=thresholds("green", (1, "red")),
-        sparkline=False,
-        color_mode=common_models.BigValueColorMode.BACKGROUND,
-        width=3,
-    ).links([link("Runbooks", runbook_index_url(cfg))])
+    yield _targets_down_stat(cfg, q, width=2)
+    yield _firing_alerts_stat(cfg, q, width=3)
 
 
 def _acceptance_row(cfg: MixinConfig, q: Queries) -> Iterator:
-    warn = f"{cfg.acceptance_warning_threshold:.0%}"
-    threshold_note = (
-        f"Dashed lines: warning {warn} (orange), critical "
-        f"{cfg.acceptance_critical_threshold:.0%} (red). Good stays above the warning line; "
-        "gaps mean no draft tokens in the window."
-    )
-    common = {
-        "thresholds_config": acceptance_thresholds(cfg),
-        "threshold_lines": True,
-        "min_value": 0,
-        "max_value": 1,
-        "legend_calcs": ("mean", "min", "lastNotNull"),
-    }
-    acceptance_runbooks = runbook_links(cfg, rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL)
     yield dashboard.Row("Acceptance: since when, and where?")
-    yield timeseries_panel(
-        "Acceptance rate by model",
-        "Accepted / drafted tokens per served model. " + threshold_note
-        + " A step down at one moment points at a deploy or a prompt-mix change; a slow slide at "
-        "a load increase.",
-        RATIO, [Query(q.acceptance(("model_name",)), "{{model_name}}")], **common,
-    ).links(acceptance_runbooks)
+    yield _acceptance_by_model(cfg, q)
     yield timeseries_panel(
         "Tokens per step vs k+1 by model",
         "Mean acceptance length (1 + accepted / drafts, bonus token included) per model, with its "
@@ -460,19 +574,14 @@ def _acceptance_row(cfg: MixinConfig, q: Queries) -> Iterator:
         dashboard_models.DynamicConfigValue(id_val="custom.fillOpacity", value=0),
     ])
     by_instance = (cfg.instance_label,)
-    yield timeseries_panel(
-        "Acceptance rate by instance",
-        "Accepted / drafted tokens per vLLM server. " + threshold_note
-        + " One server below the others points at its config (draft model, k) or its traffic.",
-        RATIO, [Query(q.acceptance(by_instance), legend_label(cfg.instance_label))], **common,
-    )
+    yield _acceptance_by_instance(cfg, q)
     yield timeseries_panel(
         "Acceptance rate by engine",
-        "Accepted / drafted tokens per data-parallel engine of each server. " + threshold_note
+        "Accepted / drafted tokens per data-parallel engine of each server. " + _threshold_note(cfg)
         + " Engines of one server share model and config, so they should agree.",
         RATIO,
         [Query(q.acceptance((*by_instance, "engine")), legend_label(cfg.instance_label) + " engine {{engine}}")],
-        **common,
+        **_acceptance_series_options(cfg),
     )
     yield timeseries_panel(
         "Efficiency by model",
@@ -788,35 +897,35 @@ def _health_row(cfg: MixinConfig, q: Queries) -> Iterator:
         width=8,
         no_value="No exporter",
     ).links(runbook_links(cfg, rules.METRICS_MISSING))
-    yield table_panel(
-        "Firing spec-decode alerts",
-        f"Every {ALERT_NAME_REGEX} alert firing now, with its labels. Good: empty. Open the "
-        "runbook from the alert notification (runbook_url) or the dashboard's Runbooks link.",
-        NUMBER,
-        [Query(q.firing_alerts(), table=True)],
-        hidden_columns=("Time", "Value", "__name__", "alertstate"),
-        width=24,
-        height=5,
-        no_value="None firing",
-    ).links([link("Runbooks", runbook_index_url(cfg))])
+    yield _firing_alerts_table(cfg, q)
 
 
-def build_main_dashboard(cfg: MixinConfig) -> dict:
+def _dashboard_link(cfg: MixinConfig, title: str, uid: str, tooltip: str) -> dashboard.DashboardLink:
+    """A link to another dashboard of the bundle that carries the variables and the time range."""
+    return (link(title, dashboard_url(cfg, uid), tooltip).target_blank(False).icon("dashboard")
+            .include_vars(True).keep_time(True))
+
+
+def _build_dashboard(cfg: MixinConfig, title: str, uid: str, description: str, panels: Iterator,
+                     links: list[dashboard.DashboardLink]) -> dict:
+    """What every dashboard of the bundle shares: tags, read-only, refresh, time, the variables,
+    the annotations, the Runbooks link and the vLLM dashboards dropdown, and the layout."""
     q = Queries(cfg)
     builder = (
-        dashboard.Dashboard(MAIN_DASHBOARD_TITLE)
-        .uid(main_dashboard_uid(cfg))
-        .description(
-            "Is vLLM speculative decoding paying off? Acceptance, tokens per step, efficiency, "
-            "per-position acceptance (is k right?), token flow, load, latency and exporter health. "
-            "Generated by vllm-spec-exporter; edit the generator, not this JSON."
-        )
+        dashboard.Dashboard(title)
+        .uid(uid)
+        .description(description + " Generated by vllm-spec-exporter; edit the generator, not this JSON.")
         .tags(list(cfg.dashboard_tags))
         .readonly()  # dashboards are code: changes go through the generator
         .refresh(cfg.dashboard_refresh)
         .time(cfg.dashboard_time_from, "now")
         .timezone("browser")
         .tooltip(dashboard_models.DashboardCursorSync.CROSSHAIR)
+    )
+    for item in links:
+        builder = builder.link(item)
+    builder = (
+        builder
         .link(link("Runbooks", runbook_index_url(cfg), "What each spec-decode alert means and what to do")
               .icon("doc"))
         .link(
@@ -832,12 +941,42 @@ def build_main_dashboard(cfg: MixinConfig) -> dict:
         builder = builder.with_variable(variable)
     for annotation in _annotations(cfg, q):
         builder = builder.annotation(annotation)
-    for item in _panels(cfg, q):
+    for item in panels:
         builder = builder.with_row(item) if isinstance(item, dashboard.Row) else builder.with_panel(item)
     model = json.loads(JSONEncoder(sort_keys=True).encode(builder.build()))
     _layout(model)
     _show_links_in_top_bar(model)
     return model
+
+
+def build_main_dashboard(cfg: MixinConfig) -> dict:
+    return _build_dashboard(
+        cfg, MAIN_DASHBOARD_TITLE, main_dashboard_uid(cfg),
+        "Is vLLM speculative decoding paying off? Acceptance, tokens per step, efficiency, "
+        "per-position acceptance (is k right?), token flow, load, latency and exporter health.",
+        _panels(cfg, Queries(cfg)),
+        [_dashboard_link(cfg, "Fleet", fleet_dashboard_uid(cfg),
+                         "Every server side by side, worst acceptance first")],
+    )
+
+
+def build_fleet_dashboard(cfg: MixinConfig) -> dict:
+    return _build_dashboard(
+        cfg, FLEET_DASHBOARD_TITLE, fleet_dashboard_uid(cfg),
+        "Many vLLM servers at once: which servers speculate badly (worst acceptance first), how "
+        "acceptance is spread across the fleet, fleet-wide acceptance per model, and which "
+        "servers are not speculating at all.",
+        _fleet_panels(cfg, Queries(cfg)),
+        [_dashboard_link(cfg, "Overview", main_dashboard_uid(cfg),
+                         "One server or model in depth: per-position acceptance, token flow, latency, health")],
+    )
+
+
+# The committed dashboards, in the order the README and the ConfigMap list them.
+DASHBOARD_BUILDERS = {
+    MAIN_DASHBOARD_PATH: build_main_dashboard,
+    FLEET_DASHBOARD_PATH: build_fleet_dashboard,
+}
 
 
 def _show_links_in_top_bar(model: dict) -> None:
@@ -855,6 +994,187 @@ def _panels(cfg: MixinConfig, q: Queries) -> Iterator:
     yield from _token_flow_row(q)
     yield from _context_row(cfg, q)
     yield from _health_row(cfg, q)
+
+
+# --- Fleet dashboard ------------------------------------------------------------------------
+
+
+def _acceptance_bands(cfg: MixinConfig) -> list[tuple[str, float | None, float | None, str]]:
+    """(legend, low, high, colour) of the three acceptance bands, thresholds from the config."""
+    warn, crit = cfg.acceptance_warning_threshold, cfg.acceptance_critical_threshold
+    return [
+        (f"at or above {warn:.0%}", warn, None, "green"),
+        (f"{crit:.0%} to {warn:.0%}", crit, warn, "orange"),
+        (f"below {crit:.0%}", None, crit, "red"),
+    ]
+
+
+def _fleet_top_row(cfg: MixinConfig, q: Queries) -> Iterator:
+    warn = f"{cfg.acceptance_warning_threshold:.0%}"
+    crit = f"{cfg.acceptance_critical_threshold:.0%}"
+    bands = _acceptance_bands(cfg)
+    yield _acceptance_stat(cfg, q, "Fleet acceptance rate",
+                           "over every selected server (busy servers weigh more)", width=4)
+    servers = stat_panel(
+        "Servers by acceptance",
+        f"How many servers (with draft traffic) are accepted at or above {warn}, between {crit} "
+        f"and {warn} (alert {rules.ACCEPTANCE_LOW}) and below {crit} (alert "
+        f"{rules.ACCEPTANCE_CRITICAL}), each server's acceptance summed over its models and "
+        "engines before dividing. Good: every server in the first band, the other two 0. "
+        "'No traffic' means no server proposed draft tokens in the window.",
+        NUMBER,
+        [Query(q.servers_in_band(low, high), legend, instant=True) for legend, low, high, _ in bands],
+        no_value="No traffic",
+        sparkline=False,
+        decimals=0,
+        color_mode=common_models.BigValueColorMode.BACKGROUND,
+        text_mode=common_models.BigValueTextMode.VALUE_AND_NAME,
+        width=7,
+    ).links(runbook_links(cfg, rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL))
+    for legend, _, high, color in bands:
+        band_thresholds = count_thresholds(color) if high is not None else thresholds(color)
+        servers = servers.override_by_name(legend, [dashboard_models.DynamicConfigValue(
+            id_val="thresholds", value=as_json(band_thresholds))])
+    yield servers
+    yield _speedup_stat(q, width=4)
+    yield stat_panel(
+        "Spec decoding off",
+        "Servers whose vLLM exposes no spec-decode metrics: speculation is not configured, or a "
+        "vLLM upgrade renamed the metrics (alert " + rules.METRICS_MISSING + "). Good is 0, "
+        "unless some servers are meant to run without speculation. The table 'Servers not "
+        "speculating' names them.",
+        NUMBER,
+        [Query(q.spec_decode_off_servers(), "spec off")],
+        thresholds_config=count_thresholds("orange"),
+        no_value="No exporter",
+        sparkline=False,
+        color_mode=common_models.BigValueColorMode.BACKGROUND,
+        width=3,
+    ).links(runbook_links(cfg, rules.METRICS_MISSING))
+    yield _targets_down_stat(cfg, q, width=3)
+    yield _firing_alerts_stat(cfg, q, width=3)
+
+
+def _servers_row(cfg: MixinConfig, q: Queries) -> Iterator:
+    instance = cfg.instance_label
+    by_server = (instance, "model_name")
+    overview = dashboard_url(cfg, main_dashboard_uid(cfg))
+    yield dashboard.Row("Servers: which ones speculate badly?")
+    yield merged_table_panel(
+        "Servers, worst acceptance first",
+        "One row per server and model, lowest acceptance on top: acceptance (accepted / drafted "
+        "over the server's engines), tokens per step (1 + accepted / drafts) next to k, draft "
+        "tokens proposed per second (how much the row weighs in the fleet figures), the "
+        "exporter's estimated speed-up, and whether the exporter can read vLLM. Good: every "
+        "acceptance green and every speed-up above 1×. Empty cells mean no draft tokens in the "
+        "window; a row with only 'vLLM up' is a server that is down or not speculating. Click "
+        "an instance to open it in the overview dashboard.",
+        [
+            Column("acceptance", f"sort({q.acceptance(by_server)})", RATIO, decimals=1,
+                   thresholds_config=acceptance_thresholds(cfg)),
+            Column("tokens per step", q.mean_acceptance_length(by_server), NUMBER, decimals=2),
+            Column("k", q.gauge(NUM_SPECULATIVE_TOKENS, by_server, op="max"), NUMBER, decimals=0),
+            Column("draft tokens/s", q.sum_rate(DRAFT_TOKENS, by_server), TOKENS_PER_SECOND, decimals=1),
+            Column("speed-up (est.)", q.traffic_weighted(ESTIMATED_SPEEDUP, by_server), SPEEDUP,
+                   decimals=2, thresholds_config=_speedup_thresholds()),
+            Column("vLLM up", q.per_target(TARGET_UP), NUMBER, thresholds_config=thresholds("red", (1, "green")),
+                   mappings=value_words({0: ("down", "red"), 1: ("up", "green")})),
+        ],
+        labels={instance: "instance", "model_name": "model"},
+        sort_by="acceptance",
+        label_links={instance: [{
+            "title": "Open ${__value.raw} in the overview",
+            "url": overview + "?${datasource:queryparam}&var-instance=${__value.raw}&${__url_time_range}",
+        }]},
+        width=24,
+        height=9,
+        no_value="No exporter",
+    ).links([link("Overview", overview + "?${__all_variables}&${__url_time_range}",
+                  "The overview dashboard with this selection and time range").target_blank(False),
+             *runbook_links(cfg, rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL)])
+    yield bargauge_panel(
+        "Acceptance by server",
+        "Each server's acceptance now (accepted / drafted over its models and engines), lowest "
+        "first, coloured by the alert thresholds. Good: every bar green. One short bar is that "
+        "server's draft model, k or traffic; every bar short is the model or the prompt mix.",
+        RATIO,
+        [Query(f"sort({q.acceptance((instance,))})", legend_label(instance), instant=True)],
+        thresholds_config=acceptance_thresholds(cfg),
+        no_value="No traffic",
+        width=8,
+        height=8,
+    )
+    yield timeseries_panel(
+        "Servers per acceptance band",
+        "Servers with draft traffic per acceptance band over time, stacked: green at or above "
+        "the warning threshold, orange between critical and warning, red below critical. Good: "
+        "all green. Many servers turning orange at once points at a shared cause (model, "
+        "prompt mix, a release); one server at a time at that server.",
+        NUMBER,
+        [Query(q.servers_in_band(low, high), legend) for legend, low, high, _ in _acceptance_bands(cfg)],
+        stacked=True,
+        bars=True,
+        min_value=0,
+        legend_calcs=("max", "lastNotNull"),
+        colors={legend: color for legend, _, _, color in _acceptance_bands(cfg)},
+        width=8,
+        height=8,
+    )
+    yield _acceptance_by_instance(cfg, q, width=8)
+
+
+def _models_row(cfg: MixinConfig, q: Queries) -> Iterator:
+    by_model = ("model_name",)
+    yield dashboard.Row("Models: fleet-wide acceptance per model")
+    yield merged_table_panel(
+        "Models across the fleet",
+        "Per model, over every selected server serving it: servers speculating it, acceptance "
+        "and tokens per step with numerator and denominator summed over the servers before "
+        "dividing (never an average of per-server ratios, so a busy server weighs more than an "
+        "idle one), draft tokens per second and estimated speed-up. Good: acceptance green.",
+        [
+            Column("servers", sum_by(by_model, q.gauge(NUM_SPECULATIVE_TOKENS, (cfg.instance_label, *by_model),
+                                                      op="max"), op="count"), NUMBER, decimals=0),
+            Column("acceptance", f"sort({q.acceptance(by_model)})", RATIO, decimals=1,
+                   thresholds_config=acceptance_thresholds(cfg)),
+            Column("tokens per step", q.mean_acceptance_length(by_model), NUMBER, decimals=2),
+            Column("draft tokens/s", q.sum_rate(DRAFT_TOKENS, by_model), TOKENS_PER_SECOND, decimals=1),
+            Column("speed-up (est.)", q.traffic_weighted(ESTIMATED_SPEEDUP, by_model), SPEEDUP,
+                   decimals=2, thresholds_config=_speedup_thresholds()),
+        ],
+        labels={"model_name": "model"},
+        sort_by="acceptance",
+        width=10,
+        height=8,
+        no_value="No exporter",
+    ).links(runbook_links(cfg, rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL))
+    yield _acceptance_by_model(cfg, q, width=14)
+
+
+def _not_speculating_row(cfg: MixinConfig, q: Queries) -> Iterator:
+    yield dashboard.Row("Servers not speculating, and alerts")
+    yield table_panel(
+        "Servers not speculating",
+        f"Every server that is not speculating now, and why: '{PROBLEM_SPEC_OFF}' (vLLM "
+        f"exposes no spec-decode metrics: not configured, or renamed by an upgrade), "
+        f"'{PROBLEM_VLLM_UNREADABLE}' (the exporter cannot read vLLM's /metrics: vLLM down or "
+        f"unreachable) or '{PROBLEM_EXPORTER_UNSCRAPED}' (Prometheus cannot scrape the exporter). "
+        "Good: empty, or only servers meant to run without speculation.",
+        NUMBER,
+        [Query(q.not_speculating(), table=True)],
+        hidden_columns=("Time", "Value"),
+        width=12,
+        height=6,
+        no_value="None: every server speculates",
+    ).links(runbook_links(cfg, rules.METRICS_MISSING, rules.VLLM_UNREACHABLE, rules.EXPORTER_DOWN))
+    yield _firing_alerts_table(cfg, q, width=12)
+
+
+def _fleet_panels(cfg: MixinConfig, q: Queries) -> Iterator:
+    yield from _fleet_top_row(cfg, q)
+    yield from _servers_row(cfg, q)
+    yield from _models_row(cfg, q)
+    yield from _not_speculating_row(cfg, q)
 
 
 def _layout(model: dict) -> None:
@@ -933,9 +1253,9 @@ def configmap_yaml(files: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def lint_config(model: dict) -> dict:
-    """Exclusions for grafana/dashboard-linter, each with its reason, derived from the panels so
-    they can never drift from the queries they excuse."""
+def lint_config(models: Sequence[dict]) -> dict:
+    """Exclusions for grafana/dashboard-linter, each with its reason, derived from the panels of
+    every dashboard so they can never drift from the queries they excuse."""
     unscoped_reason = (
         "vLLM's own latency histograms come from vLLM's scrape job, whose job/instance values differ "
         "from the exporter's; they are narrowed by MixinConfig.vllm_selector plus the model and "
@@ -945,12 +1265,14 @@ def lint_config(model: dict) -> dict:
     unscoped_metrics = (*(vllm_name_pattern(name) for name in VLLM_METRICS_QUERIED), "ALERTS{")
     unscoped = [
         {"dashboard": model["title"], "panel": panel["title"], "targetIdx": str(index)}
+        for model in models
         for panel in iter_panels(model)
         for index, target in enumerate(panel.get("targets", []))
         if any(name in target["expr"] for name in unscoped_metrics)
     ]
     custom_units = [
         {"dashboard": model["title"], "panel": panel["title"]}
+        for model in models
         for panel in iter_panels(model)
         if ":" in panel["fieldConfig"]["defaults"].get("unit", "")
     ]
@@ -966,32 +1288,51 @@ def lint_config(model: dict) -> dict:
     }}
 
 
-def lint_yaml(model: dict) -> str:
+def lint_yaml(models: Sequence[dict]) -> str:
     return "# Generated by `vllm-spec-exporter generate`; do not edit.\n" + yaml.safe_dump(
-        lint_config(model), sort_keys=True, width=100, allow_unicode=True)
+        lint_config(models), sort_keys=True, width=100, allow_unicode=True)
 
 
 def _markdown_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def readme_markdown(cfg: MixinConfig, model: dict) -> str:
+def _panel_tables(model: dict, top_heading: str) -> list[str]:
+    """One markdown table per row of the dashboard, the panels' own descriptions in it."""
+    table_head = ["| panel | unit | what it shows, what good looks like |", "|---|---|---|"]
+    out: list[str] = []
+    for panel in model["panels"]:
+        if panel["id"] == 1 and panel["type"] != "row":
+            out += ["", f"### {top_heading}", "", *table_head]
+        if panel["type"] == "row":
+            out += ["", f"### {panel['title']}", "", *table_head]
+        else:
+            unit = panel["fieldConfig"]["defaults"].get("unit", "")
+            out.append(f"| **{panel['title']}** | `{unit}` | {_markdown_cell(panel['description'])} |")
+    return out
+
+
+def readme_markdown(cfg: MixinConfig, models: dict[str, dict]) -> str:
     """dashboards/README.md. The panel tables are the panels' own descriptions, so the README
-    cannot drift from the dashboard and every threshold in it comes from MixinConfig."""
+    cannot drift from the dashboards and every threshold in it comes from MixinConfig."""
     warn = f"{cfg.acceptance_warning_threshold:.0%}"
     crit = f"{cfg.acceptance_critical_threshold:.0%}"
     raise_k = f"{cfg.acceptance_raise_k_threshold:.0%}"
-    main_file = MAIN_DASHBOARD_PATH.rsplit("/", 1)[1]
+    model, fleet = models[MAIN_DASHBOARD_PATH], models[FLEET_DASHBOARD_PATH]
+    main_file, fleet_file = file_name(MAIN_DASHBOARD_PATH), file_name(FLEET_DASHBOARD_PATH)
     tags = ", ".join(f"`{tag}`" for tag in model["tags"])
-    table_head = ["| panel | unit | what it shows, what good looks like |", "|---|---|---|"]
     out = [
         "<!-- Generated by `vllm-spec-exporter generate` from mixin/dashboards.py; do not edit. -->",
-        f"# Grafana dashboard: {model['title']}",
+        "# Grafana dashboards: is speculative decoding paying off?",
         "",
-        "One dashboard for the engineer who opens it from a page: the top row says in five seconds "
-        "whether speculative decoding is paying off and whether anything is firing; the rows below "
-        "say since when, where (model, server, engine, draft position) and why (load, latency, "
-        "exporter health). Every threshold comes from the same `MixinConfig` as the alert rules "
+        f"Two dashboards, linked both ways (the **Fleet** and **Overview** links in the top bar). "
+        f"**{model['title']}** is for the engineer who opens it from a page: the top row says in "
+        "five seconds whether speculative decoding is paying off and whether anything is firing; "
+        "the rows below say since when, where (model, server, engine, draft position) and why "
+        f"(load, latency, exporter health). **{fleet['title']}** is for the engineer who runs many "
+        "vLLM servers: every server side by side, worst acceptance first, how acceptance is spread "
+        "across the fleet, fleet-wide acceptance per model, and which servers are not speculating. "
+        "Every threshold comes from the same `MixinConfig` as the alert rules "
         f"(now: warning {warn}, critical {crit}, raise k above {raise_k}).",
         "",
         f"![Preview of the dashboard]({PREVIEW_FILE})",
@@ -1005,8 +1346,9 @@ def readme_markdown(cfg: MixinConfig, model: dict) -> str:
         "",
         "| file | what |",
         "|---|---|",
-        f"| `{main_file}` | the dashboard (uid `{model['uid']}`, tags {tags}, read-only) |",
-        "| `kubernetes/grafana-dashboards-configmap.yaml` | the same JSON in a ConfigMap labelled "
+        f"| `{main_file}` | the overview dashboard (uid `{model['uid']}`, tags {tags}, read-only) |",
+        f"| `{fleet_file}` | the fleet dashboard (uid `{fleet['uid']}`, same tags, read-only) |",
+        "| `kubernetes/grafana-dashboards-configmap.yaml` | both JSON files in a ConfigMap labelled "
         "`grafana_dashboard: \"1\"` for the Grafana sidecar of kube-prometheus-stack |",
         "| `.lint` | exclusions, with reasons, for "
         "[grafana/dashboard-linter](https://github.com/grafana/dashboard-linter) |",
@@ -1014,7 +1356,8 @@ def readme_markdown(cfg: MixinConfig, model: dict) -> str:
         "",
         "## Install",
         "",
-        "- **Grafana UI**: Dashboards → New → Import → upload `" + main_file + "`, pick your Prometheus.",
+        "- **Grafana UI**: Dashboards → New → Import → upload `" + main_file + "`, pick your Prometheus; "
+        "the same for `" + fleet_file + "`.",
         "- **kube-prometheus-stack**: `kubectl apply -n <namespace Grafana's sidecar watches> -f "
         "dashboards/kubernetes/grafana-dashboards-configmap.yaml` (the release namespace, or any "
         "namespace with `grafana.sidecar.dashboards.searchNamespace=ALL`).",
@@ -1048,6 +1391,18 @@ def readme_markdown(cfg: MixinConfig, model: dict) -> str:
         "below. Panels link to the runbook of the alert they explain, and the dashboard links to "
         "the runbook page; alerts carry a `dashboard_url` back here.",
         "",
+        "## Reading the fleet dashboard",
+        "",
+        f"1. **Fleet acceptance rate** and **Servers by acceptance**: the fleet's acceptance "
+        "(numerator and denominator summed over every server, never an average of ratios) and how "
+        f"many servers are at or above {warn}, between {crit} and {warn}, and below {crit}.",
+        "2. **Spec decoding off**, **Targets down**, **Firing alerts**: servers that are not "
+        "speculating, or not readable, and pages anywhere.",
+        "3. **Servers, worst acceptance first**: the table to start from; click an instance to open "
+        "it in the overview with the same time range.",
+        "4. **Models across the fleet**: one model bad everywhere is the model, its drafter or "
+        "the prompt mix; one server bad is that server.",
+        "",
         "## Variables",
         "",
         "| variable | from | notes |",
@@ -1060,21 +1415,18 @@ def readme_markdown(cfg: MixinConfig, model: dict) -> str:
                        "`.+`, refreshed on time-range change |")
     out += [
         "",
+        "Both dashboards have these variables. "
         "Every exporter query filters on all four. vLLM's own latency histograms come from "
         f"vLLM's scrape job (`{cfg.vllm_selector}`), whose job and instance differ from the "
         "exporter's: they follow the model and engine variables only. Firing alerts are shown for "
         "every server on purpose. Both exceptions are recorded in `.lint`.",
         "",
-        "## Panels",
+        f"## Overview panels ({main_file})",
+        *_panel_tables(model, "Top row (always visible)"),
+        "",
+        f"## Fleet panels ({fleet_file})",
+        *_panel_tables(fleet, "Top row (always visible)"),
     ]
-    for panel in model["panels"]:
-        if panel["type"] == "row":
-            out += ["", f"### {panel['title']}", "", *table_head]
-        else:
-            unit = panel["fieldConfig"]["defaults"].get("unit", "")
-            out.append(f"| **{panel['title']}** | `{unit}` | {_markdown_cell(panel['description'])} |")
-        if panel["id"] == 1:
-            out[-1:-1] = ["", "### Top row (always visible)", "", *table_head]
     out += [
         "",
         "## Query conventions",
@@ -1091,7 +1443,8 @@ def readme_markdown(cfg: MixinConfig, model: dict) -> str:
         "",
         "## How it is tested",
         "",
-        "- `tests/test_dashboards.py` re-implements grafana/dashboard-linter's rules (datasource "
+        "- `tests/test_dashboards.py` re-implements grafana/dashboard-linter's rules, on every "
+        "dashboard file (datasource "
         "variable, panel datasources, titles, descriptions, units, `$__rate_interval`, counters only "
         "in `rate()`, job/instance filters, variables, read-only, unique ids) with PromQL parsed by "
         "`promql-parser`, and adds: every metric queried is served by the exporter, defined by a "
@@ -1101,7 +1454,11 @@ def readme_markdown(cfg: MixinConfig, model: dict) -> str:
         "(and the fake vLLM directly, in both name spellings), substitutes the variables as Grafana "
         "does, runs **every** panel query and checks the values against the scripted traffic "
         "(acceptance, tokens per step, efficiency, per-position rates, shares), that idle traffic "
-        "gives empty ratios (\"No traffic\"), and that a lost vLLM shows up in the health panels.",
+        "gives empty ratios (\"No traffic\"), and that a lost vLLM shows up in the health panels. "
+        "For the fleet dashboard it runs five exporters (three fake vLLMs at different acceptance "
+        "and traffic, one without speculation, one unreachable) and checks every query exactly: "
+        "the table order, the per-server values, the band counts and the per-model sums "
+        "(sum-then-divide, which differs from the mean of the servers' ratios).",
         "",
         "## Compared with vLLM's own \"Speculative Decoding\" dashboard",
         "",
@@ -1126,12 +1483,16 @@ def readme_markdown(cfg: MixinConfig, model: dict) -> str:
     return "\n".join(out)
 
 
+def file_name(path: str) -> str:
+    return path.rsplit("/", 1)[1]
+
+
 def render(cfg: MixinConfig) -> dict[str, str]:
-    model = build_main_dashboard(cfg)
-    main = dashboard_json(model)
+    models = {path: build(cfg) for path, build in DASHBOARD_BUILDERS.items()}
+    texts = {path: dashboard_json(model) for path, model in models.items()}
     return {
-        MAIN_DASHBOARD_PATH: main,
-        CONFIGMAP_PATH: configmap_yaml({MAIN_DASHBOARD_PATH.rsplit("/", 1)[1]: main}),
-        LINT_PATH: lint_yaml(model),
-        README_PATH: readme_markdown(cfg, model),
+        **texts,
+        CONFIGMAP_PATH: configmap_yaml({file_name(path): text for path, text in texts.items()}),
+        LINT_PATH: lint_yaml(list(models.values())),
+        README_PATH: readme_markdown(cfg, models),
     }

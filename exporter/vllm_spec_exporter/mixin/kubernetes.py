@@ -284,7 +284,7 @@ Then check:
 - Prometheus → Status → Targets lists `podMonitor/{EXAMPLE_NAMESPACE}/vllm-spec-exporter/0`, and
   `vllm_spec_exporter_target_up{{{cfg.exporter_selector}}}` returns one series per pod;
 - Prometheus → Alerts lists the `SpecDecode*` rules;
-- Grafana lists "{dashboards.MAIN_DASHBOARD_TITLE}".
+- Grafana lists "{dashboards.MAIN_DASHBOARD_TITLE}" and "{dashboards.FLEET_DASHBOARD_TITLE}".
 
 Notes:
 

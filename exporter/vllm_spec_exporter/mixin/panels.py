@@ -8,10 +8,12 @@ sum-then-divide with a `(den > 0)` guard (no NaN/Inf when idle), and every panel
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from grafana_foundation_sdk.builders import bargauge, common, dashboard, prometheus, stat, table, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as common_models
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
@@ -143,6 +145,18 @@ def thresholds(base_color: str, *steps: tuple[float, str]) -> dashboard.Threshol
     )
 
 
+def as_json(built: object) -> object:
+    """A builder's (or model's) JSON form, for field overrides, which take plain values."""
+    if hasattr(built, "build"):
+        built = built.build()
+    return json.loads(JSONEncoder(sort_keys=True).encode(built))
+
+
+def count_thresholds(color: str) -> dashboard.ThresholdsConfig:
+    """For counts of servers in trouble: green at 0, `color` from 1."""
+    return thresholds("green", (1, color))
+
+
 def acceptance_thresholds(cfg: MixinConfig) -> dashboard.ThresholdsConfig:
     """Red below the critical threshold, orange below the warning threshold, green above."""
     return thresholds(
@@ -272,15 +286,15 @@ def fixed_color(color: str) -> dashboard_models.DynamicConfigValue:
 
 def bargauge_panel(title: str, description: str, unit: str, queries: Sequence[Query], *,
                    thresholds_config: dashboard.ThresholdsConfig, width: int = 8, height: int = 8,
-                   no_value: str = "") -> bargauge.Panel:
+                   no_value: str = "", min_value: float = 0, max_value: float = 1) -> bargauge.Panel:
     panel = (
         bargauge.Panel()
         .title(title)
         .description(description)
         .datasource(DATASOURCE)
         .unit(unit)
-        .min(0)
-        .max(1)
+        .min(min_value)
+        .max(max_value)
         .span(width)
         .height(height)
         .thresholds(thresholds_config)
@@ -321,3 +335,83 @@ def table_panel(title: str, description: str, unit: str, queries: Sequence[Query
     if no_value:
         panel = panel.no_value(no_value)
     return with_targets(panel, queries)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One value column of a merged table: an instant query and how its cells are shown.
+
+    `thresholds_config` colours the cell background; `mappings` turn values into words; `links`
+    are data links on the column (Grafana interpolates `${__value.raw}` and the variables).
+    """
+
+    header: str
+    expr: str
+    unit: str = NUMBER
+    decimals: int | None = None
+    thresholds_config: dashboard.ThresholdsConfig | None = None
+    mappings: list[dict] = field(default_factory=list)
+
+
+def merged_table_panel(title: str, description: str, columns: Sequence[Column], *,
+                       labels: dict[str, str], sort_by: str = "", descending: bool = False,
+                       label_links: dict[str, list[dict]] | None = None, width: int = 24,
+                       height: int = 8, no_value: str = "") -> table.Panel:
+    """A table with one row per label set and one column per query.
+
+    Every query is an instant table query; Grafana's merge transformation joins their rows on the
+    labels all of them carry (a column aggregated by fewer labels, e.g. per instance only, is
+    copied onto every row of that instance). `labels` maps the label columns (the labels the
+    queries aggregate by, so no other label column appears) to their headers; the time is hidden.
+    Column `i` is Grafana's "Value #<refId>", renamed to its header. `sort_by` names the header
+    Grafana sorts on (ascending unless `descending`).
+    """
+    queries = [Query(column.expr, table=True) for column in columns]
+    value_names = {f"Value #{chr(ord('A') + index)}": column.header for index, column in enumerate(columns)}
+    panel = (
+        table.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(NUMBER)
+        .span(width)
+        .height(height)
+        .with_transformation(dashboard_models.DataTransformerConfig(id_val="merge", options={}))
+        .with_transformation(dashboard_models.DataTransformerConfig(
+            id_val="organize",
+            options={
+                # Queries aggregate `by` exactly the listed labels, so no other column appears.
+                "excludeByName": {"Time": True},
+                "indexByName": {name: index for index, name in enumerate([*labels, *value_names])},
+                "renameByName": {**labels, **value_names},
+            },
+        ))
+    )
+    if sort_by:
+        panel = panel.sort_by([common.TableSortByFieldState().display_name(sort_by).desc(descending)])
+    for column in columns:
+        properties = [dashboard_models.DynamicConfigValue(id_val="unit", value=column.unit)]
+        if column.decimals is not None:
+            properties.append(dashboard_models.DynamicConfigValue(id_val="decimals", value=column.decimals))
+        if column.thresholds_config is not None:
+            properties += [
+                dashboard_models.DynamicConfigValue(id_val="thresholds", value=as_json(column.thresholds_config)),
+                dashboard_models.DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-background"}),
+            ]
+        if column.mappings:
+            properties.append(dashboard_models.DynamicConfigValue(id_val="mappings", value=column.mappings))
+        panel = panel.override_by_name(column.header, properties)
+    for label, links in (label_links or {}).items():
+        panel = panel.override_by_name(
+            labels[label], [dashboard_models.DynamicConfigValue(id_val="links", value=links)])
+    if no_value:
+        panel = panel.no_value(no_value)
+    return with_targets(panel, queries)
+
+
+def value_words(words: dict[float, tuple[str, str]]) -> list[dict]:
+    """A value mapping as a field override takes it: {value: (text, colour)}."""
+    return [{"type": "value", "options": {
+        f"{value:g}": {"text": text, "color": color, "index": index}
+        for index, (value, (text, color)) in enumerate(words.items())
+    }}]

@@ -685,3 +685,30 @@ def test_readme_lists_every_dashboard_and_panel(cfg: MixinConfig) -> None:
         assert f"`{Path(path).name}`" in readme and model["uid"] in readme
         for panel in dashboards.iter_panels(model):
             assert f"| **{panel['title']}** |" in readme, panel["title"]
+
+
+def test_efficiency_covers_the_same_series_on_both_sides(tmp_path: Path) -> None:
+    """A series whose k gauge is missing (the exporter's first poll, a target just gone down while
+    rate() still holds its samples) must not count in the numerator only: that gave 1.2 for a true
+    0.6. Checked with promtool's own PromQL engine on the dashboard's generated expression."""
+    from support.prom import PROMTOOL_BIN, require_binary, run_tool
+
+    promtool = require_binary(PROMTOOL_BIN)
+    expr = dashboards.expand_variables(dashboards.Queries(MixinConfig()).efficiency(), "1m")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(
+        {"groups": [{"name": "t", "rules": [{"record": "dash:efficiency", "expr": expr}]}]}))
+    series = 'job="vllm-spec-exporter",instance="{i}",model_name="m",engine="0"'
+    inputs = []
+    for instance, has_k in (("a", True), ("b", False)):
+        labels = series.format(i=instance)
+        inputs.append({"series": f"vllm_spec_decode_drafts_total{{{labels}}}", "values": "0+150x10"})
+        inputs.append({"series": f"vllm_spec_decode_accepted_tokens_total{{{labels}}}", "values": "0+300x10"})
+        if has_k:
+            inputs.append({"series": f"vllm_spec_decode_num_speculative_tokens{{{labels}}}", "values": "4x10"})
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump({
+        "rule_files": ["rules.yaml"], "evaluation_interval": "15s",
+        "tests": [{"interval": "15s", "input_series": inputs, "promql_expr_test": [
+            {"expr": "dash:efficiency", "eval_time": "2m",
+             "exp_samples": [{"labels": "dash:efficiency", "value": 0.6}]}]}]}))
+    done = run_tool([promtool, "test", "rules", "test.yaml"], cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr

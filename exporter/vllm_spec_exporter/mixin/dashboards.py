@@ -182,13 +182,13 @@ class Queries:
 
     def efficiency(self, by: tuple[str, ...] = ()) -> str:
         """(drafts + accepted) / (drafts * (k + 1)): tokens emitted / most emittable. Each draft's
-        rate is weighted by its own series' k, so servers with different k aggregate correctly."""
-        emitted = f"{self.sum_rate(DRAFTS, by)} + {self.sum_rate(ACCEPTED, by)}"
-        most_emittable = sum_by(
-            by,
-            f"{rate(DRAFTS, self.sel.series)} * ({selector(NUM_SPECULATIVE_TOKENS, self.sel.series)} + 1)",
-        )
-        return guarded_ratio(f"({emitted})", most_emittable)
+        rate is weighted by its own series' k, so servers with different k aggregate correctly.
+        Both sides cover exactly the series that have a k gauge: a series whose k is missing (the
+        exporter's first poll, a target just gone down) must not add to the numerator alone."""
+        k = selector(NUM_SPECULATIVE_TOKENS, self.sel.series)
+        emitted = sum_by(by, f"({rate(DRAFTS, self.sel.series)} + {rate(ACCEPTED, self.sel.series)}) and {k}")
+        most_emittable = sum_by(by, f"{rate(DRAFTS, self.sel.series)} * ({k} + 1)")
+        return guarded_ratio(emitted, most_emittable)
 
     def drafted_efficiency(self, by: tuple[str, ...] = ()) -> str:
         """(drafts + accepted) / (drafts + draft tokens): fair when drafts are shorter than k."""

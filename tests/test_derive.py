@@ -187,7 +187,7 @@ def test_v0_uses_the_gauges_and_never_rates_its_counters():
     snap = normalise(parse(text))
     assert snap.schema == "v0"
     assert not any(fam in ("drafts", "draft_tokens", "accepted_tokens", "generation_tokens")
-                   for fam, _, _ in snap.counters)
+                   for fam, _, _, _ in snap.counters)
     out = tl.poll(0, text)
     series = ("meta-llama/Llama-3.1-8B-Instruct", "")
     assert values(out, "vllm_spec_decode_acceptance_ratio") == {series: 0.607}
@@ -212,7 +212,7 @@ def test_invalid_samples_are_rejected_and_named_the_rest_kept():
     snap = normalise(parse(text))
     assert len(snap.invalid) == 4
     assert "position label 'x'" in snap.invalid[0]
-    assert list(snap.counters) == [("accepted_tokens", ("m", "0"), "")]
+    assert list(snap.counters) == [("accepted_tokens", ("m", "0"), "", "")]
 
 
 def test_ray_replicas_fold_onto_model_and_engine_and_exact_duplicates_do_not_double():
@@ -223,8 +223,32 @@ def test_ray_replicas_fold_onto_model_and_engine_and_exact_duplicates_do_not_dou
             'ray_vllm:kv_cache_usage_perc{ReplicaId="a",engine="0",model_name="m"} 0.2\n'
             'ray_vllm:kv_cache_usage_perc{ReplicaId="b",engine="0",model_name="m"} 0.7\n')
     snap = normalise(parse(text))
-    assert snap.counters == {("drafts", ("m", "0"), ""): 15}
+    assert snap.exported_counters() == {("drafts", ("m", "0"), ""): 15}
     assert snap.gauges == {("kv_cache_usage", ("m", "0")): 0.7}
+
+
+def ray_body(replicas: dict[str, tuple[int, int, int]]) -> str:
+    """Ray-style exposition: per replica (drafts, draft tokens, accepted)."""
+    lines = ["# TYPE x counter"]
+    for replica, (d, t, a) in replicas.items():
+        labels = f'ReplicaId="{replica}",engine="0",model_name="m"'
+        lines += [f"ray_vllm:spec_decode_num_drafts_total{{{labels}}} {d}",
+                  f"ray_vllm:spec_decode_num_draft_tokens_total{{{labels}}} {t}",
+                  f"ray_vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {a}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_ray_replica_leaving_or_joining_is_neither_a_reset_nor_a_spike():
+    tl = Timeline()
+    tl.poll(0, ray_body({"a": (10_000, 40_000, 30_000), "b": (10_000, 40_000, 30_000)}))
+    tl.poll(5, ray_body({"a": (10_100, 40_400, 30_200), "b": (10_100, 40_400, 30_200)}))
+    # b leaves (scale down), c joins with a long history of its own (moved from elsewhere)
+    out = tl.poll(10, ray_body({"a": (10_200, 40_800, 30_400), "c": (50_000, 200_000, 10_000)}))
+    assert tl.resets == 0
+    # Only a's growth is a common interval's growth (c has a single sample, b is gone).
+    ratio = values(out, "vllm_spec_decode_acceptance_ratio")[("m", "0")]
+    assert ratio == pytest.approx(400 / 800)
+    assert values(out, "vllm_spec_decode_draft_tokens_per_second")[("m", "0")] < 1000
 
 
 @pytest.mark.parametrize("acceptance", [0.0, 0.25, 0.5, 1.0])

@@ -116,7 +116,7 @@ def test_spec_off_fixture_reports_disabled_and_no_ratios():
     for scrape in index["scrapes"]:
         snap = normalise(parse((d / scrape["file"]).read_text()))
         assert snap.schema == "none" and not snap.spec_enabled
-        assert any(fam == "generation_tokens" for fam, _, _ in snap.counters)
+        assert any(fam == "generation_tokens" for fam, _, _, _ in snap.counters)
 
 
 def test_openmetrics_negotiated_capture_parses_to_the_same_counters():

@@ -56,7 +56,7 @@ class SpecDecodeCollector(Collector):
         yield from (f for f in derived.values() if f.samples)
         if snap.schema == "v1":
             counters = {m.name: _counter(m.name) for m in COUNTERS}
-            for (family, series, position), value in sorted(snap.counters.items()):
+            for (family, series, position), value in sorted(snap.exported_counters().items()):
                 labels = [*series, position] if position else list(series)
                 counters[_COUNTER_NAMES[family]].add_metric(labels, value)
             yield from (f for f in counters.values() if f.samples)

@@ -32,29 +32,26 @@ class SeriesFigures:
 
 
 def figures(store: WindowStore, snap: Snapshot, series: SeriesKey) -> SeriesFigures | None:
-    """Deltas of every counter of `series` over one common interval, or None before 2 polls."""
-    per_pos = store.group_keys("accepted_per_pos", series)
-    singles = {fam: (fam, series, "") for fam in ("drafts", "draft_tokens", "accepted_tokens",
-                                                   "generation_tokens")}
-    span = store.span([*singles.values(), *per_pos])
+    """Deltas of every counter of `series` over one common interval (replicas summed), or None
+    before 2 polls."""
+    keys = store.series_keys(series)
+    span = store.span(keys)
     if span is None:
         return None
     start, end = span
-
-    def delta(family: str) -> float | None:
-        return store.delta(singles[family], start, end)
-
-    by_pos = {}
-    for key in per_pos:
+    totals: dict[tuple[str, str], float] = {}
+    for key in keys:
         value = store.delta(key, start, end)
         if value is not None:
-            by_pos[key[2]] = value
+            family, _, position, _ = key
+            totals[(family, position)] = totals.get((family, position), 0.0) + value
+    by_pos = {pos: v for (family, pos), v in totals.items() if family == "accepted_per_pos"}
     return SeriesFigures(
         seconds=end - start,
-        drafts=delta("drafts"),
-        draft_tokens=delta("draft_tokens"),
-        accepted=delta("accepted_tokens"),
-        generation=delta("generation_tokens"),
+        drafts=totals.get(("drafts", "")),
+        draft_tokens=totals.get(("draft_tokens", "")),
+        accepted=totals.get(("accepted_tokens", "")),
+        generation=totals.get(("generation_tokens", "")),
         accepted_by_position=dict(sorted(by_pos.items(), key=lambda kv: int(kv[0]))),
         k=len(snap.positions(series)),
     )

@@ -14,8 +14,12 @@ from .parse import RawSample
 
 # (model_name, engine); engine is "" on V0, which has no engine label.
 SeriesKey = tuple[str, str]
-# (canonical family, series, position); position is "" except for accepted_per_pos.
-CounterKey = tuple[str, SeriesKey, str]
+# (canonical family, series, position, replica); position is "" except for accepted_per_pos;
+# replica is the text of any extra labels (Ray's per-replica labels), "" for plain vLLM. Each
+# replica keeps its own window so a replica leaving or restarting is never read as the others
+# resetting; derived values sum the replicas' deltas.
+CounterKey = tuple[str, SeriesKey, str, str]
+BASE_LABELS = frozenset(("model_name", "engine", "position"))
 
 V1_COUNTERS = ("drafts", "draft_tokens", "accepted_tokens", "accepted_per_pos")
 V0_MARKERS = ("v0_acceptance_rate", "v0_efficiency", "v0_emitted_tokens")
@@ -44,12 +48,20 @@ class Snapshot:
 
     def positions(self, series: SeriesKey) -> list[str]:
         """Draft positions exposed for a series, sorted numerically: len() is k."""
-        found = {pos for fam, key, pos in self.counters if fam == "accepted_per_pos" and key == series}
+        found = {pos for fam, key, pos, _ in self.counters if fam == "accepted_per_pos" and key == series}
         return sorted(found, key=int)
 
     def series_keys(self) -> list[SeriesKey]:
-        keys = {key for _, key, _ in self.counters} | {key for _, key in self.gauges}
+        keys = {key for _, key, _, _ in self.counters} | {key for _, key in self.gauges}
         return sorted(keys)
+
+    def exported_counters(self) -> dict[tuple[str, SeriesKey, str], float]:
+        """Counter values per (family, series, position), replicas summed, for re-exposition."""
+        out: dict[tuple[str, SeriesKey, str], float] = {}
+        for (family, series, position, _), value in self.counters.items():
+            key = (family, series, position)
+            out[key] = out.get(key, 0.0) + value
+        return out
 
 
 def detect_schema(samples: list[RawSample]) -> str:
@@ -63,8 +75,7 @@ def detect_schema(samples: list[RawSample]) -> str:
 
 def normalise(samples: list[RawSample]) -> Snapshot:
     snap = Snapshot(schema=detect_schema(samples))
-    # Exact duplicates (same family and label text) keep the last value; distinct label sets that
-    # fold onto one (model_name, engine) are summed (Ray's per-replica labels).
+    # Exact duplicates (same family and label text) keep the last value.
     latest: dict[tuple[str, bool, str], RawSample] = {}
     for s in samples:
         latest[(s.key, s.created, s.label_text)] = s
@@ -85,15 +96,15 @@ def normalise(samples: list[RawSample]) -> Snapshot:
                                     "is not an integer 0..63")
                 continue
         value = s.value
+        replica = _replica(labels) if len(labels) > 2 + (key == "accepted_per_pos") else ""
         if s.created:
-            created.append(((key, series, position), value))
+            created.append(((key, series, position, replica), value))
         elif is_counter:
             if not (0 <= value < math.inf):  # also rejects NaN
                 snap.invalid.append(f"{key}{{{s.label_text}}}: counter value {value} is not a "
                                     "finite non-negative number")
                 continue
-            ckey = (key, series, position)
-            snap.counters[ckey] = snap.counters.get(ckey, 0.0) + value
+            snap.counters[(key, series, position, replica)] = value
         elif key in GAUGE_FAMILIES:
             if not math.isfinite(value):
                 snap.invalid.append(f"{key}{{{s.label_text}}}: gauge value {value} is not finite")
@@ -105,8 +116,12 @@ def normalise(samples: list[RawSample]) -> Snapshot:
                 snap.gauges[gkey] = max(snap.gauges.get(gkey, value), value)
     for ckey, value in created:
         if ckey in snap.counters:
-            snap.created[ckey] = snap.created.get(ckey, 0.0) + value  # a sum still changes on any restart
+            snap.created[ckey] = value
     return snap
+
+
+def _replica(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in BASE_LABELS)
 
 
 def _position(raw: str | None) -> str | None:

@@ -78,7 +78,9 @@ class WindowStore:
         starts, ends = [], []
         for key in keys:
             series = self._series.get(key)
-            if series is None or not series.samples:
+            # A series seen only once (it just appeared: a new replica, a new position) has no
+            # delta yet; it joins the common interval from its second poll on.
+            if series is None or len(series.samples) < 2:
                 continue
             starts.append(series.samples[0][0])
             ends.append(series.samples[-1][0])
@@ -102,5 +104,6 @@ class WindowStore:
             return None
         return last - first
 
-    def group_keys(self, family: str, series: SeriesKey) -> list[CounterKey]:
-        return [k for k in self._series if k[0] == family and k[1] == series]
+    def series_keys(self, series: SeriesKey) -> list[CounterKey]:
+        """Every counter (family, position, replica) tracked for one (model_name, engine)."""
+        return [k for k in self._series if k[1] == series]

@@ -117,3 +117,38 @@ def test_sigterm_does_not_wait_for_a_poll_blocked_on_a_hung_target():
     # Waiting for the poll would take ~9.5 s more; the bound only separates the two behaviours
     # (the measured shutdown time is printed by bench/bench_load.py).
     assert elapsed < 5, elapsed
+
+
+def test_basic_auth_edge_cases_answer_401_never_crash(tmp_path):
+    long_password = "x" * 80  # bcrypt reads 72 bytes; bcrypt >= 5 raises beyond that
+    hashed = bcrypt.hashpw(long_password.encode()[:72], bcrypt.gensalt(rounds=4)).decode()
+    path = tmp_path / "web.yml"
+    path.write_text(f"basic_auth_users:\n  prom: '{hashed}'\n")
+    config = webconfig.load(path)
+
+    def header(user: str, password: str, scheme: str = "Basic") -> str:
+        import base64
+
+        return f"{scheme} " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+    assert config.authorized(header("prom", long_password))
+    assert config.authorized(header("prom", long_password, scheme="basic"))  # scheme is case-insensitive
+    assert not config.authorized(header("prom", "y" * 100))
+    assert not config.authorized(header("nobody", ""))
+    assert not config.authorized("Basic !!!not-base64")
+    assert not config.authorized("Bearer abc")
+    path.write_text("basic_auth_users:\n  prom: '$2y$10$broken'\n")
+    with pytest.raises(ValueError, match="malformed"):
+        webconfig.load(path)
+
+
+def test_healthz_answers_probes_without_credentials_but_reveals_nothing(tmp_path):
+    config = web_config(tmp_path / "web.yml", users={"prom": "pw"})
+    with BadTarget() as target, ExporterProcess(target.url, "--web-config-file", config) as exporter:
+        target.set(target.status("500 Internal Server Error"))
+        time.sleep(1)
+        health = requests.get(exporter.url + "/healthz", timeout=5)
+        assert health.status_code == 200 and health.json() == {"status": "ok"}
+        assert requests.get(exporter.url + "/metrics", timeout=5).status_code == 401
+        detailed = requests.get(exporter.url + "/healthz", auth=("prom", "pw"), timeout=5).json()
+        assert detailed["target_up"] is False and "HTTP 500" in detailed["last_error"]

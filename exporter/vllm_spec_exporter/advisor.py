@@ -10,8 +10,10 @@ model), the expected speed-up over no speculation is
 
     S(k') = E(k') / (1 + c * k').
 
-Positions beyond the current k were never drafted, so the data can justify *lowering* k; raising it
-is only ever a suggestion to try ("the last position is still accepted often").
+Positions beyond the current k were never drafted, so the data can justify *lowering* k (down to 0:
+turn speculation off); raising it is only ever a suggestion to try ("the last position is still
+accepted often"). The model counts drafting cost but not the target's extra verification work, so
+S is an upper bound; with c = 0 (n-gram) it never falls below 1.
 For a constant per-token acceptance a, p_i = a^(i+1) and E(k) = (1 - a^(k+1)) / (1 - a).
 """
 
@@ -34,7 +36,7 @@ DEFAULT_DRAFT_COST = {
 class Advice:
     current_k: int
     recommended_k: int
-    tokens_per_step: dict[int, float]  # E(k') for k' = 1..k
+    tokens_per_step: dict[int, float]  # E(k') for k' = 0..k (0: speculation off)
     speedup: dict[int, float]  # S(k')
     gain_vs_current: float  # S(recommended) / S(current)
     try_raising: bool  # the last drafted position is still accepted above the raise threshold
@@ -58,7 +60,8 @@ def advise(position_acceptance: list[float], draft_cost: float, raise_threshold:
         raise ValueError(f"draft cost ratio must be >= 0, got {draft_cost}")
     if any(not 0 <= p <= 1 for p in position_acceptance):
         raise ValueError(f"position acceptance must lie within [0, 1], got {position_acceptance}")
-    tokens = {kk: expected_tokens_per_step(position_acceptance, kk) for kk in range(1, k + 1)}
+    # k' = 0 is "no speculation": one token per step at speed-up 1, the baseline every k' must beat.
+    tokens = {kk: expected_tokens_per_step(position_acceptance, kk) for kk in range(0, k + 1)}
     speedup = {kk: tokens[kk] / (1 + draft_cost * kk) for kk in tokens}
     # Ties go to the smaller k: the same gain for less drafting work and less wasted verification.
     best = max(speedup, key=lambda kk: (round(speedup[kk], 9), -kk))

@@ -259,7 +259,10 @@ def render_table(data: dict[str, Any], threshold: float, color: bool) -> str:
                     f"est. speed-up {speed[best]:.2f}× (k={cur}: {speed[cur]:.2f}×, draft cost "
                     f"{adv['draft_cost_ratio']:g})")
             lines.append(text)
-            if best < cur:
+            if best == 0:
+                lines.append("                    speculation does not pay here: consider turning it off "
+                             "(no --speculative-config) or a better drafter")
+            elif best < cur:
                 lines.append(f"                    lower num_speculative_tokens to {best}: "
                              f"+{adv['gain_vs_current'] - 1:.1%} expected")
             elif adv["try_raising_k"]:

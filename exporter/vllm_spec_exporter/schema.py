@@ -120,13 +120,15 @@ DERIVED = (
     Metric(
         "vllm_spec_decode_estimated_speedup", "gauge", SERIES_LABELS,
         "Advisor: expected speed-up over no speculation at the current k, "
-        "(1 + sum of position acceptance) / (1 + c*k), c = --draft-cost-ratio.",
+        "(1 + sum of position acceptance) / (1 + c*k), c = --draft-cost-ratio; an upper bound (the "
+        "target's verification overhead is not modelled).",
         "E(k) / (1 + c·k)",
     ),
     Metric(
         "vllm_spec_decode_recommended_k", "gauge", SERIES_LABELS,
-        "Advisor: the k' <= k that maximises the estimated speed-up (ties go to the smaller k). "
-        "Positions beyond k were never drafted, so it never recommends raising k.",
+        "Advisor: the k' <= k that maximises the estimated speed-up (ties go to the smaller k); 0 means "
+        "speculation does not pay at all. Positions beyond k were never drafted, so it never recommends "
+        "raising k.",
         "argmax S(k')",
     ),
     Metric(

@@ -32,14 +32,30 @@ def test_verdict_and_exit_code_follow_acceptance(acceptance, code, word):
 
 
 def test_json_report_sums_engines_before_dividing():
+    import threading
+    import time
+
     with FakeVllm(engines=("0", "1"), k=4) as fake:
         url = fake.start()
-        fake.step(10, 1.0, engine="0")  # before sampling: not counted
-        fake.drive(40, 0.5)
-        data = json.loads(run_check(url, "--json").stdout)
+        stop = threading.Event()
+
+        def traffic():  # engine 0: 3x the drafts at 100 %; engine 1: 1x at 0 %
+            while not stop.wait(0.1):
+                fake.step(6, 1.0, engine="0")
+                fake.step(2, 0.0, engine="1")
+
+        thread = threading.Thread(target=traffic, daemon=True)
+        thread.start()
+        time.sleep(0.3)
+        try:
+            data = json.loads(run_check(url, "--json").stdout)
+        finally:
+            stop.set()
+            thread.join()
     model = data["models"][0]
+    # Summed: 6*4 accepted of 8*4 drafted = 0.75. Averaging the engines' ratios would give 0.5.
+    assert model["spec_decode_acceptance_ratio"] == pytest.approx(0.75, abs=0.03)
     w = model["window"]
-    assert model["spec_decode_acceptance_ratio"] == pytest.approx(w["accepted_tokens"] / w["draft_tokens"])
     assert model["spec_decode_mean_acceptance_length"] == pytest.approx(1 + w["accepted_tokens"] / w["drafts"])
     assert model["advisor"]["current_k"] == 4
     assert data["exit_code"] == 0 and data["schema"] == "v1"
@@ -59,6 +75,7 @@ def test_spec_off_idle_and_down_cannot_be_judged():
     assert done.returncode == 3 and "TARGET DOWN" in done.stdout
 
 
-def test_bad_duration_is_a_usage_error():
-    done = subprocess.run([str(SCRIPT), "check", "--duration", "soon"], capture_output=True, text=True)
+@pytest.mark.parametrize("duration", ["soon", "inf", "nans", "0.5s", "2d"])
+def test_bad_duration_is_a_usage_error(duration):
+    done = subprocess.run([str(SCRIPT), "check", "--duration", duration], capture_output=True, text=True)
     assert done.returncode == 2 and "--duration" in done.stderr

@@ -281,3 +281,12 @@ def test_series_cap_rejects_the_poll_and_names_it():
     assert not result.target_up and result.errors["series_limit"] == 1
     assert "more than --max-series 8" in result.error_message
     assert len(poller.store) == 0
+
+
+def test_v0_nan_gauges_before_the_first_draft_are_no_data_not_faults():
+    text = ("# TYPE x gauge\n"
+            'vllm:spec_decode_draft_acceptance_rate{model_name="m"} NaN\n'
+            'vllm:spec_decode_efficiency{model_name="m"} NaN\n')
+    snap = normalise(parse(text))
+    assert snap.schema == "v0" and snap.invalid == [] and snap.gauges == {}
+    assert Timeline().poll(0, text) == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -52,8 +53,8 @@ def parse_duration(text: str) -> float:
         value = float(number) * units[suffix]
     except ValueError:
         raise ValueError(f"--duration: cannot read {text!r}; use e.g. 30s or 2m") from None
-    if value < 1:
-        raise ValueError("--duration must be at least 1s (two polls are needed for a rate)")
+    if not math.isfinite(value) or value < 1 or value > 86400:
+        raise ValueError("--duration must be between 1s (two polls are needed for a rate) and 24h")
     return value
 
 

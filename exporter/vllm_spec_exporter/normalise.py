@@ -106,6 +106,8 @@ def normalise(samples: list[RawSample]) -> Snapshot:
                 continue
             snap.counters[(key, series, position, replica)] = value
         elif key in GAUGE_FAMILIES:
+            if v0 and key in V0_MARKERS and math.isnan(value):
+                continue  # V0 sets its ratio gauges to NaN before the first draft: no data, not a fault
             if not math.isfinite(value):
                 snap.invalid.append(f"{key}{{{s.label_text}}}: gauge value {value} is not finite")
                 continue

@@ -104,3 +104,28 @@ def test_bad_flags_give_one_clear_error_line():
         done = subprocess.run([str(SCRIPT), "serve", *args], capture_output=True, text=True, timeout=20)
         assert done.returncode == 2, args
         assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_listens_on_an_ipv6_loopback():
+    import socket
+    import subprocess
+
+    from support.exporter import SCRIPT
+
+    with socket.socket(socket.AF_INET6) as s:
+        s.bind(("::1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([str(SCRIPT), "serve", "--listen", f"[::1]:{port}", "--target", "http://127.0.0.1:1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: _answers(f"http://[::1]:{port}/healthz"), 10)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=1).status_code == 200
+    except requests.RequestException:
+        return False

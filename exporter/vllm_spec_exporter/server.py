@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -42,6 +43,8 @@ class ExporterServer(ThreadingHTTPServer):
         # then cost almost nothing.
         self._rendered: tuple[object, dict[str, bytes]] = (None, {})
         self._render_lock = threading.Lock()
+        if ":" in address[0]:  # an IPv6 literal such as ::1 (from --listen [::1]:9850)
+            self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
         if self.web_config.ssl_context is not None:
             # The handshake then runs in each request's thread, not in the accept loop, so a client

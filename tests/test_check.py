@@ -79,3 +79,22 @@ def test_spec_off_idle_and_down_cannot_be_judged():
 def test_bad_duration_is_a_usage_error(duration):
     done = subprocess.run([str(SCRIPT), "check", "--duration", duration], capture_output=True, text=True)
     assert done.returncode == 2 and "--duration" in done.stderr
+
+
+def test_check_reaches_a_protected_target_with_credentials_from_a_file(tmp_path):
+    from support.badtarget import BadTarget
+
+    token_file = tmp_path / "token"
+    token_file.write_text("check-secret\n")
+    with BadTarget() as target:
+        target.set(target.status("401 Unauthorized"))
+        done = run_check(target.url, "--bearer-token-file", str(token_file))
+    assert done.returncode == 3 and "TARGET DOWN" in done.stdout and "HTTP 401" in done.stdout
+    assert any(b"Authorization: Bearer check-secret" in r for r in target.requests)
+    assert "check-secret" not in done.stdout + done.stderr
+
+
+def test_target_with_a_query_string_is_refused():
+    done = subprocess.run([str(SCRIPT), "check", "--target", "http://127.0.0.1:8000/metrics?token=abc"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "query string" in done.stderr and "abc" not in done.stderr

@@ -14,9 +14,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import advisor
+from . import advisor, settings
 from .derive import SeriesFigures, derive_series, derive_v0, figures
-from .fetch import Fetcher
 from .normalise import SCHEMA_NONE, SCHEMA_V0, Snapshot
 from .poller import Poller
 
@@ -38,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cost of drafting one token relative to one target step (overrides --method)")
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds allowed per poll")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    settings.add_arguments(parser, only=settings.CONNECTION_OPTIONS)
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
 
 
@@ -142,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
     if draft_cost < 0:
         raise ValueError("--draft-cost-ratio must be >= 0")
     interval = min(5.0, duration / 2)
-    fetcher = Fetcher(args.target, min(args.timeout, interval * 0.9), 64 * 1024 * 1024)
+    conf = settings.resolve_connection(args)
+    fetcher = settings.make_fetcher(conf, min(args.timeout, interval * 0.9), 64 * 1024 * 1024)
     poller = Poller(fetcher, interval, window=duration + 2 * interval, min_draft_tokens=args.min_draft_tokens)
     started = time.monotonic()
     polls = 0

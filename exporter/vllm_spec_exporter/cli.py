@@ -11,7 +11,6 @@ import time
 
 from . import __version__, check, demo, settings, webconfig
 from .collector import SpecDecodeCollector
-from .fetch import Credentials, Fetcher
 from .mixin import generate
 from .poller import Poller
 
@@ -67,15 +66,7 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=conf.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("vllm_spec_exporter")
-    credentials = Credentials(
-        bearer_token=settings.read_secret(conf.bearer_token_file, "VLLM_SPEC_EXPORTER_BEARER_TOKEN"),
-        basic_user=conf.basic_auth_user,
-        basic_password=settings.read_secret(conf.basic_auth_password_file,
-                                             "VLLM_SPEC_EXPORTER_BASIC_AUTH_PASSWORD"),
-    )
-    fetcher = Fetcher(conf.target, conf.poll_timeout, conf.max_bytes, credentials, ca_file=conf.ca_file,
-                      insecure=conf.insecure_skip_verify, client_cert=conf.client_cert_file,
-                      client_key=conf.client_key_file)
+    fetcher = settings.make_fetcher(conf, conf.poll_timeout, conf.max_bytes)
     poller = Poller(fetcher, conf.interval, conf.window, conf.min_draft_tokens, conf.max_series,
                     conf.draft_cost_ratio)
     registry = CollectorRegistry()

@@ -41,12 +41,15 @@ def metrics_url(target: str) -> str:
     parts = urlsplit(target)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(f"--target must be an http(s) URL like http://127.0.0.1:8000, got {target!r}")
+    if parts.query or parts.fragment:
+        # A query string is where tokens hide, and the URL is logged: vLLM needs none.
+        raise ValueError("--target must not carry a query string; credentials belong in files or env")
     if parts.username is not None or parts.password is not None:
         # A URL ends up in logs and error messages; credentials belong in files or env.
         raise ValueError("--target must not carry credentials; use --bearer-token-file or "
                          "--basic-auth-user with --basic-auth-password-file")
     path = parts.path if parts.path not in ("", "/") else "/metrics"
-    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
 class Fetcher:

@@ -91,10 +91,18 @@ HELP = {
 }
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config-file", type=Path, default=None,
-                        help="optional YAML file with any of the options below (keys with underscores)")
+# The options that say how to reach the target; `check` takes them too.
+CONNECTION_OPTIONS = ("bearer_token_file", "basic_auth_user", "basic_auth_password_file", "ca_file",
+                      "insecure_skip_verify", "client_cert_file", "client_key_file")
+
+
+def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
+    if only is None:
+        parser.add_argument("--config-file", type=Path, default=None,
+                            help="optional YAML file with any of the options below (keys with underscores)")
     for f in fields(Settings):
+        if only is not None and f.name not in only:
+            continue
         flag = "--" + f.name.replace("_", "-")
         env = ENV_PREFIX + f.name.upper()
         default = f.default
@@ -103,6 +111,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, action="store_const", const=True, default=None, help=text)
         else:
             parser.add_argument(flag, default=None, help=text, metavar=f.name.upper())
+
+
+def resolve_connection(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Settings:
+    """Only the target and how to reach it (flags > environment > defaults), for `check`, whose
+    timing options are its own."""
+    environ = dict(os.environ) if environ is None else environ
+    values: dict[str, Any] = {"target": args.target}
+    for f in fields(Settings):
+        if f.name in CONNECTION_OPTIONS:
+            raw = getattr(args, f.name, None)
+            raw = environ.get(ENV_PREFIX + f.name.upper()) if raw is None else raw
+            if raw is not None:
+                values[f.name] = _convert(f.name, raw, f.default)
+    conf = Settings(**values)
+    if conf.basic_auth_password_file and not conf.basic_auth_user:
+        raise ValueError("--basic-auth-password-file needs --basic-auth-user")
+    return conf
 
 
 def resolve(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Settings:
@@ -150,6 +175,20 @@ def _convert(name: str, raw: Any, default: Any) -> Any:
         return str(raw)
     except (TypeError, ValueError):
         raise ValueError(f"option {name}: cannot read {raw!r} as {type(default).__name__}") from None
+
+
+def make_fetcher(conf: Settings, timeout: float, max_bytes: int):  # -> fetch.Fetcher
+    """The one way to build a fetcher for the target from settings: credentials from files or env."""
+    from .fetch import Credentials, Fetcher
+
+    credentials = Credentials(
+        bearer_token=read_secret(conf.bearer_token_file, ENV_PREFIX + "BEARER_TOKEN"),
+        basic_user=conf.basic_auth_user,
+        basic_password=read_secret(conf.basic_auth_password_file, ENV_PREFIX + "BASIC_AUTH_PASSWORD"),
+    )
+    return Fetcher(conf.target, timeout, max_bytes, credentials, ca_file=conf.ca_file,
+                   insecure=conf.insecure_skip_verify, client_cert=conf.client_cert_file,
+                   client_key=conf.client_key_file)
 
 
 def read_secret(path: str | None, env_name: str, environ: dict[str, str] | None = None) -> str | None:

@@ -9,7 +9,6 @@ MixinConfig.with_overrides (not hand-edited copies) so the test takes about a mi
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from support.exporter import ExporterProcess
 from support.fakevllm import FakeVllm
 from support.prom import (
     ALERTMANAGER_BIN,
@@ -24,8 +24,6 @@ from support.prom import (
     Alertmanager,
     Prometheus,
     WebhookReceiver,
-    free_port,
-    is_ready,
     require_binary,
     wait_until,
 )
@@ -55,22 +53,8 @@ def exporter_url() -> Iterator[tuple[str, FakeVllm]]:
     with FakeVllm(models=("tiny-llama",)) as fake:
         target = fake.start()
         fake.drive(50, 0.8)  # 5 drafts per 0.1 s tick × k=4 = 20 tokens, 16 accepted: exactly 80 %
-        port = free_port()
-        process = subprocess.Popen(
-            [str(EXPORTER), "serve", "--target", target, "--listen", f"127.0.0.1:{port}",
-             "--interval", "1", "--window", "30", "--timeout", "0.8"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        try:
-            wait_until(lambda: process.poll() is not None or is_ready(f"http://127.0.0.1:{port}/metrics"), 20)
-            assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
-            yield f"127.0.0.1:{port}", fake
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+        with ExporterProcess(target, interval=1, window=30, timeout=0.8, min_draft_tokens=100) as exporter:
+            yield f"127.0.0.1:{exporter.port}", fake
 
 
 def test_collapse_pages_and_recovery_resolves(exporter_url: tuple[str, FakeVllm], tmp_path: Path) -> None:

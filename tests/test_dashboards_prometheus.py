@@ -19,19 +19,17 @@ Then traffic stops ("No traffic" must be an empty result, never 0 or NaN) and vL
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlencode
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
 from prometheus_client import generate_latest
 
+from support.exporter import ExporterProcess
 from support.fakevllm import FakeVllm, _per_position_counts
 from support.prom import PROMETHEUS_BIN, Prometheus, free_port, http_get_json, require_binary, wait_until
 from vllm_spec_exporter.mixin import dashboards
@@ -117,13 +115,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     fake_url = fake.start()
     classic = serve_classic_text(fake)
     classic_instance = f"127.0.0.1:{classic.server_port}"
-    exporter_port = free_port()
-    exporter_bin = Path(sys.executable).with_name("vllm-spec-exporter")
-    exporter = subprocess.Popen(
-        [str(exporter_bin), "serve", "--target", fake_url, "--listen", f"127.0.0.1:{exporter_port}",
-         "--interval", EXPORTER_INTERVAL, "--timeout", EXPORTER_TIMEOUT, "--window", "30"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    exporter = ExporterProcess(fake_url, interval=float(EXPORTER_INTERVAL), timeout=float(EXPORTER_TIMEOUT),
+                               window=30, min_draft_tokens=100).start()
+    exporter_port = exporter.port
     try:
         fake.drive(DRAFTS_PER_SECOND, ACCEPTANCE)
         negotiated_instance = fake_url.split("//", 1)[1]
@@ -136,12 +130,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             yield {"prom": prom, "fake": fake, "exporter_instance": f"127.0.0.1:{exporter_port}",
                    "vllm_instances": {"negotiated": negotiated_instance, "classic": classic_instance}}
     finally:
-        exporter.terminate()
-        try:
-            exporter.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            exporter.kill()
-            exporter.wait(timeout=10)
+        exporter.stop()
         classic.shutdown()
         classic.server_close()
         fake.stop()
@@ -483,9 +472,8 @@ def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         f"  - alert: {ALWAYS_FIRING_ALERT}\n    expr: vector(1)\n    labels: {{severity: info}}\n"
     )
     fakes: dict[str, FakeVllm] = {}
-    exporters: list[subprocess.Popen] = []
+    exporters: list[ExporterProcess] = []
     stop = threading.Event()
-    exporter_bin = Path(sys.executable).with_name("vllm-spec-exporter")
     try:
         urls = {}
         for server, (k, enabled, traffic) in FLEET.items():
@@ -495,13 +483,9 @@ def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         urls[DOWN] = f"http://127.0.0.1:{free_port()}"  # nothing listens there
         instances = {}
         for server, url in urls.items():
-            port = free_port()
-            instances[server] = f"127.0.0.1:{port}"
-            exporters.append(subprocess.Popen(
-                [str(exporter_bin), "serve", "--target", url, "--listen", instances[server],
-                 "--interval", "1", "--timeout", "0.9", "--window", "30"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            ))
+            exporter = ExporterProcess(url, interval=1, timeout=0.9, window=30, min_draft_tokens=100)
+            exporters.append(exporter.start())
+            instances[server] = f"127.0.0.1:{exporter.port}"
         threading.Thread(target=_drive_fleet, args=(fakes, stop), daemon=True).start()
         scrape = {"vllm-spec-exporter": list(instances.values()),
                   "vllm": [url.split("//", 1)[1] for server, url in urls.items() if server in fakes]}
@@ -514,13 +498,7 @@ def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     finally:
         stop.set()
         for exporter in exporters:
-            exporter.terminate()
-        for exporter in exporters:
-            try:
-                exporter.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                exporter.kill()
-                exporter.wait(timeout=10)
+            exporter.stop()
         for fake in fakes.values():
             fake.stop()
 

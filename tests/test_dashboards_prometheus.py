@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlencode
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -97,6 +98,16 @@ def values(result: list[dict]) -> list[float]:
     return [float(sample["value"][1]) for sample in result]
 
 
+def always_firing_rules(folder: Path) -> Path:
+    """One always-firing spec-decode alert, so the alert panels have something to show."""
+    rules = folder / "always-firing.yaml"
+    rules.write_text(
+        "groups:\n- name: dashboard-test\n  rules:\n"
+        f"  - alert: {ALWAYS_FIRING_ALERT}\n    expr: vector(1)\n    labels: {{severity: info}}\n"
+    )
+    return rules
+
+
 @pytest.fixture(scope="module")
 def model() -> dict:
     return dashboards.build_main_dashboard(MixinConfig())
@@ -105,12 +116,7 @@ def model() -> dict:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     require_binary(PROMETHEUS_BIN)
-    rules = tmp_path_factory.mktemp("rules") / "always-firing.yaml"
-    # One always-firing spec-decode alert, so the alert panels have something to show.
-    rules.write_text(
-        "groups:\n- name: dashboard-test\n  rules:\n"
-        f"  - alert: {ALWAYS_FIRING_ALERT}\n    expr: vector(1)\n    labels: {{severity: info}}\n"
-    )
+    rules = always_firing_rules(tmp_path_factory.mktemp("rules"))
     fake = FakeVllm(models=MODELS, engines=ENGINES, k=K, latency_histograms=True, step_seconds=STEP_SECONDS)
     fake_url = fake.start()
     classic = serve_classic_text(fake)
@@ -466,11 +472,7 @@ def _drive_fleet(fakes: dict[str, FakeVllm], stop: threading.Event) -> None:
 @pytest.fixture(scope="module")
 def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     require_binary(PROMETHEUS_BIN)
-    rules = tmp_path_factory.mktemp("fleet-rules") / "always-firing.yaml"
-    rules.write_text(
-        "groups:\n- name: dashboard-test\n  rules:\n"
-        f"  - alert: {ALWAYS_FIRING_ALERT}\n    expr: vector(1)\n    labels: {{severity: info}}\n"
-    )
+    rules = always_firing_rules(tmp_path_factory.mktemp("fleet-rules"))
     fakes: dict[str, FakeVllm] = {}
     exporters: list[ExporterProcess] = []
     stop = threading.Event()

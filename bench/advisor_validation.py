@@ -17,12 +17,9 @@ import argparse
 import tempfile
 from pathlib import Path
 
-import requests
-from prometheus_client.parser import text_string_to_metric_families
-
 from vllm_spec_exporter.advisor import advise
 from vllm_spec_exporter.lab import default_cache_dir
-from vllm_spec_exporter.lab.server import NGRAM_SPEC_CONFIG, VllmServer
+from vllm_spec_exporter.lab.server import NGRAM_SPEC_CONFIG, VllmServer, spec_counters
 from vllm_spec_exporter.lab.tinymodel import ensure_tiny_models
 from vllm_spec_exporter.lab.traffic import high_acceptance_phase, run_phase
 from vllm_spec_exporter.lab.venv import ensure_vllm_venv
@@ -30,26 +27,15 @@ from vllm_spec_exporter.lab.venv import ensure_vllm_venv
 TOLERANCE = 0.10
 
 
-def counters(url: str) -> dict[str, float]:
-    text = requests.get(url + "/metrics", headers={"Accept": "text/plain;version=0.0.4"}, timeout=30).text
-    out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name.startswith("vllm:spec_decode_num_") and s.name.endswith("_total"):
-                key = s.name + (f"/{s.labels['position']}" if "position" in s.labels else "")
-                out[key] = out.get(key, 0.0) + s.value
-    return out
-
-
 def measure(python: Path, model: Path, k: int, requests_n: int, workdir: Path) -> dict[str, float]:
     config = {**NGRAM_SPEC_CONFIG, "num_speculative_tokens": k}
     with VllmServer(python, model, speculative_config=config, served_model_name="tiny-llama",
                     log_path=workdir / f"vllm-k{k}.log") as server:
-        before = counters(server.url)
+        before = spec_counters(server.url)
         result = run_phase(server.url, server.model_name,
                            high_acceptance_phase(max_requests=requests_n, concurrency=1, max_tokens=128))
         assert result.requests_ok == requests_n, result.errors
-        after = counters(server.url)
+        after = spec_counters(server.url)
     delta = {key: after[key] - before.get(key, 0.0) for key in after}
     drafts = delta["vllm:spec_decode_num_drafts_total"]
     return {

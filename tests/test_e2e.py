@@ -15,8 +15,6 @@ import os
 import time
 
 import pytest
-import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from support.prom import ALERTMANAGER_BIN, PROMETHEUS_BIN, require_binary
 from vllm_spec_exporter.lab.pipeline import (
@@ -26,23 +24,13 @@ from vllm_spec_exporter.lab.pipeline import (
     TrafficDriver,
     exporter_snapshot,
 )
+from vllm_spec_exporter.lab.server import spec_counters
 from vllm_spec_exporter.lab.speclog import parse_line
 from vllm_spec_exporter.lab.venv import VllmVenvError
 from vllm_spec_exporter.mixin import dashboards, rules
 
 pytestmark = [pytest.mark.vllm, pytest.mark.prometheus]
 SERIES = (("engine", "0"), ("model_name", MODEL_NAME))
-
-
-def raw_spec_counters(url: str) -> dict[str, float]:
-    text = requests.get(url + "/metrics", headers={"Accept": "text/plain;version=0.0.4"}, timeout=30).text
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name in ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total",
-                          "vllm:spec_decode_num_drafts_total"):
-                out[s.name] = s.value
-    return out
 
 
 def spec_log_lines(stack: LocalStack, start_offset: int, end_offset: int):
@@ -96,7 +84,7 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
         low, critical = rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL
 
         # --- Phase 1: healthy. Bracketed by idle points so vLLM's log gives an exact oracle.
-        before = raw_spec_counters(stack.target)
+        before = spec_counters(stack.target)
         offset0 = stack.vllm.log_offset()
         traffic.temperature = 0.0
         time.sleep(35)  # fills the 30 s rate window
@@ -104,7 +92,7 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
         # Idle now: once vLLM prints its next periodic line, its spec window holds all the traffic.
         end_offset = stack.vllm.wait_for_stats_log(stack.vllm.log_offset())
         time.sleep(2.5)  # and the exporter has polled the final counter values
-        after = raw_spec_counters(stack.target)
+        after = spec_counters(stack.target)
         lines = spec_log_lines(stack, offset0, end_offset)
         d_accepted = after["vllm:spec_decode_num_accepted_tokens_total"] - before.get(
             "vllm:spec_decode_num_accepted_tokens_total", 0)

@@ -14,13 +14,11 @@ import threading
 import time
 
 import pytest
-import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from support.exporter import SCRIPT, ExporterProcess
 from support.fakevllm import wait_until
 from vllm_spec_exporter.lab import default_cache_dir
-from vllm_spec_exporter.lab.server import NGRAM_SPEC_CONFIG, VllmServer
+from vllm_spec_exporter.lab.server import NGRAM_SPEC_CONFIG, VllmServer, spec_counters
 from vllm_spec_exporter.lab.tinymodel import ensure_tiny_models
 from vllm_spec_exporter.lab.traffic import high_acceptance_phase, low_acceptance_phase, run_phase
 from vllm_spec_exporter.lab.venv import VllmVenvError, ensure_vllm_venv
@@ -44,17 +42,6 @@ def server(tmp_path_factory):
         yield srv
 
 
-def raw_counters(url: str) -> dict[str, float]:
-    text = requests.get(url + "/metrics", headers={"Accept": "text/plain;version=0.0.4"}, timeout=30).text
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name.endswith("_total") and s.name.startswith(("vllm:spec_decode", "vllm:generation_tokens")):
-                key = s.name + (f"/{s.labels['position']}" if "position" in s.labels else "")
-                out[key] = s.value
-    return out
-
-
 def test_exporter_against_real_vllm(server):
     with ExporterProcess(server.url, interval=1, window=8, timeout=0.9, min_draft_tokens=20) as exporter:
         assert wait_until(lambda: exporter.metrics()["vllm_spec_exporter_target_up"][()] == 1, 15)
@@ -66,7 +53,7 @@ def test_exporter_against_real_vllm(server):
         assert high.requests_ok == 8, high.errors
         time.sleep(2.5)  # idle now: the exporter's last poll saw the final counter values
         m = exporter.metrics()
-        raw = raw_counters(server.url)
+        raw = spec_counters(server.url)
         # The normalised counters are vLLM's own values, renamed.
         assert m["vllm_spec_decode_accepted_tokens_total"][SERIES] == raw["vllm:spec_decode_num_accepted_tokens_total"]
         assert m["vllm_spec_decode_draft_tokens_total"][SERIES] == raw["vllm:spec_decode_num_draft_tokens_total"]

@@ -42,6 +42,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def spec_counters(base_url: str) -> dict[str, float]:
+    """vLLM's own spec-decode and generation counters, read with prometheus_client's parser (an
+    independent path from the exporter's), summed over engines: {sample name: value}, per-position
+    samples as "<name>/<position>"."""
+    import requests
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = requests.get(base_url + "/metrics", headers={"Accept": "text/plain;version=0.0.4"}, timeout=30).text
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.endswith("_total") and s.name.startswith(("vllm:spec_decode", "vllm:generation_tokens")):
+                key = s.name + (f"/{s.labels['position']}" if "position" in s.labels else "")
+                out[key] = out.get(key, 0.0) + s.value
+    return out
+
+
 class VllmServerError(RuntimeError):
     """The server died or never became healthy; the message carries the log tail."""
 

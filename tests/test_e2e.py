@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from support.fakevllm import wait_until
 from support.prom import ALERTMANAGER_BIN, PROMETHEUS_BIN, require_binary
 from vllm_spec_exporter.lab.pipeline import (
     MODEL_NAME,
@@ -36,16 +37,6 @@ SERIES = (("engine", "0"), ("model_name", MODEL_NAME))
 def spec_log_lines(stack: LocalStack, start_offset: int, end_offset: int):
     data = stack.vllm.log_path.read_bytes()[start_offset:end_offset].decode(errors="replace")
     return [parsed for line in data.splitlines() if (parsed := parse_line(line)) is not None]
-
-
-def wait_for(predicate, timeout: float, interval: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return predicate()
 
 
 def dashboard_sweep(stack: LocalStack) -> list[str]:
@@ -112,8 +103,8 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
         # --- Phase 2: degraded. A page must arrive.
         traffic.temperature = 1.2
         degraded_at = time.time()
-        paged = wait_for(lambda: [n for n in stack.notifications()
-                                  if n["status"] == "firing" and low in n["title"]], 150)
+        paged = wait_until(lambda: [n for n in stack.notifications()
+                                  if n["status"] == "firing" and low in n["title"]], 150, interval=1.0)
         assert paged, f"no {low} notification; alerts: {stack.firing_alerts()}"
         time_to_page = paged[0]["time"] - degraded_at
         exporter_low = exporter_snapshot(stack.exporter_url).get("vllm_spec_decode_acceptance_ratio", {}).get(SERIES)
@@ -128,8 +119,8 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
         # --- Phase 3: healthy again. The page resolves; nothing new fires.
         traffic.temperature = 0.0
         recovered_at = time.time()
-        resolved = wait_for(lambda: [n for n in stack.notifications()
-                                     if n["status"] == "resolved" and low in n["title"]], 150)
+        resolved = wait_until(lambda: [n for n in stack.notifications()
+                                     if n["status"] == "resolved" and low in n["title"]], 150, interval=1.0)
         assert resolved, f"{low} did not resolve; alerts: {stack.firing_alerts()}"
         time_to_resolve = resolved[0]["time"] - recovered_at
         later_pages = [n for n in stack.notifications() if n["status"] == "firing" and n["time"] > resolved[0]["time"]]

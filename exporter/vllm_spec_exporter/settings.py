@@ -107,7 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None 
         env = ENV_PREFIX + f.name.upper()
         default = f.default
         text = f"{HELP[f.name]} [env {env}; default {default}]"
-        if f.type == "bool" or isinstance(default, bool):
+        if isinstance(default, bool):
             parser.add_argument(flag, action="store_const", const=True, default=None, help=text)
         else:
             parser.add_argument(flag, default=None, help=text, metavar=f.name.upper())

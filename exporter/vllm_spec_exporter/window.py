@@ -67,9 +67,6 @@ class WindowStore:
         self.latest_poll = now
         return resets
 
-    def forget_all(self) -> None:
-        self._series.clear()
-
     def __len__(self) -> int:
         return len(self._series)
 

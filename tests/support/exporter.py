@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -12,15 +11,11 @@ import time
 from pathlib import Path
 
 import requests
-from prometheus_client.parser import text_string_to_metric_families
+
+from vllm_spec_exporter.lab.pipeline import exporter_snapshot
+from vllm_spec_exporter.lab.server import free_port
 
 SCRIPT = Path(sys.executable).with_name("vllm-spec-exporter")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ExporterProcess:
@@ -64,12 +59,7 @@ class ExporterProcess:
 
     def metrics(self) -> dict[str, dict[tuple, float]]:
         """{sample name: {sorted label items: value}}"""
-        text = requests.get(self.url + "/metrics", timeout=5).text
-        out: dict[str, dict[tuple, float]] = {}
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
-        return out
+        return exporter_snapshot(self.url)
 
     def logs(self) -> str:
         return Path(self.log_file.name).read_text(errors="replace")

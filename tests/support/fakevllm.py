@@ -198,10 +198,12 @@ def _per_position_counts(drafts: int, acceptance: float, k: int) -> list[int]:
     return counts
 
 
-def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
+def wait_until(predicate, timeout: float, interval: float = 0.2):
+    """The predicate's first truthy value within `timeout`, else its last (falsy) value."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():
-            return True
+        value = predicate()
+        if value:
+            return value
         time.sleep(interval)
     return predicate()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -31,6 +30,8 @@ from urllib.request import Request, urlopen
 
 import yaml
 
+from .server import free_port
+
 PROMETHEUS_BIN = "/usr/bin/prometheus"
 PROMTOOL_BIN = "/usr/bin/promtool"
 ALERTMANAGER_BIN = "/usr/bin/prometheus-alertmanager"
@@ -40,13 +41,6 @@ AMTOOL_BIN = "/usr/bin/amtool"
 def have_binary(path: str) -> str | None:
     """`path` (or the same name on PATH) if it is an executable, else None."""
     return path if os.access(path, os.X_OK) else shutil.which(Path(path).name)
-
-
-def free_port() -> int:
-    # Bind port 0 and release it; the tiny race with other processes is acceptable in tests.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.2) -> Any:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..mixin import alerts, rules
+from ..mixin import alerts
 from ..mixin.config import MixinConfig
 from . import default_cache_dir
 from .monitoring import (
@@ -235,9 +235,6 @@ class LocalStack:
             return []
         return sorted({f"{a['labels']['alertname']} ({a['state']})" for a in self.prometheus.alerts()})
 
-    def acceptance_alert_names(self) -> tuple[str, str]:
-        return rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL
-
 
 class TrafficDriver:
     """Keeps sending requests at the current temperature from a background thread (bounded: stops
@@ -247,9 +244,7 @@ class TrafficDriver:
         self.base_url, self.model = base_url, model
         self.temperature: float | None = None  # None: idle
         self.concurrency = concurrency
-        self.requests_ok = 0
         self.busy = False  # a batch of requests is in flight
-        self.errors: list[str] = []
         self._stop = threading.Event()
         self._deadline = time.monotonic() + max_seconds
         self._thread = threading.Thread(target=self._run, name="traffic", daemon=True)
@@ -268,11 +263,9 @@ class TrafficDriver:
                           max_seconds=30, concurrency=self.concurrency, max_tokens=96)
             self.busy = True
             try:
-                result = run_phase(self.base_url, self.model, phase)
+                run_phase(self.base_url, self.model, phase)
             finally:
                 self.busy = False
-            self.requests_ok += result.requests_ok
-            self.errors.extend(result.errors[:3])
 
     def pause(self, timeout: float = 60.0) -> None:
         """Stop sending and wait until the requests in flight have finished."""

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+__all__ = ["DEFAULT_DRAFT_COST", "Advice", "advise", "expected_tokens_per_step"]
+
 # Draft cost per proposed token relative to one target forward step: rough, documented defaults.
 DEFAULT_DRAFT_COST = {
     "ngram": 0.0,  # a lookup in the prompt, no model

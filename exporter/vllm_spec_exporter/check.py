@@ -16,7 +16,8 @@ from typing import Any
 
 from . import advisor, settings
 from .derive import SeriesFigures, derive_series, derive_v0, figures
-from .normalise import SCHEMA_NONE, SCHEMA_V0, Snapshot
+from .names import Schema
+from .normalise import Snapshot
 from .poller import Poller
 
 EXIT_HEALTHY, EXIT_BELOW, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
@@ -97,7 +98,7 @@ def build_reports(poller: Poller, snap: Snapshot, min_draft_tokens: float,
         kv = [snap.gauges[("kv_cache_usage", s)] for s in series_keys if ("kv_cache_usage", s) in snap.gauges]
         if kv:
             context["kv_cache_usage"] = max(kv)
-        if snap.schema == SCHEMA_V0:
+        if snap.schema == Schema.V0:
             values = {name: value for name, labels, value in derive_v0(snap) if labels[0] == model}
             reports.append(ModelReport(model, [s[1] for s in series_keys], None, values, context, None))
             continue
@@ -120,7 +121,7 @@ def build_reports(poller: Poller, snap: Snapshot, min_draft_tokens: float,
 
 
 def verdict(schema: str, reports: list[ModelReport], threshold: float) -> tuple[int, str]:
-    if schema == SCHEMA_NONE:
+    if schema == Schema.NONE:
         return EXIT_UNKNOWN, "SPEC DECODING OFF — the server exposes no speculative-decoding metrics"
     rates = {r.model: r.values.get("vllm_spec_decode_acceptance_ratio") for r in reports}
     judged = {m: a for m, a in rates.items() if a is not None}
@@ -216,7 +217,7 @@ def render_table(data: dict[str, Any], threshold: float, color: bool) -> str:
     lines = [paint(f"vllm-spec-exporter check — {data['target']}", "1"),
              f"schema {data['schema']} · vLLM {data['vllm_version'] or 'version unknown'} · "
              f"sampled {data['sampled_seconds']:g} s in {data['polls']} polls"]
-    if data["schema"] == SCHEMA_V0:
+    if data["schema"] == Schema.V0:
         lines.append("V0 engine: lifetime gauges, not windowed (V0's counters are unusable).")
     for m in data["models"]:
         k = m.get("k")

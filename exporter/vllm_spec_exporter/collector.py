@@ -8,35 +8,51 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from . import __version__
-from .poller import Poller
-from .schema import BY_NAME, CONTEXT, COUNTERS, DERIVED, SCRAPE_ERROR_REASONS
+from .names import SCRAPE_ERROR_REASONS, Family, MetricName, Schema
+from .poller import Poller, PollResult
+from .schema import BY_NAME, CONTEXT, COUNTERS, DERIVED
 
-# Canonical counter family (normalise.py) -> exposed counter name.
+__all__ = ["SpecDecodeCollector"]
+
+# Canonical counter family -> exposed counter name.
 _COUNTER_NAMES = {
-    "drafts": "vllm_spec_decode_drafts_total",
-    "draft_tokens": "vllm_spec_decode_draft_tokens_total",
-    "accepted_tokens": "vllm_spec_decode_accepted_tokens_total",
-    "accepted_per_pos": "vllm_spec_decode_accepted_tokens_by_position_total",
-    "generation_tokens": "vllm_generation_tokens_total",
+    Family.DRAFTS: MetricName.DRAFTS_TOTAL,
+    Family.DRAFT_TOKENS: MetricName.DRAFT_TOKENS_TOTAL,
+    Family.ACCEPTED_TOKENS: MetricName.ACCEPTED_TOKENS_TOTAL,
+    Family.ACCEPTED_PER_POS: MetricName.ACCEPTED_TOKENS_BY_POSITION_TOTAL,
+    Family.GENERATION_TOKENS: MetricName.GENERATION_TOKENS_TOTAL,
 }
 _CONTEXT_NAMES = {
-    "requests_running": "vllm_num_requests_running",
-    "requests_waiting": "vllm_num_requests_waiting",
-    "kv_cache_usage": "vllm_kv_cache_usage_ratio",
+    Family.REQUESTS_RUNNING: MetricName.REQUESTS_RUNNING,
+    Family.REQUESTS_WAITING: MetricName.REQUESTS_WAITING,
+    Family.KV_CACHE_USAGE: MetricName.KV_CACHE_USAGE_RATIO,
 }
 
 
-def _gauge(name: str) -> GaugeMetricFamily:
+def _gauge(name: MetricName) -> GaugeMetricFamily:
     m = BY_NAME[name]
     return GaugeMetricFamily(name, m.help, labels=list(m.labels))
 
 
-def _counter(name: str) -> CounterMetricFamily:
+def _counter(name: MetricName) -> CounterMetricFamily:
     m = BY_NAME[name]
     return CounterMetricFamily(name, m.help, labels=list(m.labels))
 
 
+def _info(name: MetricName) -> InfoMetricFamily:
+    # prometheus_client appends `_info` to the family name itself.
+    return InfoMetricFamily(name.removesuffix("_info"), BY_NAME[name].help)
+
+
 class SpecDecodeCollector(Collector):
+    """Formats the poller's latest PollResult on each scrape; never fetches, never waits.
+
+    Invariants: one `poller.current()` result per scrape, so every sample of a scrape comes from
+    the same poll; while the target is down only the health series are served (every vLLM series
+    is omitted, never repeated stale); metric names, help and label order come from schema.py.
+    Safe to call from any number of scrape threads: it only reads an immutable result.
+    """
+
     def __init__(self, poller: Poller) -> None:
         self.poller = poller
 
@@ -54,7 +70,7 @@ class SpecDecodeCollector(Collector):
         for name, labels, value in result.derived:
             derived[name].add_metric(list(labels), value)
         yield from (f for f in derived.values() if f.samples)
-        if snap.schema == "v1":
+        if snap.schema == Schema.V1:
             counters = {m.name: _counter(m.name) for m in COUNTERS}
             for (family, series, position), value in sorted(snap.exported_counters().items()):
                 labels = [*series, position] if position else list(series)
@@ -66,37 +82,37 @@ class SpecDecodeCollector(Collector):
                 context[_CONTEXT_NAMES[family]].add_metric(list(series), value)
         yield from (f for f in context.values() if f.samples)
 
-    def _health(self, result) -> Iterator[Metric]:
+    def _health(self, result: PollResult) -> Iterator[Metric]:
         poller = self.poller
-        up = _gauge("vllm_spec_exporter_target_up")
+        up = _gauge(MetricName.TARGET_UP)
         up.add_metric([], 1.0 if result.target_up else 0.0)
         yield up
         if result.target_up:
-            enabled = _gauge("vllm_spec_decode_enabled")
-            enabled.add_metric([], 1.0 if result.schema != "none" else 0.0)
+            enabled = _gauge(MetricName.SPEC_DECODE_ENABLED)
+            enabled.add_metric([], 1.0 if result.schema != Schema.NONE else 0.0)
             yield enabled
-        duration = _gauge("vllm_spec_exporter_scrape_duration_seconds")
+        duration = _gauge(MetricName.SCRAPE_DURATION_SECONDS)
         duration.add_metric([], result.duration_seconds)
         yield duration
-        last = _gauge("vllm_spec_exporter_last_success_timestamp_seconds")
+        last = _gauge(MetricName.LAST_SUCCESS_TIMESTAMP_SECONDS)
         last.add_metric([], result.last_success_unix)
         yield last
-        errors = _counter("vllm_spec_exporter_scrape_errors_total")
+        errors = _counter(MetricName.SCRAPE_ERRORS_TOTAL)
         for reason in SCRAPE_ERROR_REASONS:
             errors.add_metric([reason], float(result.errors.get(reason, 0)))
         yield errors
-        resets = _counter("vllm_spec_exporter_counter_resets_total")
+        resets = _counter(MetricName.COUNTER_RESETS_TOTAL)
         resets.add_metric([], float(result.counter_resets))
         yield resets
-        info = InfoMetricFamily("vllm_spec_exporter_target", BY_NAME["vllm_spec_exporter_target_info"].help)
+        info = _info(MetricName.TARGET_INFO)
         info.add_metric([], {"schema": result.schema, "version": result.version})
         yield info
-        window = _gauge("vllm_spec_exporter_window_seconds")
+        window = _gauge(MetricName.CONFIG_WINDOW_SECONDS)
         window.add_metric([], poller.store.window_seconds)
         yield window
-        guard = _gauge("vllm_spec_exporter_min_draft_tokens")
+        guard = _gauge(MetricName.CONFIG_MIN_DRAFT_TOKENS)
         guard.add_metric([], poller.min_draft_tokens)
         yield guard
-        build = InfoMetricFamily("vllm_spec_exporter_build", BY_NAME["vllm_spec_exporter_build_info"].help)
+        build = _info(MetricName.BUILD_INFO)
         build.add_metric([], {"version": __version__})
         yield build

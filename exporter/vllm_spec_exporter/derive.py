@@ -9,13 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .advisor import advise
-from .normalise import SCHEMA_V0, SCHEMA_V1, SeriesKey, Snapshot
+from .names import Family, MetricName, Schema, SeriesKey
+from .normalise import Snapshot
 from .window import WindowStore
+
+__all__ = ["DEFAULT_DRAFT_COST", "Sample", "SeriesFigures", "derive", "derive_series", "derive_v0", "figures"]
 
 # Cost of drafting one token relative to a target step, for the advisor gauges (--draft-cost-ratio).
 DEFAULT_DRAFT_COST = 0.05
 # A gauge sample: (metric name, label values in the metric's label order, value).
-Sample = tuple[str, tuple[str, ...], float]
+Sample = tuple[MetricName, tuple[str, ...], float]
 
 
 @dataclass(frozen=True)
@@ -39,19 +42,19 @@ def figures(store: WindowStore, snap: Snapshot, series: SeriesKey) -> SeriesFigu
     if span is None:
         return None
     start, end = span
-    totals: dict[tuple[str, str], float] = {}
+    totals: dict[tuple[Family, str], float] = {}
     for key in keys:
         value = store.delta(key, start, end)
         if value is not None:
-            family, _, position, _ = key
-            totals[(family, position)] = totals.get((family, position), 0.0) + value
-    by_pos = {pos: v for (family, pos), v in totals.items() if family == "accepted_per_pos"}
+            total = (key.family, key.position)
+            totals[total] = totals.get(total, 0.0) + value
+    by_pos = {pos: v for (family, pos), v in totals.items() if family == Family.ACCEPTED_PER_POS}
     return SeriesFigures(
         seconds=end - start,
-        drafts=totals.get(("drafts", "")),
-        draft_tokens=totals.get(("draft_tokens", "")),
-        accepted=totals.get(("accepted_tokens", "")),
-        generation=totals.get(("generation_tokens", "")),
+        drafts=totals.get((Family.DRAFTS, "")),
+        draft_tokens=totals.get((Family.DRAFT_TOKENS, "")),
+        accepted=totals.get((Family.ACCEPTED_TOKENS, "")),
+        generation=totals.get((Family.GENERATION_TOKENS, "")),
         accepted_by_position=dict(sorted(by_pos.items(), key=lambda kv: int(kv[0]))),
         k=len(snap.positions(series)),
     )
@@ -59,9 +62,9 @@ def figures(store: WindowStore, snap: Snapshot, series: SeriesKey) -> SeriesFigu
 
 def derive(store: WindowStore, snap: Snapshot, min_draft_tokens: float,
            draft_cost: float = DEFAULT_DRAFT_COST) -> list[Sample]:
-    if snap.schema == SCHEMA_V0:
+    if snap.schema == Schema.V0:
         return derive_v0(snap)
-    if snap.schema != SCHEMA_V1:
+    if snap.schema != Schema.V1:
         return []
     out: list[Sample] = []
     for series in snap.series_keys():
@@ -76,10 +79,10 @@ def derive_series(series: SeriesKey, f: SeriesFigures, min_draft_tokens: float,
                   draft_cost: float = DEFAULT_DRAFT_COST) -> list[Sample]:
     out: list[Sample] = []
 
-    def emit(name: str, value: float, labels: tuple[str, ...] = series) -> None:
+    def emit(name: MetricName, value: float, labels: tuple[str, ...] = series) -> None:
         out.append((name, labels, value))
 
-    def emit_ratio(name: str, num: float, den: float, labels: tuple[str, ...] = series) -> None:
+    def emit_ratio(name: MetricName, num: float, den: float, labels: tuple[str, ...] = series) -> None:
         # Omit rather than lie: outside [0, 1] means the counters are inconsistent.
         if den > 0 and 0 <= num <= den:
             emit(name, num / den, labels)
@@ -87,53 +90,57 @@ def derive_series(series: SeriesKey, f: SeriesFigures, min_draft_tokens: float,
     sec = f.seconds
     D, T, A, G = f.drafts, f.draft_tokens, f.accepted, f.generation
     if T is not None:
-        emit("vllm_spec_decode_window_draft_tokens", T)
-        emit("vllm_spec_decode_draft_tokens_per_second", T / sec)
-    emit("vllm_spec_decode_window_seconds", sec)
+        emit(MetricName.WINDOW_DRAFT_TOKENS, T)
+        emit(MetricName.DRAFT_TOKENS_PER_SECOND, T / sec)
+    emit(MetricName.WINDOW_SECONDS, sec)
     if A is not None:
-        emit("vllm_spec_decode_accepted_tokens_per_second", A / sec)
+        emit(MetricName.ACCEPTED_TOKENS_PER_SECOND, A / sec)
     if D is not None:
-        emit("vllm_spec_decode_drafts_per_second", D / sec)
+        emit(MetricName.DRAFTS_PER_SECOND, D / sec)
     if G is not None:
-        emit("vllm_generation_tokens_per_second", G / sec)
+        emit(MetricName.GENERATION_TOKENS_PER_SECOND, G / sec)
     if T is not None and A is not None and A <= T:
-        emit("vllm_spec_decode_rejected_tokens_per_second", (T - A) / sec)
+        emit(MetricName.REJECTED_TOKENS_PER_SECOND, (T - A) / sec)
     if f.k:
-        emit("vllm_spec_decode_num_speculative_tokens", float(f.k))
+        emit(MetricName.NUM_SPECULATIVE_TOKENS, float(f.k))
 
     enough = T is not None and T > 0 and min_draft_tokens <= T
     if not enough or A is None:
         return out
-    emit_ratio("vllm_spec_decode_acceptance_ratio", A, T)
+    emit_ratio(MetricName.ACCEPTANCE_RATIO, A, T)
     if G is not None:
-        emit_ratio("vllm_spec_decode_draft_output_ratio", A, G)
+        emit_ratio(MetricName.DRAFT_OUTPUT_RATIO, A, G)
     if D is None or D <= 0:
         return out  # vLLM 0.8.3-0.8.4 had no drafts counter: acceptance only
     if D * max(f.k, 1) >= A or not f.k:
-        emit("vllm_spec_decode_mean_acceptance_length", 1 + A / D)
+        emit(MetricName.MEAN_ACCEPTANCE_LENGTH, 1 + A / D)
     if D * f.k >= T or not f.k:
-        emit("vllm_spec_decode_mean_draft_length", T / D)
-    emit_ratio("vllm_spec_decode_drafted_efficiency_ratio", D + A, D + T)
+        emit(MetricName.MEAN_DRAFT_LENGTH, T / D)
+    emit_ratio(MetricName.DRAFTED_EFFICIENCY_RATIO, D + A, D + T)
     if f.k:
-        emit_ratio("vllm_spec_decode_efficiency_ratio", D + A, D * (f.k + 1))
+        emit_ratio(MetricName.EFFICIENCY_RATIO, D + A, D * (f.k + 1))
     curve = []
     for position, accepted in f.accepted_by_position.items():
-        emit_ratio("vllm_spec_decode_position_acceptance_ratio", accepted, D, (*series, position))
+        emit_ratio(MetricName.POSITION_ACCEPTANCE_RATIO, accepted, D, (*series, position))
         curve.append(accepted / D)
     if curve and len(curve) == f.k and all(0 <= p <= 1 for p in curve):
         advice = advise(curve, draft_cost)
-        emit("vllm_spec_decode_estimated_speedup", advice.current_speedup)
-        emit("vllm_spec_decode_recommended_k", float(advice.recommended_k))
-        emit("vllm_spec_decode_recommended_k_estimated_speedup", advice.speedup[advice.recommended_k])
+        emit(MetricName.ESTIMATED_SPEEDUP, advice.current_speedup)
+        emit(MetricName.RECOMMENDED_K, float(advice.recommended_k))
+        emit(MetricName.RECOMMENDED_K_ESTIMATED_SPEEDUP, advice.speedup[advice.recommended_k])
     return out
+
+
+# V0's lifetime gauges and the served gauge each is passed through as.
+_V0_GAUGES = {Family.V0_ACCEPTANCE_RATE: MetricName.ACCEPTANCE_RATIO,
+              Family.V0_EFFICIENCY: MetricName.EFFICIENCY_RATIO}
 
 
 def derive_v0(snap: Snapshot) -> list[Sample]:
     """V0 publishes lifetime ratios as gauges; its counters are unusable (sum-of-sums)."""
     out: list[Sample] = []
     for (family, series), value in sorted(snap.gauges.items()):
-        name = {"v0_acceptance_rate": "vllm_spec_decode_acceptance_ratio",
-                "v0_efficiency": "vllm_spec_decode_efficiency_ratio"}.get(family)
+        name = _V0_GAUGES.get(family)
         if name and 0 <= value <= 1:
             out.append((name, series, value))
     return out

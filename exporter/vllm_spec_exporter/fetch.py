@@ -15,6 +15,8 @@ from urllib.parse import urlsplit, urlunsplit
 import requests
 import urllib3
 
+__all__ = ["ACCEPT", "Credentials", "FetchError", "Fetcher", "metrics_url"]
+
 # The classic text format keeps vLLM's colon names intact; OpenMetrics negotiation would escape
 # them to underscores in prometheus_client >= 0.2x (client_python#1177).
 ACCEPT = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
@@ -22,7 +24,7 @@ _CHUNK = 64 * 1024
 
 
 class FetchError(Exception):
-    """A failed fetch; `reason` is one of schema.SCRAPE_ERROR_REASONS."""
+    """A failed fetch; `reason` is one of names.SCRAPE_ERROR_REASONS."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
@@ -53,6 +55,16 @@ def metrics_url(target: str) -> str:
 
 
 class Fetcher:
+    """Fetches the one configured target's /metrics (and /version), bounded in time and size.
+
+    Invariants: only `url` and `version_url`, both fixed at construction, are ever requested;
+    redirects are never followed; each exchange (DNS, connect, headers, body) has a hard deadline
+    of `timeout` seconds and a body cap of `max_bytes`, and any failure is a FetchError whose
+    `reason` is a names.SCRAPE_ERROR_REASONS value; at most one request is in flight (a hung one
+    blocks new requests instead of piling up threads); credentials never appear in messages.
+    Used by one thread at a time: the poller's.
+    """
+
     def __init__(self, target: str, timeout: float, max_bytes: int,
                  credentials: Credentials | None = None, ca_file: str | None = None,
                  insecure: bool = False, client_cert: str | None = None,

@@ -14,22 +14,26 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from .names import Family
+
+__all__ = ["FAMILIES", "ParseError", "RawSample", "parse"]
+
 # vLLM family name (without prefix and without _total) -> canonical key used downstream.
-FAMILIES: dict[str, str] = {
-    "spec_decode_num_drafts": "drafts",
-    "spec_decode_num_draft_tokens": "draft_tokens",
-    "spec_decode_num_accepted_tokens": "accepted_tokens",
-    "spec_decode_num_accepted_tokens_per_pos": "accepted_per_pos",
-    "generation_tokens": "generation_tokens",
+FAMILIES: dict[str, Family] = {
+    "spec_decode_num_drafts": Family.DRAFTS,
+    "spec_decode_num_draft_tokens": Family.DRAFT_TOKENS,
+    "spec_decode_num_accepted_tokens": Family.ACCEPTED_TOKENS,
+    "spec_decode_num_accepted_tokens_per_pos": Family.ACCEPTED_PER_POS,
+    "generation_tokens": Family.GENERATION_TOKENS,
     # V0 engine (<= 0.9): lifetime gauges plus counters that must not be rate()d (sum-of-sums bug).
-    "spec_decode_draft_acceptance_rate": "v0_acceptance_rate",
-    "spec_decode_efficiency": "v0_efficiency",
-    "spec_decode_num_emitted_tokens": "v0_emitted_tokens",
+    "spec_decode_draft_acceptance_rate": Family.V0_ACCEPTANCE_RATE,
+    "spec_decode_efficiency": Family.V0_EFFICIENCY,
+    "spec_decode_num_emitted_tokens": Family.V0_EMITTED_TOKENS,
     # Context gauges.
-    "num_requests_running": "requests_running",
-    "num_requests_waiting": "requests_waiting",
-    "kv_cache_usage_perc": "kv_cache_usage",
-    "gpu_cache_usage_perc": "kv_cache_usage",  # renamed in 0.9.2, removed in 0.12.0
+    "num_requests_running": Family.REQUESTS_RUNNING,
+    "num_requests_waiting": Family.REQUESTS_WAITING,
+    "kv_cache_usage_perc": Family.KV_CACHE_USAGE,
+    "gpu_cache_usage_perc": Family.KV_CACHE_USAGE,  # renamed in 0.9.2, removed in 0.12.0
 }
 
 # The FAMILIES keys as a factored alternation (a trie): the regex engine rejects the ~600 vLLM lines
@@ -65,13 +69,13 @@ _EXPOSITION_MARKERS = ("# TYPE ", "# HELP ")
 class ParseError(ValueError):
     """The body is not a usable Prometheus text exposition; the message names the problem."""
 
-    reason = "parse"  # schema.SCRAPE_ERROR_REASONS
+    reason = "parse"  # names.SCRAPE_ERROR_REASONS
 
 
 class RawSample(NamedTuple):
     """One wanted sample. `labels` may be shared between samples (cached): never mutate it."""
 
-    key: str  # canonical family key, see FAMILIES
+    key: Family  # canonical family key, see FAMILIES
     created: bool  # a `_created` sample (start time of the counter), not a value
     labels: dict[str, str]
     value: float

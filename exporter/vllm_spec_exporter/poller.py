@@ -16,18 +16,26 @@ from dataclasses import dataclass, field
 
 from . import derive as derive_mod
 from .fetch import Fetcher, FetchError
-from .normalise import SCHEMA_NONE, Snapshot, normalise
+from .names import SCRAPE_ERROR_REASONS, Schema
+from .normalise import Snapshot, normalise
 from .parse import ParseError, parse
-from .schema import SCRAPE_ERROR_REASONS
 from .window import SeriesLimitError, WindowStore
+
+__all__ = ["PollResult", "Poller"]
 
 log = logging.getLogger("vllm_spec_exporter")
 
 
 @dataclass(frozen=True)
 class PollResult:
+    """What one poll found, published whole: scrapes read it, nobody changes it.
+
+    `snapshot` and `derived` are set only while `target_up`; `errors` and `counter_resets` are
+    the running totals at this poll (counters, never reset by the exporter).
+    """
+
     target_up: bool
-    schema: str = SCHEMA_NONE
+    schema: Schema = Schema.NONE
     version: str = ""
     snapshot: Snapshot | None = None  # None while the target is down
     derived: tuple[derive_mod.Sample, ...] = ()
@@ -53,6 +61,17 @@ class RateLimitedLog:
 
 
 class Poller:
+    """Polls one target every `interval` seconds on its own daemon thread and publishes PollResults.
+
+    Invariants: the poll thread alone fetches, parses, normalises, observes the WindowStore and
+    derives, so the store needs no lock; all of a target's series are sampled at the same instant
+    (the poll's start), which keeps numerators and denominators on one interval; each poll
+    replaces `result` with a new immutable PollResult in one assignment, so a scrape thread sees
+    the previous poll or the next, never half of one; a failed poll always publishes a down
+    result (a previous success is never served as current), and `current()` reports down when
+    polling has stalled. A poll is bounded by the fetcher's whole-exchange deadline.
+    """
+
     def __init__(self, fetcher: Fetcher, interval: float, window: float, min_draft_tokens: float,
                  max_series: int = 10_000, draft_cost: float = derive_mod.DEFAULT_DRAFT_COST,
                  clock: Callable[[], float] = time.monotonic,

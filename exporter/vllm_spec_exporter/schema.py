@@ -1,32 +1,24 @@
-"""The exporter's output schema: every metric it serves, in one table.
+"""The exporter's output schema: every metric it serves, with its type, labels, help and formula.
 
-This is a contract. Alert rules, recording rules, dashboards, README and tests all read these
-names from here, so a rename is one edit and a lint test catches any query that drifts.
+This is a contract. The names come from names.py; this table says what each one is, for the
+collector (help text, label order), docs/metrics.md and the README. A test checks that every
+MetricName has exactly one row here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Labels passed through from vLLM. The exporter adds no target labels (job, instance, cluster):
-# those belong to Prometheus' scrape config.
-SERIES_LABELS = ("model_name", "engine")
-POSITION_LABELS = (*SERIES_LABELS, "position")
+from .names import POSITION_LABELS, SCRAPE_ERROR_REASONS, SERIES_LABELS, MetricName
 
-SCRAPE_ERROR_REASONS = (
-    "timeout",  # connect or read took longer than --timeout (whole response, not per byte)
-    "connect",  # connection refused / reset / DNS / TLS failure
-    "http_status",  # any status other than 200, redirects included (they are never followed)
-    "too_large",  # body beyond --max-bytes
-    "parse",  # not a Prometheus text exposition, truncated, or a malformed spec-decode line
-    "invalid_sample",  # one series rejected (non-integer position, NaN/negative counter); rest kept
-    "series_limit",  # more series than --max-series; the poll is rejected to bound memory
-)
+__all__ = ["ALL", "BY_NAME", "CONTEXT", "COUNTERS", "DERIVED", "HEALTH", "Metric", "exposed_names", "served"]
 
 
 @dataclass(frozen=True)
 class Metric:
-    name: str
+    """One served metric: its name (names.MetricName), type, label names in exposition order, help."""
+
+    name: MetricName
     type: str  # "gauge" | "counter" | "info"
     labels: tuple[str, ...]
     help: str
@@ -37,7 +29,7 @@ class Metric:
 # sampled at the same instants, so num and den always cover the identical interval.
 DERIVED = (
     Metric(
-        "vllm_spec_decode_acceptance_ratio", "gauge", SERIES_LABELS,
+        MetricName.ACCEPTANCE_RATIO, "gauge", SERIES_LABELS,
         "Draft acceptance rate over the window: accepted / drafted tokens (V1, from "
         "vllm:spec_decode_num_accepted_tokens_total and ..._num_draft_tokens_total). On V0 it is "
         "vllm:spec_decode_draft_acceptance_rate, a lifetime value. Omitted when idle or below "
@@ -45,99 +37,99 @@ DERIVED = (
         "ΔA / ΔT",
     ),
     Metric(
-        "vllm_spec_decode_position_acceptance_ratio", "gauge", POSITION_LABELS,
+        MetricName.POSITION_ACCEPTANCE_RATIO, "gauge", POSITION_LABELS,
         "Share of drafts whose token at this 0-based position was accepted over the window "
         "(vllm:spec_decode_num_accepted_tokens_per_pos_total / ..._num_drafts_total).",
         "ΔA_pos / ΔD",
     ),
     Metric(
-        "vllm_spec_decode_mean_acceptance_length", "gauge", SERIES_LABELS,
+        MetricName.MEAN_ACCEPTANCE_LENGTH, "gauge", SERIES_LABELS,
         "Mean tokens emitted per verification step including the bonus token, 1 .. k+1 "
         "(1 + accepted / drafts over the window).",
         "1 + ΔA / ΔD",
     ),
     Metric(
-        "vllm_spec_decode_efficiency_ratio", "gauge", SERIES_LABELS,
+        MetricName.EFFICIENCY_RATIO, "gauge", SERIES_LABELS,
         "System efficiency, V0's definition: emitted / maximum emittable tokens = "
         "(drafts + accepted) / (drafts * (k + 1)), k = number of draft positions. On V0 it is "
         "vllm:spec_decode_efficiency (lifetime).",
         "(ΔD + ΔA) / (ΔD · (k+1))",
     ),
     Metric(
-        "vllm_spec_decode_drafted_efficiency_ratio", "gauge", SERIES_LABELS,
+        MetricName.DRAFTED_EFFICIENCY_RATIO, "gauge", SERIES_LABELS,
         "Efficiency over tokens actually drafted: (drafts + accepted) / (drafts + draft tokens). "
         "Fair when the drafter proposes fewer than k tokens (n-gram misses, dynamic k).",
         "(ΔD + ΔA) / (ΔD + ΔT)",
     ),
     Metric(
-        "vllm_spec_decode_mean_draft_length", "gauge", SERIES_LABELS,
+        MetricName.MEAN_DRAFT_LENGTH, "gauge", SERIES_LABELS,
         "Mean draft tokens proposed per draft over the window (draft tokens / drafts), <= k.",
         "ΔT / ΔD",
     ),
     Metric(
-        "vllm_spec_decode_draft_output_ratio", "gauge", SERIES_LABELS,
+        MetricName.DRAFT_OUTPUT_RATIO, "gauge", SERIES_LABELS,
         "Share of generated tokens that came from accepted drafts over the window "
         "(accepted / vllm:generation_tokens_total delta).",
         "ΔA / ΔG",
     ),
     Metric(
-        "vllm_generation_tokens_per_second", "gauge", SERIES_LABELS,
+        MetricName.GENERATION_TOKENS_PER_SECOND, "gauge", SERIES_LABELS,
         "Generated (output) tokens per second over the window, accepted drafts included "
         "(vllm:generation_tokens_total). 0 when idle.",
         "ΔG / Δt",
     ),
     Metric(
-        "vllm_spec_decode_drafts_per_second", "gauge", SERIES_LABELS,
+        MetricName.DRAFTS_PER_SECOND, "gauge", SERIES_LABELS,
         "Verification steps that carried a draft, per second (vllm:spec_decode_num_drafts_total).",
         "ΔD / Δt",
     ),
     Metric(
-        "vllm_spec_decode_draft_tokens_per_second", "gauge", SERIES_LABELS,
+        MetricName.DRAFT_TOKENS_PER_SECOND, "gauge", SERIES_LABELS,
         "Draft tokens proposed per second (vllm:spec_decode_num_draft_tokens_total).",
         "ΔT / Δt",
     ),
     Metric(
-        "vllm_spec_decode_accepted_tokens_per_second", "gauge", SERIES_LABELS,
+        MetricName.ACCEPTED_TOKENS_PER_SECOND, "gauge", SERIES_LABELS,
         "Draft tokens accepted per second (vllm:spec_decode_num_accepted_tokens_total).",
         "ΔA / Δt",
     ),
     Metric(
-        "vllm_spec_decode_rejected_tokens_per_second", "gauge", SERIES_LABELS,
+        MetricName.REJECTED_TOKENS_PER_SECOND, "gauge", SERIES_LABELS,
         "Draft tokens rejected (wasted target compute) per second: drafted - accepted.",
         "(ΔT − ΔA) / Δt",
     ),
     Metric(
-        "vllm_spec_decode_window_draft_tokens", "gauge", SERIES_LABELS,
+        MetricName.WINDOW_DRAFT_TOKENS, "gauge", SERIES_LABELS,
         "Draft tokens counted in the current window; ratios are omitted below --min-draft-tokens.",
         "ΔT",
     ),
     Metric(
-        "vllm_spec_decode_window_seconds", "gauge", SERIES_LABELS,
+        MetricName.WINDOW_SECONDS, "gauge", SERIES_LABELS,
         "Time actually covered by the window's samples (shorter than --window right after start "
         "or after the series appeared).",
         "Δt",
     ),
     Metric(
-        "vllm_spec_decode_estimated_speedup", "gauge", SERIES_LABELS,
+        MetricName.ESTIMATED_SPEEDUP, "gauge", SERIES_LABELS,
         "Advisor: expected speed-up over no speculation at the current k, "
         "(1 + sum of position acceptance) / (1 + c*k), c = --draft-cost-ratio; an upper bound (the "
         "target's verification overhead is not modelled).",
         "E(k) / (1 + c·k)",
     ),
     Metric(
-        "vllm_spec_decode_recommended_k", "gauge", SERIES_LABELS,
+        MetricName.RECOMMENDED_K, "gauge", SERIES_LABELS,
         "Advisor: the k' <= k that maximises the estimated speed-up (ties go to the smaller k); 0 means "
         "speculation does not pay at all. Positions beyond k were never drafted, so it never recommends "
         "raising k.",
         "argmax S(k')",
     ),
     Metric(
-        "vllm_spec_decode_recommended_k_estimated_speedup", "gauge", SERIES_LABELS,
+        MetricName.RECOMMENDED_K_ESTIMATED_SPEEDUP, "gauge", SERIES_LABELS,
         "Advisor: estimated speed-up at the recommended k.",
         "S(k*)",
     ),
     Metric(
-        "vllm_spec_decode_num_speculative_tokens", "gauge", SERIES_LABELS,
+        MetricName.NUM_SPECULATIVE_TOKENS, "gauge", SERIES_LABELS,
         "k: number of draft positions the target exposes (distinct position labels).",
         "#positions",
     ),
@@ -146,52 +138,52 @@ DERIVED = (
 # Faithful re-exposition of vLLM's counters under colon-free names that do not depend on the vLLM
 # version or on Ray's prefixes. Raw values: Prometheus' rate() handles resets as usual.
 COUNTERS = (
-    Metric("vllm_spec_decode_drafts_total", "counter", SERIES_LABELS,
+    Metric(MetricName.DRAFTS_TOTAL, "counter", SERIES_LABELS,
            "Drafts (verification steps with >= 1 draft token); vllm:spec_decode_num_drafts_total."),
-    Metric("vllm_spec_decode_draft_tokens_total", "counter", SERIES_LABELS,
+    Metric(MetricName.DRAFT_TOKENS_TOTAL, "counter", SERIES_LABELS,
            "Draft tokens proposed; vllm:spec_decode_num_draft_tokens_total."),
-    Metric("vllm_spec_decode_accepted_tokens_total", "counter", SERIES_LABELS,
+    Metric(MetricName.ACCEPTED_TOKENS_TOTAL, "counter", SERIES_LABELS,
            "Draft tokens accepted (prefix only, bonus excluded); vllm:spec_decode_num_accepted_tokens_total."),
-    Metric("vllm_spec_decode_accepted_tokens_by_position_total", "counter", POSITION_LABELS,
+    Metric(MetricName.ACCEPTED_TOKENS_BY_POSITION_TOTAL, "counter", POSITION_LABELS,
            "Drafts whose token at this 0-based position was accepted; "
            "vllm:spec_decode_num_accepted_tokens_per_pos_total."),
-    Metric("vllm_generation_tokens_total", "counter", SERIES_LABELS,
+    Metric(MetricName.GENERATION_TOKENS_TOTAL, "counter", SERIES_LABELS,
            "Generated tokens, accepted drafts included; vllm:generation_tokens_total."),
 )
 
 # Context that explains an acceptance drop (speculation hurts at high batch sizes).
 CONTEXT = (
-    Metric("vllm_num_requests_running", "gauge", SERIES_LABELS,
+    Metric(MetricName.REQUESTS_RUNNING, "gauge", SERIES_LABELS,
            "Requests in the running batch; vllm:num_requests_running."),
-    Metric("vllm_num_requests_waiting", "gauge", SERIES_LABELS,
+    Metric(MetricName.REQUESTS_WAITING, "gauge", SERIES_LABELS,
            "Requests waiting to be scheduled; vllm:num_requests_waiting."),
-    Metric("vllm_kv_cache_usage_ratio", "gauge", SERIES_LABELS,
+    Metric(MetricName.KV_CACHE_USAGE_RATIO, "gauge", SERIES_LABELS,
            "KV-cache usage 0..1; vllm:kv_cache_usage_perc (vllm:gpu_cache_usage_perc before 0.12)."),
 )
 
 HEALTH = (
-    Metric("vllm_spec_exporter_target_up", "gauge", (),
+    Metric(MetricName.TARGET_UP, "gauge", (),
            "1 when the last poll of the target's /metrics succeeded and parsed, else 0."),
-    Metric("vllm_spec_decode_enabled", "gauge", (),
+    Metric(MetricName.SPEC_DECODE_ENABLED, "gauge", (),
            "1 when the target exposes spec-decode metrics, 0 when it exposes none (spec decoding "
            "off). Omitted while the target is down."),
-    Metric("vllm_spec_exporter_scrape_duration_seconds", "gauge", (),
+    Metric(MetricName.SCRAPE_DURATION_SECONDS, "gauge", (),
            "Duration of the last poll of the target (fetch + parse + derive)."),
-    Metric("vllm_spec_exporter_last_success_timestamp_seconds", "gauge", (),
+    Metric(MetricName.LAST_SUCCESS_TIMESTAMP_SECONDS, "gauge", (),
            "Unix time of the last successful poll; 0 before the first."),
-    Metric("vllm_spec_exporter_scrape_errors_total", "counter", ("reason",),
+    Metric(MetricName.SCRAPE_ERRORS_TOTAL, "counter", ("reason",),
            "Failed or partly rejected polls of the target, by reason: " + ", ".join(SCRAPE_ERROR_REASONS) + "."),
-    Metric("vllm_spec_exporter_counter_resets_total", "counter", (),
+    Metric(MetricName.COUNTER_RESETS_TOTAL, "counter", (),
            "Polls in which vLLM's counters went backwards or their _created time changed "
            "(a vLLM restart)."),
-    Metric("vllm_spec_exporter_target_info", "info", ("schema", "version"),
+    Metric(MetricName.TARGET_INFO, "info", ("schema", "version"),
            "Detected metrics schema of the target (v1, v0, none) and vLLM version from /version "
            "when the server reports it."),
-    Metric("vllm_spec_exporter_window_seconds", "gauge", (),
+    Metric(MetricName.CONFIG_WINDOW_SECONDS, "gauge", (),
            "Configured trailing window for the derived gauges (--window)."),
-    Metric("vllm_spec_exporter_min_draft_tokens", "gauge", (),
+    Metric(MetricName.CONFIG_MIN_DRAFT_TOKENS, "gauge", (),
            "Configured low-volume guard (--min-draft-tokens)."),
-    Metric("vllm_spec_exporter_build_info", "info", ("version",),
+    Metric(MetricName.BUILD_INFO, "info", ("version",),
            "Version of vllm-spec-exporter."),
 )
 
@@ -200,8 +192,8 @@ BY_NAME = {m.name: m for m in ALL}
 
 
 def served(name: str) -> str:
-    """`name` if the exporter serves it, else KeyError: the generators wrap every metric name they
-    query in this, so rules and dashboards cannot drift from the schema."""
+    """`name` if the exporter serves it, else KeyError naming the schema (for names that arrive as
+    text, e.g. from a query under test)."""
     if name not in BY_NAME:
         raise KeyError(f"{name} is not served by the exporter (vllm_spec_exporter/schema.py)")
     return name

@@ -19,6 +19,8 @@ from . import __version__
 from .poller import Poller
 from .webconfig import WebConfig
 
+__all__ = ["ExporterServer", "parse_listen", "serve_in_thread"]
+
 log = logging.getLogger("vllm_spec_exporter")
 
 _LANDING = """<!doctype html><html><head><title>vllm-spec-exporter</title></head><body>

@@ -15,12 +15,33 @@ from typing import Any
 
 import yaml
 
+__all__ = [
+    "CONNECTION_OPTIONS",
+    "DEFAULT_PORT",
+    "ENV_PREFIX",
+    "Settings",
+    "add_arguments",
+    "make_fetcher",
+    "read_secret",
+    "resolve",
+    "resolve_connection",
+]
+
 ENV_PREFIX = "VLLM_SPEC_EXPORTER_"
 DEFAULT_PORT = 9850  # clear of node_exporter (9100), dcgm-exporter (9400), Prometheus (9090-9094)
 
 
 @dataclass(frozen=True)
 class Settings:
+    """The resolved settings of `serve` (and the connection options `check` shares).
+
+    Each field is also a flag (`--max-bytes`), an environment variable (`VLLM_SPEC_EXPORTER_MAX_BYTES`)
+    and a YAML key (`max_bytes:`), resolved in that order of precedence by `resolve()`, which
+    returns only settings that passed `validate()`: the window covers at least two polls, a poll's
+    timeout is shorter than the interval, limits are positive. Secrets are never fields: only the
+    paths of files holding them (or environment variables read at connection time).
+    """
+
     target: str = "http://127.0.0.1:8000"
     listen: str = f"127.0.0.1:{DEFAULT_PORT}"
     interval: float = 5.0

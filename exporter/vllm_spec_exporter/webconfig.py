@@ -26,6 +26,8 @@ from pathlib import Path
 
 import yaml
 
+__all__ = ["WebConfig", "load"]
+
 # bcrypt("") at cost 10, compared against when the user is unknown (see authorized()).
 _DUMMY_HASH = b"$2b$10$rnm2h7ivLKAuwqzghjU3ueDikhntZDRfPS9Lb2OB6PQlVlh7igBB."
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from .normalise import CounterKey, SeriesKey, Snapshot
+from .names import CounterKey, SeriesKey
+from .normalise import Snapshot
+
+__all__ = ["SeriesLimitError", "WindowStore"]
 
 
 @dataclass
@@ -25,11 +28,21 @@ class _Series:
 class SeriesLimitError(RuntimeError):
     """The target exposes more series than --max-series allows."""
 
-    reason = "series_limit"  # schema.SCRAPE_ERROR_REASONS
+    reason = "series_limit"  # names.SCRAPE_ERROR_REASONS
 
 
 @dataclass
 class WindowStore:
+    """The trailing window of every counter series of one target.
+
+    Invariants: every series is appended to at the same poll instants (one `observe` per poll,
+    with that poll's start time), so any two series share their sample times and a ratio of two
+    deltas covers exactly the same interval; values are reset-adjusted, so they never decrease;
+    no sample older than `window_seconds` before the latest poll is kept, nor more than
+    `max_samples_per_series`; a series absent from a poll is forgotten. Owned by the poller's
+    thread: `observe` and the readers (span, delta, series_keys) run there, never during a scrape.
+    """
+
     window_seconds: float
     max_series: int = 10_000
     max_samples_per_series: int = 4_096  # hard cap whatever the poll interval
@@ -103,4 +116,4 @@ class WindowStore:
 
     def series_keys(self, series: SeriesKey) -> list[CounterKey]:
         """Every counter (family, position, replica) tracked for one (model_name, engine)."""
-        return [k for k in self._series if k[1] == series]
+        return [key for key in self._series if key.series == series]

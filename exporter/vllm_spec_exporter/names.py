@@ -1,0 +1,138 @@
+"""Every name the exporter reads or serves, in one place.
+
+- `Family`: the canonical key of each vLLM metric family the parser keeps, whatever its spelling
+  on the wire (`vllm:`, `vllm_`, `ray_vllm:`; see parse.FAMILIES);
+- `Schema`: which generation of vLLM metrics a target exposes;
+- `MetricName`: every metric the exporter serves (schema.py gives each its type, labels and help;
+  a test checks the two agree);
+- the label names, the scrape-error reasons, and the keys of a series and of one counter.
+
+schema, parse, normalise, window, derive, collector, the rules and the dashboards import their
+names from here, so a rename is one edit and a query can never name a metric nobody serves.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import NamedTuple
+
+__all__ = [
+    "POSITION_LABELS",
+    "SCRAPE_ERROR_REASONS",
+    "SERIES_LABELS",
+    "CounterKey",
+    "Family",
+    "MetricName",
+    "Schema",
+    "SeriesKey",
+]
+
+
+class Family(StrEnum):
+    """Canonical key of a vLLM metric family (the value is what logs and error messages show)."""
+
+    # V1 engine (vLLM >= 0.8.5): counters.
+    DRAFTS = "drafts"
+    DRAFT_TOKENS = "draft_tokens"
+    ACCEPTED_TOKENS = "accepted_tokens"
+    ACCEPTED_PER_POS = "accepted_per_pos"
+    GENERATION_TOKENS = "generation_tokens"
+    # V0 engine (<= 0.9): lifetime gauges, plus a counter that must not be rate()d (sum-of-sums).
+    V0_ACCEPTANCE_RATE = "v0_acceptance_rate"
+    V0_EFFICIENCY = "v0_efficiency"
+    V0_EMITTED_TOKENS = "v0_emitted_tokens"
+    # Context gauges.
+    REQUESTS_RUNNING = "requests_running"
+    REQUESTS_WAITING = "requests_waiting"
+    KV_CACHE_USAGE = "kv_cache_usage"
+
+
+class Schema(StrEnum):
+    """The metrics schema a target exposes (the `schema` label of vllm_spec_exporter_target_info)."""
+
+    V1 = "v1"  # spec-decode counters: windowed ratios are exact
+    V0 = "v0"  # the legacy engine's lifetime gauges
+    NONE = "none"  # no spec-decode metrics: speculative decoding is off (or renamed by an upgrade)
+
+
+class MetricName(StrEnum):
+    """Every metric the exporter serves. Generators query these and nothing else of ours."""
+
+    # Derived gauges over the trailing window.
+    ACCEPTANCE_RATIO = "vllm_spec_decode_acceptance_ratio"
+    POSITION_ACCEPTANCE_RATIO = "vllm_spec_decode_position_acceptance_ratio"
+    MEAN_ACCEPTANCE_LENGTH = "vllm_spec_decode_mean_acceptance_length"
+    EFFICIENCY_RATIO = "vllm_spec_decode_efficiency_ratio"
+    DRAFTED_EFFICIENCY_RATIO = "vllm_spec_decode_drafted_efficiency_ratio"
+    MEAN_DRAFT_LENGTH = "vllm_spec_decode_mean_draft_length"
+    DRAFT_OUTPUT_RATIO = "vllm_spec_decode_draft_output_ratio"
+    GENERATION_TOKENS_PER_SECOND = "vllm_generation_tokens_per_second"
+    DRAFTS_PER_SECOND = "vllm_spec_decode_drafts_per_second"
+    DRAFT_TOKENS_PER_SECOND = "vllm_spec_decode_draft_tokens_per_second"
+    ACCEPTED_TOKENS_PER_SECOND = "vllm_spec_decode_accepted_tokens_per_second"
+    REJECTED_TOKENS_PER_SECOND = "vllm_spec_decode_rejected_tokens_per_second"
+    WINDOW_DRAFT_TOKENS = "vllm_spec_decode_window_draft_tokens"
+    WINDOW_SECONDS = "vllm_spec_decode_window_seconds"
+    ESTIMATED_SPEEDUP = "vllm_spec_decode_estimated_speedup"
+    RECOMMENDED_K = "vllm_spec_decode_recommended_k"
+    RECOMMENDED_K_ESTIMATED_SPEEDUP = "vllm_spec_decode_recommended_k_estimated_speedup"
+    NUM_SPECULATIVE_TOKENS = "vllm_spec_decode_num_speculative_tokens"
+    # vLLM's counters, re-exposed under stable colon-free names.
+    DRAFTS_TOTAL = "vllm_spec_decode_drafts_total"
+    DRAFT_TOKENS_TOTAL = "vllm_spec_decode_draft_tokens_total"
+    ACCEPTED_TOKENS_TOTAL = "vllm_spec_decode_accepted_tokens_total"
+    ACCEPTED_TOKENS_BY_POSITION_TOTAL = "vllm_spec_decode_accepted_tokens_by_position_total"
+    GENERATION_TOKENS_TOTAL = "vllm_generation_tokens_total"
+    # Context gauges.
+    REQUESTS_RUNNING = "vllm_num_requests_running"
+    REQUESTS_WAITING = "vllm_num_requests_waiting"
+    KV_CACHE_USAGE_RATIO = "vllm_kv_cache_usage_ratio"
+    # Exporter and target health.
+    TARGET_UP = "vllm_spec_exporter_target_up"
+    SPEC_DECODE_ENABLED = "vllm_spec_decode_enabled"
+    SCRAPE_DURATION_SECONDS = "vllm_spec_exporter_scrape_duration_seconds"
+    LAST_SUCCESS_TIMESTAMP_SECONDS = "vllm_spec_exporter_last_success_timestamp_seconds"
+    SCRAPE_ERRORS_TOTAL = "vllm_spec_exporter_scrape_errors_total"
+    COUNTER_RESETS_TOTAL = "vllm_spec_exporter_counter_resets_total"
+    TARGET_INFO = "vllm_spec_exporter_target_info"
+    CONFIG_WINDOW_SECONDS = "vllm_spec_exporter_window_seconds"
+    CONFIG_MIN_DRAFT_TOKENS = "vllm_spec_exporter_min_draft_tokens"
+    BUILD_INFO = "vllm_spec_exporter_build_info"
+
+
+# Labels passed through from vLLM. The exporter adds no target labels (job, instance, cluster):
+# those belong to Prometheus' scrape config.
+SERIES_LABELS = ("model_name", "engine")
+POSITION_LABELS = (*SERIES_LABELS, "position")
+
+SCRAPE_ERROR_REASONS = (
+    "timeout",  # connect or read took longer than --timeout (whole response, not per byte)
+    "connect",  # connection refused / reset / DNS / TLS failure
+    "http_status",  # any status other than 200, redirects included (they are never followed)
+    "too_large",  # body beyond --max-bytes
+    "parse",  # not a Prometheus text exposition, truncated, or a malformed spec-decode line
+    "invalid_sample",  # one series rejected (non-integer position, NaN/negative counter); rest kept
+    "series_limit",  # more series than --max-series; the poll is rejected to bound memory
+)
+
+
+class SeriesKey(NamedTuple):
+    """One vLLM series: a served model on one data-parallel engine ("" on V0, which has none)."""
+
+    model_name: str
+    engine: str
+
+
+class CounterKey(NamedTuple):
+    """One counter series of a target, as the window tracks it.
+
+    `position` is the 0-based draft position ("" except for `Family.ACCEPTED_PER_POS`); `replica`
+    is the text of any labels beyond model_name/engine/position (Ray's per-replica labels), "" for
+    plain vLLM. Each replica keeps its own window, so a replica leaving or restarting is never read
+    as the others resetting; derived values sum the replicas' deltas.
+    """
+
+    family: Family
+    series: SeriesKey
+    position: str
+    replica: str

@@ -18,11 +18,11 @@ import tempfile
 from pathlib import Path
 
 from vllm_spec_exporter.advisor import advise
-from vllm_spec_exporter.lab import default_cache_dir
-from vllm_spec_exporter.lab.server import NGRAM_SPEC_CONFIG, VllmServer, spec_counters
-from vllm_spec_exporter.lab.tinymodel import ensure_tiny_models
-from vllm_spec_exporter.lab.traffic import high_acceptance_phase, run_phase
-from vllm_spec_exporter.lab.venv import ensure_vllm_venv
+from vllm_spec_lab import default_cache_dir
+from vllm_spec_lab.server import NGRAM_SPEC_CONFIG, VllmServer, spec_counters
+from vllm_spec_lab.tinymodel import ensure_tiny_models
+from vllm_spec_lab.traffic import high_acceptance_phase, run_phase
+from vllm_spec_lab.venv import ensure_vllm_venv
 
 TOLERANCE = 0.10
 

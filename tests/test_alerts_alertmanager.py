@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from support.prom import ALERTMANAGER_BIN, Alertmanager, WebhookReceiver, require_binary, wait_until
+from support.prom import require_binary
 from vllm_spec_exporter.mixin import alerts, rules
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, Alertmanager, WebhookReceiver, wait_until
 
 pytestmark = pytest.mark.prometheus
 

@@ -18,17 +18,17 @@ import pytest
 
 from support.exporter import ExporterProcess
 from support.fakevllm import FakeVllm
-from support.prom import (
+from support.prom import require_binary
+from vllm_spec_exporter.mixin import alerts, rules
+from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_lab.monitoring import (
     ALERTMANAGER_BIN,
     PROMETHEUS_BIN,
     Alertmanager,
     Prometheus,
     WebhookReceiver,
-    require_binary,
     wait_until,
 )
-from vllm_spec_exporter.mixin import alerts, rules
-from vllm_spec_exporter.mixin.config import MixinConfig
 
 pytestmark = pytest.mark.prometheus
 

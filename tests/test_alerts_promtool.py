@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.prom import AMTOOL_BIN, PROMTOOL_BIN, require_binary, run_tool
+from support.prom import require_binary, run_tool
 from vllm_spec_exporter.mixin import alerts
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_lab.monitoring import AMTOOL_BIN, PROMTOOL_BIN
 
 pytestmark = pytest.mark.prometheus
 

@@ -14,10 +14,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from vllm_spec_exporter.derive import derive
-from vllm_spec_exporter.lab.speclog import parse_line
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
 from vllm_spec_exporter.window import WindowStore
+from vllm_spec_lab.speclog import parse_line
 
 ROOT = Path(__file__).parent / "fixtures" / "vllm-0.32.0"
 SPEC_SCENARIOS = ["ngram", "draft_model", "multi_engine"]

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from vllm_spec_exporter.lab.speclog import SpecDecodeLogLine, parse_line
+from vllm_spec_lab.speclog import SpecDecodeLogLine, parse_line
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.32.0"
 REQUIRED_SCENARIOS = ("ngram", "draft_model", "spec_off")

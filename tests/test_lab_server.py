@@ -12,11 +12,11 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from vllm_spec_exporter.lab import default_cache_dir
-from vllm_spec_exporter.lab.server import NGRAM_SPEC_CONFIG, VllmServer
-from vllm_spec_exporter.lab.tinymodel import ensure_tiny_models
-from vllm_spec_exporter.lab.traffic import high_acceptance_phase, run_phase
-from vllm_spec_exporter.lab.venv import VllmVenvError, ensure_vllm_venv
+from vllm_spec_lab import default_cache_dir
+from vllm_spec_lab.server import NGRAM_SPEC_CONFIG, VllmServer
+from vllm_spec_lab.tinymodel import ensure_tiny_models
+from vllm_spec_lab.traffic import high_acceptance_phase, run_phase
+from vllm_spec_lab.venv import VllmVenvError, ensure_vllm_venv
 
 pytestmark = pytest.mark.vllm
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from vllm_spec_exporter.lab import CACHE_ENV_VAR, default_cache_dir
-from vllm_spec_exporter.lab import venv as venv_module
-from vllm_spec_exporter.lab.server import VllmServer, VllmServerError
-from vllm_spec_exporter.lab.traffic import Phase, run_phase, run_phases
-from vllm_spec_exporter.lab.venv import VllmVenvError, ensure_vllm_venv
+from vllm_spec_lab import CACHE_ENV_VAR, default_cache_dir
+from vllm_spec_lab import venv as venv_module
+from vllm_spec_lab.server import VllmServer, VllmServerError
+from vllm_spec_lab.traffic import Phase, run_phase, run_phases
+from vllm_spec_lab.venv import VllmVenvError, ensure_vllm_venv
 
 
 class _CompletionsStub:

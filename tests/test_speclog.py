@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_spec_exporter.lab.speclog import (
+from vllm_spec_lab.speclog import (
     SpecLogFormat,
     parse_line,
     parse_lines,

@@ -1,4 +1,9 @@
-"""Command line: `vllm-spec-exporter serve | check | demo | generate`."""
+"""Command line: `vllm-spec-exporter serve | check | demo | generate`.
+
+`serve` and `check` are the sidecar's and need only its own modules. `generate` (the `[generate]`
+extra, with the Grafana SDK) and `demo` (the separate lab package, lab/ in the repository) are
+imported only when chosen, so the sidecar image carries neither and `serve` never loads them.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +13,45 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
+from types import ModuleType
 
-from . import __version__, check, demo, settings, webconfig
+from . import __version__, check, settings, webconfig
 from .collector import SpecDecodeCollector
-from .mixin import generate
 from .poller import Poller
 
+GENERATE_HELP = "write alerts/, dashboards/, deploy/kubernetes/ and docs/ from one config"
+DEMO_HELP = "the whole pipeline on this machine with a live view (real vLLM on the CPU)"
 
-def build_parser() -> argparse.ArgumentParser:
+
+def load_generate() -> ModuleType:
+    """The generators, or a one-line error naming the extra that holds them."""
+    try:
+        from .mixin import generate
+    except ImportError as error:
+        if (error.name or "").startswith("grafana_foundation_sdk"):
+            raise ValueError("generate needs the [generate] extra: "
+                             "pip install 'vllm-spec-exporter[generate]'") from None
+        raise
+    return generate
+
+
+def load_demo() -> ModuleType:
+    """The demo, or a one-line error naming the package that holds it."""
+    try:
+        from vllm_spec_lab import demo
+    except ImportError as error:
+        if error.name == "vllm_spec_lab":
+            raise ValueError("demo needs the lab package (lab/ in the repository): pip install ./lab, "
+                             "or run `bash scripts/run.sh`, which installs it") from None
+        raise
+    return demo
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The full parser for `serve` and `check`; `generate` and `demo` get their options (and their
+    imports) only when `argv` chooses them."""
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
     parser = argparse.ArgumentParser(
         prog="vllm-spec-exporter",
         description="Is speculative decoding on this vLLM server paying off? A Prometheus sidecar, "
@@ -24,34 +60,43 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="run the sidecar exporter next to one vLLM server",
-                           description="Poll one vLLM server's /metrics, normalise and derive the "
-                                       "spec-decode figures, serve them on /metrics.")
-    settings.add_arguments(serve)
+    serve_parser = sub.add_parser("serve", help="run the sidecar exporter next to one vLLM server",
+                                  description="Poll one vLLM server's /metrics, normalise and derive "
+                                              "the spec-decode figures, serve them on /metrics.")
+    settings.add_arguments(serve_parser)
+    serve_parser.set_defaults(run=serve)
 
     chk = sub.add_parser("check", help="sample a live vLLM server and print a verdict with a k advisor",
                          description="Sample a vLLM server's /metrics over --duration and report "
                                      "acceptance, per-position acceptance, efficiency, token flow, "
                                      "load and the best k.", epilog=check.EPILOG)
     check.add_arguments(chk)
+    chk.set_defaults(run=check.run)
 
-    dem = sub.add_parser("demo", help="the whole pipeline on this machine with a live view (real vLLM on the CPU)",
-                         description=demo.__doc__.split("\n\n", 1)[1].strip() if demo.__doc__ else None,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    demo.add_arguments(dem)
+    if chosen == "demo":
+        demo = load_demo()
+        dem = sub.add_parser("demo", help=DEMO_HELP,
+                             description=demo.__doc__.split("\n\n", 1)[1].strip() if demo.__doc__ else None,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+        demo.add_arguments(dem)
+        dem.set_defaults(run=demo.run)
+    else:
+        sub.add_parser("demo", help=DEMO_HELP)
 
-    gen = sub.add_parser("generate", help="write alerts/, dashboards/, deploy/kubernetes/ and docs/ from one config",
+    gen = sub.add_parser("generate", help=GENERATE_HELP,
                          description="Render every monitoring artifact from one MixinConfig.")
-    generate.add_arguments(gen)
+    if chosen == "generate":
+        generate = load_generate()
+        generate.add_arguments(gen)
+        gen.set_defaults(run=generate.run)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    commands = {"serve": serve, "check": check.run, "demo": demo.run, "generate": generate.run}
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        return commands[args.command](args)
+        args = build_parser(argv).parse_args(argv)
+        return args.run(args)
     except ValueError as error:  # bad input: one clear line, no traceback
         print(f"vllm-spec-exporter: error: {error}", file=sys.stderr)
         return 2

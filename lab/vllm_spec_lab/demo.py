@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from .lab.pipeline import MODEL_NAME, LocalStack, StackOptions, TrafficDriver, exporter_snapshot
+from .pipeline import MODEL_NAME, LocalStack, StackOptions, TrafficDriver, exporter_snapshot
 
 PHASES = (("healthy", 0.0), ("degraded", 1.2), ("healthy again", 0.0))
 

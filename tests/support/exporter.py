@@ -12,8 +12,8 @@ from pathlib import Path
 
 import requests
 
-from vllm_spec_exporter.lab.pipeline import exporter_snapshot
-from vllm_spec_exporter.lab.server import free_port
+from vllm_spec_lab.pipeline import exporter_snapshot
+from vllm_spec_lab.server import free_port
 
 SCRIPT = Path(sys.executable).with_name("vllm-spec-exporter")
 

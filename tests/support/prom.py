@@ -1,5 +1,8 @@
-"""Prometheus / Alertmanager / webhook helpers for tests (the classes live in the package's lab, where
-the demo uses them too), plus the test-only pieces: `require_binary()` and `run_tool()`."""
+"""Test-only helpers for the Prometheus tool binaries: `require_binary()` and `run_tool()`.
+
+The Prometheus, Alertmanager and webhook classes live in the lab (`vllm_spec_lab.monitoring`),
+where the demo uses them too; tests import them from there.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from vllm_spec_exporter.lab.monitoring import (  # noqa: F401 (re-exported for the tests)
-    ALERTMANAGER_BIN,
-    AMTOOL_BIN,
-    PROMETHEUS_BIN,
-    PROMTOOL_BIN,
-    Alertmanager,
-    Prometheus,
-    WebhookReceiver,
-    free_port,
-    have_binary,
-    http_get_json,
-    is_ready,
-    wait_until,
-)
+from vllm_spec_lab.monitoring import have_binary
 
 
 def require_binary(path: str) -> str:

@@ -1,0 +1,129 @@
+"""The sidecar's wheel holds only what users run: `serve` and `check` work with neither the
+Grafana SDK (the `[generate]` extra) nor the lab (lab/, a separate package) importable, and load
+none of the generators; `generate` and `demo` say in one line what to install.
+
+Each command runs in a real process against the simulated vLLM (tests/support/fakevllm.py), with
+an import hook that makes `grafana_foundation_sdk` and `vllm_spec_lab` unimportable, as in a plain
+`pip install vllm-spec-exporter`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import requests
+
+from support.fakevllm import FakeVllm
+from vllm_spec_lab.server import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCKED = ("grafana_foundation_sdk", "vllm_spec_lab")
+# Runs the CLI in-process with the optional packages unimportable; on exit it writes which of our
+# modules were loaded, so the test can tell that serve/check never imported the generators.
+RUNNER = textwrap.dedent(f"""
+    import atexit, json, os, sys
+
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in {BLOCKED!r}:
+                raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+            return None
+
+    sys.meta_path.insert(0, Block())
+    atexit.register(lambda: open(os.environ["LOADED_FILE"], "w").write(json.dumps(sorted(sys.modules))))
+    from vllm_spec_exporter.cli import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def run_cli(tmp_path: Path, *args: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess, list[str]]:
+    loaded = tmp_path / "loaded.json"
+    done = subprocess.run([sys.executable, "-c", RUNNER, *args], capture_output=True, text=True, timeout=timeout,
+                          env={"LOADED_FILE": str(loaded), "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    return done, json.loads(loaded.read_text()) if loaded.exists() else []
+
+
+def ours(modules: list[str]) -> set[str]:
+    return {m for m in modules if m.startswith(("vllm_spec_exporter", "vllm_spec_lab", "grafana_foundation_sdk"))}
+
+
+def test_check_runs_without_the_sdk_and_the_lab(tmp_path: Path) -> None:
+    with FakeVllm(k=4) as fake:
+        url = fake.start()
+        fake.drive(40, 0.8)
+        done, modules = run_cli(tmp_path, "check", "--target", url, "--duration", "2s", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["models"][0]["spec_decode_acceptance_ratio"] > 0.5
+    assert not any(m.startswith(("vllm_spec_exporter.mixin", *BLOCKED)) for m in ours(modules)), ours(modules)
+
+
+def test_serve_runs_without_the_sdk_and_the_lab(tmp_path: Path) -> None:
+    port = free_port()
+    loaded = tmp_path / "loaded.json"
+    with FakeVllm(k=4) as fake:
+        url = fake.start()
+        fake.drive(40, 0.8)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", RUNNER, "serve", "--target", url, "--listen", f"127.0.0.1:{port}",
+             "--interval", "0.5", "--window", "10", "--min-draft-tokens", "0"],
+            env={"LOADED_FILE": str(loaded), "PATH": "/usr/bin:/bin"}, cwd=tmp_path,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            body = ""
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and "vllm_spec_decode_acceptance_ratio{" not in body:
+                time.sleep(0.3)
+                fake.drive(10, 0.8)
+                try:
+                    body = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+                except requests.RequestException:
+                    continue
+        finally:
+            proc.terminate()
+            out, _ = proc.communicate(timeout=10)
+    assert "vllm_spec_exporter_target_up 1.0" in body, out
+    assert "vllm_spec_decode_acceptance_ratio{" in body, out
+    modules = ours(json.loads(loaded.read_text()))
+    assert "vllm_spec_exporter.collector" in modules
+    assert not any(m.startswith(("vllm_spec_exporter.mixin", *BLOCKED)) for m in modules), modules
+
+
+def test_generate_and_demo_name_what_to_install(tmp_path: Path) -> None:
+    done, _ = run_cli(tmp_path, "generate", "--check")
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("vllm-spec-exporter: error: generate needs the [generate] extra: "
+                                   "pip install 'vllm-spec-exporter[generate]'")
+    done, _ = run_cli(tmp_path, "demo")
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("vllm-spec-exporter: error: demo needs the lab package")
+
+
+def test_the_wheel_holds_no_lab_and_no_tests(tmp_path: Path) -> None:
+    """What setuptools puts in the sidecar's wheel: the package and its templates, nothing else."""
+    import shutil
+    import zipfile
+
+    # Exactly what the Dockerfile copies (.dockerignore's allowlist), built outside the work tree.
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "exporter", source / "exporter", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "--disable-pip-version-check",
+                           "-w", str(tmp_path), str(source)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = tmp_path.glob("vllm_spec_exporter-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {name.split("/")[0] for name in names}
+    assert top == {"vllm_spec_exporter", f"{wheel.name.rsplit('-', 3)[0]}.dist-info"}, top
+    assert "vllm_spec_exporter/mixin/templates/dashboards-README.md" in names
+    assert not any("lab" in name.split("/") or name.startswith("tests") for name in names)
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    sdk = [line for line in requires if "grafana-foundation-sdk" in line]
+    assert sdk == ["Requires-Dist: grafana-foundation-sdk==0.0.21; extra == \"generate\""], requires

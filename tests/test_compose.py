@@ -39,7 +39,7 @@ import yaml
 
 from vllm_spec_exporter.mixin import alerts
 from vllm_spec_exporter.mixin.config import MixinConfig
-from vllm_spec_exporter.mixin.dashboards import fleet_dashboard_uid, main_dashboard_uid
+from vllm_spec_exporter.mixin.links import fleet_uid, overview_uid
 from vllm_spec_exporter.settings import DEFAULT_PORT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -546,8 +546,8 @@ def test_grafana_provisions_the_datasource_and_every_dashboard(file: str, resolv
             uids.append(dash["uid"])
     assert len(uids) == len(set(uids)), "Grafana rejects duplicate dashboard uids"
     # The dashboard every alert's dashboard_url links to, and the fleet dashboard.
-    assert main_dashboard_uid(MixinConfig()) in uids
-    assert fleet_dashboard_uid(MixinConfig()) in uids
+    assert overview_uid(MixinConfig()) in uids
+    assert fleet_uid(MixinConfig()) in uids
 
 
 # ---- the exporter really runs on a read-only root fs ---------------------------------------------

@@ -23,8 +23,11 @@ import promql_parser
 import pytest
 import yaml
 
+from support.grafana import expand_variables
 from vllm_spec_exporter import schema
-from vllm_spec_exporter.mixin import dashboards, rules
+from vllm_spec_exporter.mixin import dashboard_files, links, promql, rules
+from vllm_spec_exporter.mixin import fleet as fleet_dashboard
+from vllm_spec_exporter.mixin import overview as overview_dashboard
 from vllm_spec_exporter.mixin.config import MixinConfig
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,9 +58,9 @@ def cfg() -> MixinConfig:
     return MixinConfig()
 
 
-DASHBOARD_FILES = list(dashboards.DASHBOARD_BUILDERS)
-EXPECTED_UIDS = {dashboards.MAIN_DASHBOARD_PATH: "vllm-spec-overview",
-                 dashboards.FLEET_DASHBOARD_PATH: "vllm-spec-fleet"}
+DASHBOARD_FILES = list(dashboard_files.DASHBOARDS)
+EXPECTED_UIDS = {dashboard_files.OVERVIEW_PATH: "vllm-spec-overview",
+                 dashboard_files.FLEET_PATH: "vllm-spec-fleet"}
 
 
 @pytest.fixture(scope="module", params=DASHBOARD_FILES, ids=lambda path: Path(path).stem)
@@ -67,36 +70,36 @@ def dashboard_file(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="module")
 def model(cfg: MixinConfig, dashboard_file: str) -> dict:
-    return dashboards.DASHBOARD_BUILDERS[dashboard_file](cfg)
+    return dashboard_files.DASHBOARDS[dashboard_file](cfg)
 
 
 @pytest.fixture(scope="module")
 def overview(cfg: MixinConfig) -> dict:
-    return dashboards.build_main_dashboard(cfg)
+    return overview_dashboard.build(cfg)
 
 
 @pytest.fixture(scope="module")
 def fleet(cfg: MixinConfig) -> dict:
-    return dashboards.build_fleet_dashboard(cfg)
+    return fleet_dashboard.build(cfg)
 
 
 def test_every_committed_dashboard_is_linted(cfg: MixinConfig) -> None:
     """The parametrisation covers every dashboard JSON render() writes, and nothing else."""
-    rendered = {path for path in dashboards.render(cfg) if path.endswith(".json")}
+    rendered = {path for path in dashboard_files.render(cfg) if path.endswith(".json")}
     assert rendered == set(DASHBOARD_FILES) == set(EXPECTED_UIDS)
     committed = {f"dashboards/{path.name}" for path in (REPO / "dashboards").glob("*.json")}
     assert committed == rendered
 
 
 def all_targets(model: dict) -> Iterator[tuple[dict, int, dict]]:
-    for panel in dashboards.iter_panels(model):
+    for panel in dashboard_files.iter_panels(model):
         for index, target in enumerate(panel.get("targets", [])):
             yield panel, index, target
 
 
 def parse(expr: str) -> promql_parser.Expr:
     values = {name: VARIABLE_SENTINEL.format(name) for name in ("job", "instance", "model_name", "engine")}
-    return promql_parser.parse(dashboards.expand_variables(expr, RATE_INTERVAL_SENTINEL, values))
+    return promql_parser.parse(expand_variables(expr, RATE_INTERVAL_SENTINEL, values))
 
 
 def walk(node, parent_call: str | None = None) -> Iterator[tuple[object, str | None]]:
@@ -134,7 +137,7 @@ def metric_names(selector: promql_parser.VectorSelector) -> list[str]:
 
 
 def is_vllm_own(selector: promql_parser.VectorSelector) -> bool:
-    return any(name in dashboards.VLLM_METRICS_QUERIED for name in metric_names(selector))
+    return any(name in promql.VLLM_METRICS_QUERIED for name in metric_names(selector))
 
 
 def strip_parens(node):
@@ -164,7 +167,7 @@ def recording_rule_names() -> set[str]:
 
 
 def lint_exclusions(cfg: MixinConfig) -> dict:
-    return yaml.safe_load(dashboards.render(cfg)[dashboards.LINT_PATH])["exclusions"]
+    return yaml.safe_load(dashboard_files.render(cfg)[dashboard_files.LINT_PATH])["exclusions"]
 
 
 def excluded(exclusions: dict, rule: str, model: dict, panel: dict, target_index: int) -> bool:
@@ -252,7 +255,7 @@ def test_top_row_answers_the_page(overview: dict) -> None:
 
 def test_every_panel_has_datasource_title_description_unit_and_targets(model: dict) -> None:
     problems = []
-    for panel in dashboards.iter_panels(model):
+    for panel in dashboard_files.iter_panels(model):
         title = panel.get("title", "")
         if panel.get("datasource", {}).get("uid") != "${datasource}":
             problems.append(f"{title}: panel datasource is not ${{datasource}}")
@@ -297,8 +300,8 @@ def test_shared_panels_are_identical_on_both_dashboards(overview: dict, fleet: d
     def comparable(panel: dict) -> dict:
         return {k: v for k, v in panel.items() if k not in ("gridPos", "id")}
 
-    ours = {p["title"]: p for p in dashboards.iter_panels(fleet)}
-    theirs = {p["title"]: p for p in dashboards.iter_panels(overview)}
+    ours = {p["title"]: p for p in dashboard_files.iter_panels(fleet)}
+    theirs = {p["title"]: p for p in dashboard_files.iter_panels(overview)}
     shared = ["Speed-up (est.)", "Targets down", "Firing alerts", "Firing spec-decode alerts",
               "Acceptance rate by instance", "Acceptance rate by model"]
     for title in shared:
@@ -309,11 +312,11 @@ def test_shared_panels_are_identical_on_both_dashboards(overview: dict, fleet: d
 
 
 def test_ratio_panels_use_percentunit_and_say_no_traffic(overview: dict, fleet: dict) -> None:
-    fleet_stats = {p["title"]: p for p in dashboards.iter_panels(fleet) if p["type"] == "stat"}
+    fleet_stats = {p["title"]: p for p in dashboard_files.iter_panels(fleet) if p["type"] == "stat"}
     for title in ("Fleet acceptance rate", "Speed-up (est.)", "Servers by acceptance"):
         assert fleet_stats[title]["fieldConfig"]["defaults"]["noValue"] == "No traffic", title
     assert fleet_stats["Fleet acceptance rate"]["fieldConfig"]["defaults"]["unit"] == "percentunit"
-    stats = {p["title"]: p for p in dashboards.iter_panels(overview) if p["type"] == "stat"}
+    stats = {p["title"]: p for p in dashboard_files.iter_panels(overview) if p["type"] == "stat"}
     for title in ("Acceptance rate", "Efficiency", "Tokens per step vs k+1", "k advice"):
         defaults = stats[title]["fieldConfig"]["defaults"]
         assert defaults["noValue"] == "No traffic", title
@@ -376,9 +379,9 @@ def test_every_metric_queried_exists(model: dict) -> None:
     """No "No data" from a typo or a rename: each name is served by the exporter, defined by a
     recording rule, exposed by a real vLLM (captured /metrics), or created by Prometheus."""
     known_vllm = vllm_capture_names()
-    allowed = schema.exposed_names() | recording_rule_names() | set(dashboards.PROMETHEUS_BUILTIN_METRICS)
+    allowed = schema.exposed_names() | recording_rule_names() | set(promql.PROMETHEUS_BUILTIN_METRICS)
     problems = []
-    for name in dashboards.VLLM_METRICS_QUERIED:
+    for name in promql.VLLM_METRICS_QUERIED:
         if name not in known_vllm:
             problems.append(f"{name} is not in the captured vLLM /metrics")
     for panel, index, target in all_targets(model):
@@ -435,8 +438,8 @@ def test_vllm_metrics_match_both_spellings(model: dict, dashboard_file: str) -> 
                 assert underscore == colon.replace(":", "_")
                 spellings.add(colon)
     # The latency context panels live on the overview only.
-    on_overview = dashboard_file == dashboards.MAIN_DASHBOARD_PATH
-    assert spellings == (set(dashboards.VLLM_METRICS_QUERIED) if on_overview else set())
+    on_overview = dashboard_file == dashboard_files.OVERVIEW_PATH
+    assert spellings == (set(promql.VLLM_METRICS_QUERIED) if on_overview else set())
 
 
 def test_annotations(model: dict, cfg: MixinConfig) -> None:
@@ -478,7 +481,7 @@ def test_lint_checks_can_fail() -> None:
 
 
 def _panel(model: dict, title: str) -> dict:
-    return next(p for p in dashboards.iter_panels(model) if p["title"] == title)
+    return next(p for p in dashboard_files.iter_panels(model) if p["title"] == title)
 
 
 def _steps(panel: dict) -> list[tuple[float | None, str]]:
@@ -490,7 +493,7 @@ def test_thresholds_come_from_config(warning: float, critical: float, raise_k: f
     cfg = MixinConfig().with_overrides({"acceptance_warning_threshold": warning,
                                         "acceptance_critical_threshold": critical,
                                         "acceptance_raise_k_threshold": raise_k})
-    model = dashboards.build_main_dashboard(cfg)
+    model = overview_dashboard.build(cfg)
     expected = [(None, "red"), (critical, "orange"), (warning, "green")]
     assert _steps(_panel(model, "Acceptance rate")) == expected
     assert _steps(_panel(model, "Acceptance rate by model")) == expected
@@ -504,7 +507,7 @@ def test_thresholds_come_from_config(warning: float, critical: float, raise_k: f
     assert f">= bool {warning}" in _panel(model, "Positions that pay vs k")["targets"][0]["expr"]
     assert f"{warning:.0%}" in _panel(model, "Acceptance rate")["description"]
 
-    fleet = dashboards.build_fleet_dashboard(cfg)
+    fleet = fleet_dashboard.build(cfg)
     assert _steps(_panel(fleet, "Fleet acceptance rate")) == expected
     assert _steps(_panel(fleet, "Acceptance by server")) == expected
     assert _column_steps(_panel(fleet, "Servers, worst acceptance first"), "acceptance") == expected
@@ -528,17 +531,22 @@ def _column_steps(panel: dict, header: str) -> list[tuple[float | None, str]]:
     return [(s["value"], s["color"]) for s in steps]
 
 
+# Every module that builds the dashboards.
+DASHBOARD_MODULES = ("dashboard_files", "frame", "layout", "links", "overview", "fleet", "shared_panels",
+                     "presets", "panels", "promql")
+
+
 def test_no_threshold_literal_outside_config() -> None:
     """Thresholds appear once: the generator source holds no acceptance threshold literal."""
-    source = (Path(dashboards.__file__).read_text()
-              + Path(dashboards.__file__).with_name("panels.py").read_text())
-    source = source.replace(repr(dashboards.LATENCY_QUANTILES), "")  # quantiles, not thresholds
+    mixin = Path(dashboard_files.__file__).parent
+    source = "".join((mixin / f"{name}.py").read_text() for name in DASHBOARD_MODULES)
+    source = source.replace(repr(promql.LATENCY_QUANTILES), "")  # quantiles, not thresholds
     for value in (MixinConfig().acceptance_warning_threshold, MixinConfig().acceptance_critical_threshold,
                   MixinConfig().acceptance_raise_k_threshold):
         assert not re.search(rf"(?<![\w.]){re.escape(str(value))}(?![\w])", source), value
 
 
-@pytest.mark.parametrize("build", dashboards.DASHBOARD_BUILDERS.values())
+@pytest.mark.parametrize("build", dashboard_files.DASHBOARDS.values())
 def test_selectors_come_from_config(build) -> None:
     cfg = MixinConfig().with_overrides({"exporter_selector": 'namespace="llm"', "vllm_selector": 'job="my-vllm"',
                                         "instance_label": "pod"})
@@ -560,9 +568,9 @@ def test_runbook_links_both_ways(overview: dict, cfg: MixinConfig) -> None:
     acceptance_links = [link["url"] for link in _panel(model, "Acceptance rate")["links"]]
     assert cfg.runbook_url_pattern % rules.ACCEPTANCE_LOW.lower() in acceptance_links
     # ...and back: the alerts' dashboard_url points at this dashboard's uid.
-    assert rules.dashboard_url(cfg) == dashboards.dashboard_url(cfg)
-    assert dashboards.dashboard_url(cfg).endswith("/d/" + model["uid"])
-    linked = {link["url"] for p in dashboards.iter_panels(model) for link in p.get("links", [])}
+    assert rules.dashboard_url(cfg) == links.dashboard_url(cfg)
+    assert links.dashboard_url(cfg).endswith("/d/" + model["uid"])
+    linked = {link["url"] for p in dashboard_files.iter_panels(model) for link in p.get("links", [])}
     for alert in rules.TRAFFIC_ALERTS + rules.TARGET_DOWN_ALERTS:
         assert cfg.runbook_url_pattern % alert.lower() in linked, alert
 
@@ -576,7 +584,7 @@ def test_fleet_and_overview_link_both_ways(overview: dict, fleet: dict, cfg: Mix
     fleet's server table links each instance to the overview; the fleet links to the runbooks."""
     for source, target, title in ((overview, fleet, "Fleet"), (fleet, overview, "Overview")):
         (found,) = [link for link in source["links"] if link["title"] == title]
-        assert found["url"] == dashboards.dashboard_url(cfg, target["uid"]) == "/d/" + target["uid"]
+        assert found["url"] == links.dashboard_url(cfg, target["uid"]) == "/d/" + target["uid"]
         assert found["includeVars"] is True and found["keepTime"] is True
     table = _panel(fleet, "Servers, worst acceptance first")
     (instance_links,) = [p["value"] for o in table["fieldConfig"]["overrides"]
@@ -587,7 +595,7 @@ def test_fleet_and_overview_link_both_ways(overview: dict, fleet: dict, cfg: Mix
     assert any(link["url"].startswith("/d/" + overview["uid"] + "?") for link in table["links"])
     index = cfg.runbook_url_pattern.split("#")[0]
     assert any(link["url"] == index for link in fleet["links"])
-    linked = {link["url"] for p in dashboards.iter_panels(fleet) for link in p.get("links", [])}
+    linked = {link["url"] for p in dashboard_files.iter_panels(fleet) for link in p.get("links", [])}
     for alert in (rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL, rules.METRICS_MISSING,
                   rules.VLLM_UNREACHABLE, rules.EXPORTER_DOWN):
         assert cfg.runbook_url_pattern % alert.lower() in linked, alert
@@ -635,14 +643,14 @@ def outermost_aggregates(node) -> Iterator[promql_parser.AggregateExpr]:
 
 
 def test_render_is_deterministic_and_committed_files_are_current(cfg: MixinConfig) -> None:
-    first, second = dashboards.render(cfg), dashboards.render(cfg)
+    first, second = dashboard_files.render(cfg), dashboard_files.render(cfg)
     assert first == second
     stale = [rel for rel, text in first.items() if not (REPO / rel).exists() or (REPO / rel).read_text() != text]
     assert not stale, f"regenerate with `vllm-spec-exporter generate`: {stale}"
 
 
 def test_json_is_sorted_and_parses(cfg: MixinConfig, dashboard_file: str) -> None:
-    text = dashboards.render(cfg)[dashboard_file]
+    text = dashboard_files.render(cfg)[dashboard_file]
     data = json.loads(text)
     assert text == json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     assert all(math.isfinite(v) for v in _numbers(data))
@@ -660,30 +668,30 @@ def _numbers(node) -> Iterator[float]:
 
 
 def test_configmap_for_grafana_sidecar(cfg: MixinConfig) -> None:
-    files = dashboards.render(cfg)
-    configmap = yaml.safe_load(files[dashboards.CONFIGMAP_PATH])
+    files = dashboard_files.render(cfg)
+    configmap = yaml.safe_load(files[dashboard_files.CONFIGMAP_PATH])
     assert configmap["kind"] == "ConfigMap" and configmap["apiVersion"] == "v1"
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"  # a string, as the sidecar wants
     assert set(configmap["data"]) == {Path(path).name for path in DASHBOARD_FILES}
     for path in DASHBOARD_FILES:
         assert json.loads(configmap["data"][Path(path).name]) == json.loads(files[path])
     # kubectl apply (client side) keeps a copy in an annotation limited to 256 KiB.
-    assert len(files[dashboards.CONFIGMAP_PATH].encode()) < 256 * 1024
+    assert len(files[dashboard_files.CONFIGMAP_PATH].encode()) < 256 * 1024
 
 
 def test_lint_file_has_reasons(cfg: MixinConfig) -> None:
     for rule, exclusion in lint_exclusions(cfg).items():
         assert exclusion.get("reason"), rule
     titles = {entry["dashboard"] for exclusion in lint_exclusions(cfg).values() for entry in exclusion["entries"]}
-    assert titles == {dashboards.MAIN_DASHBOARD_TITLE, dashboards.FLEET_DASHBOARD_TITLE}
+    assert titles == {overview_dashboard.TITLE, fleet_dashboard.TITLE}
 
 
 def test_readme_lists_every_dashboard_and_panel(cfg: MixinConfig) -> None:
-    readme = dashboards.render(cfg)[dashboards.README_PATH]
-    for path, build in dashboards.DASHBOARD_BUILDERS.items():
+    readme = dashboard_files.render(cfg)[dashboard_files.README_PATH]
+    for path, build in dashboard_files.DASHBOARDS.items():
         model = build(cfg)
         assert f"`{Path(path).name}`" in readme and model["uid"] in readme
-        for panel in dashboards.iter_panels(model):
+        for panel in dashboard_files.iter_panels(model):
             assert f"| **{panel['title']}** |" in readme, panel["title"]
 
 
@@ -691,10 +699,11 @@ def test_efficiency_covers_the_same_series_on_both_sides(tmp_path: Path) -> None
     """A series whose k gauge is missing (the exporter's first poll, a target just gone down while
     rate() still holds its samples) must not count in the numerator only: that gave 1.2 for a true
     0.6. Checked with promtool's own PromQL engine on the dashboard's generated expression."""
-    from support.prom import PROMTOOL_BIN, require_binary, run_tool
+    from support.prom import require_binary, run_tool
+    from vllm_spec_lab.monitoring import PROMTOOL_BIN
 
     promtool = require_binary(PROMTOOL_BIN)
-    expr = dashboards.expand_variables(dashboards.Queries(MixinConfig()).efficiency(), "1m")
+    expr = expand_variables(promql.Queries(MixinConfig()).efficiency(), "1m")
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(
         {"groups": [{"name": "t", "rules": [{"record": "dash:efficiency", "expr": expr}]}]}))
     series = 'job="vllm-spec-exporter",instance="{i}",model_name="m",engine="0"'

@@ -32,9 +32,11 @@ from prometheus_client import generate_latest
 
 from support.exporter import ExporterProcess
 from support.fakevllm import FakeVllm, _per_position_counts
-from support.prom import PROMETHEUS_BIN, Prometheus, free_port, http_get_json, require_binary, wait_until
-from vllm_spec_exporter.mixin import dashboards
+from support.grafana import expand_variables
+from support.prom import require_binary
+from vllm_spec_exporter.mixin import dashboard_files, fleet, overview, promql
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, free_port, http_get_json, wait_until
 
 pytestmark = pytest.mark.prometheus
 
@@ -89,7 +91,7 @@ def serve_classic_text(fake: FakeVllm):
 
 
 def targets_of(model: dict) -> Iterator[tuple[dict, dict]]:
-    for panel in dashboards.iter_panels(model):
+    for panel in dashboard_files.iter_panels(model):
         for target in panel["targets"]:
             yield panel, target
 
@@ -110,7 +112,7 @@ def always_firing_rules(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def model() -> dict:
-    return dashboards.build_main_dashboard(MixinConfig())
+    return overview.build(MixinConfig())
 
 
 @pytest.fixture(scope="module")
@@ -144,12 +146,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 
 def run(prom: Prometheus, expr: str, overrides: dict[str, str] | None = None,
         rate_interval: str = RATE_INTERVAL) -> list[dict]:
-    return prom.query(dashboards.expand_variables(expr, rate_interval, overrides))
+    return prom.query(expand_variables(expr, rate_interval, overrides))
 
 
 def run_range(prom: Prometheus, expr: str, rate_interval: str = RATE_INTERVAL) -> list[dict]:
     now = time.time()
-    params = {"query": dashboards.expand_variables(expr, rate_interval), "start": now - 6, "end": now, "step": 1}
+    params = {"query": expand_variables(expr, rate_interval), "start": now - 6, "end": now, "step": 1}
     data = http_get_json(f"{prom.url}/api/v1/query_range?{urlencode(params)}")
     assert data["status"] == "success", data
     return list(data["data"]["result"])
@@ -250,7 +252,7 @@ def sweep(stack: dict, model: dict) -> list[str]:
 
 
 def test_per_position_acceptance_matches_the_traffic(stack: dict, model: dict) -> None:
-    panel = next(p for p in dashboards.iter_panels(model) if p["title"] == "Acceptance by draft position")
+    panel = next(p for p in dashboard_files.iter_panels(model) if p["title"] == "Acceptance by draft position")
     result = run(stack["prom"], panel["targets"][0]["expr"])
     by_position: dict[tuple[str, int], float] = {
         (s["metric"]["model_name"], int(s["metric"]["position"])): float(s["value"][1]) for s in result
@@ -262,7 +264,7 @@ def test_per_position_acceptance_matches_the_traffic(stack: dict, model: dict) -
 
 def test_latency_quantiles_lie_in_the_observed_bucket(stack: dict, model: dict) -> None:
     """Every step is observed at 0.03 s, in vLLM's (0.025, 0.05] bucket: quantiles interpolate in it."""
-    panel = next(p for p in dashboards.iter_panels(model) if p["title"] == "Inter-token latency")
+    panel = next(p for p in dashboard_files.iter_panels(model) if p["title"] == "Inter-token latency")
     for target in panel["targets"]:
         if target["legendFormat"].startswith("p"):
             (value,) = values(run(stack["prom"], target["expr"]))
@@ -279,7 +281,7 @@ def test_vllm_latency_queries_work_on_both_name_spellings(stack: dict, model: di
     }
     for endpoint, name in spelled.items():
         assert prom.query(f'{{__name__="{name}", instance="{instances[endpoint]}"}}'), endpoint
-    panel = next(p for p in dashboards.iter_panels(model) if p["title"] == "Inter-token latency")
+    panel = next(p for p in dashboard_files.iter_panels(model) if p["title"] == "Inter-token latency")
     mean = next(t["expr"] for t in panel["targets"] if t["legendFormat"] == "mean")
     for endpoint, instance in instances.items():
         only_this = mean.replace('job="vllm"', f'job="vllm", instance="{instance}"')
@@ -289,13 +291,14 @@ def test_vllm_latency_queries_work_on_both_name_spellings(stack: dict, model: di
 
 
 def test_tables_show_labels(stack: dict, model: dict) -> None:
-    schema_panel = next(p for p in dashboards.iter_panels(model) if p["title"] == "Detected schema and spec decoding")
+    schema_panel = next(p for p in dashboard_files.iter_panels(model)
+                        if p["title"] == "Detected schema and spec decoding")
     (info,) = run(stack["prom"], schema_panel["targets"][0]["expr"])
     assert info["metric"]["schema"] == "v1"
     assert info["metric"]["instance"] == stack["exporter_instance"]
     (enabled,) = run(stack["prom"], schema_panel["targets"][1]["expr"])
     assert float(enabled["value"][1]) == 1
-    alerts_panel = next(p for p in dashboards.iter_panels(model) if p["title"] == "Firing spec-decode alerts")
+    alerts_panel = next(p for p in dashboard_files.iter_panels(model) if p["title"] == "Firing spec-decode alerts")
     (alert,) = run(stack["prom"], alerts_panel["targets"][0]["expr"])
     assert alert["metric"]["alertname"] == ALWAYS_FIRING_ALERT
 
@@ -310,7 +313,7 @@ def test_variables_offer_the_scraped_values(stack: dict, model: dict) -> None:
             continue
         inner = variable["query"][len("label_values("):-1]
         selector, label = inner.rsplit(", ", 1)
-        params = urlencode({"match[]": dashboards.expand_variables(selector, RATE_INTERVAL)})
+        params = urlencode({"match[]": expand_variables(selector, RATE_INTERVAL)})
         data = http_get_json(f"{prom.url}/api/v1/label/{label}/values?{params}")
         assert sorted(data["data"]) == expected[variable["name"]], variable["name"]
 
@@ -329,7 +332,7 @@ def test_variable_selection_narrows_every_query(stack: dict, model: dict) -> Non
                     assert sample["metric"][label] == value, (panel["title"], sample["metric"])
     assert seen_model_label
     # And the selection changes the numbers: one series of four, carrying a quarter of the traffic.
-    tokens = next(p for p in dashboards.iter_panels(model) if p["title"] == "Tokens/s")
+    tokens = next(p for p in dashboard_files.iter_panels(model) if p["title"] == "Tokens/s")
     (drafted_one,) = values(run(prom, tokens["targets"][2]["expr"], chosen))
     (drafted_all,) = values(run(prom, tokens["targets"][2]["expr"]))
     assert close(drafted_one, drafted_all / SERIES, RATE_TOLERANCE)
@@ -339,7 +342,7 @@ def test_idle_shows_no_traffic_then_lost_target_shows_in_health(stack: dict, mod
     """Runs last (module order): stops the traffic, restarts vLLM, then stops it."""
     prom: Prometheus = stack["prom"]
     fake: FakeVllm = stack["fake"]
-    panels = {p["title"]: p for p in dashboards.iter_panels(model)}
+    panels = {p["title"]: p for p in dashboard_files.iter_panels(model)}
     fake.idle()
     time.sleep(RATE_INTERVAL_SECONDS + 3)
     for title in ("Acceptance rate", "Efficiency", "k advice", "Acceptance by draft position", "Speed-up (est.)"):
@@ -507,7 +510,7 @@ def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 
 @pytest.fixture(scope="module")
 def fleet_model() -> dict:
-    return dashboards.build_fleet_dashboard(MixinConfig())
+    return fleet.build(MixinConfig())
 
 
 def fleet_run(stack: dict, expr: str, overrides: dict[str, str] | None = None) -> list[dict]:
@@ -515,7 +518,7 @@ def fleet_run(stack: dict, expr: str, overrides: dict[str, str] | None = None) -
 
 
 def fleet_panel(model: dict, title: str) -> dict:
-    return next(p for p in dashboards.iter_panels(model) if p["title"] == title)
+    return next(p for p in dashboard_files.iter_panels(model) if p["title"] == title)
 
 
 def by_header(panel: dict) -> dict[str, str]:
@@ -640,9 +643,9 @@ def fleet_exact(stack: dict, model: dict) -> list[str]:
                BY_MODEL[(model_name,)].acceptance, FLEET_SUM_TOLERANCE)
 
     # Servers not speculating, and the firing alerts.
-    rows = {(servers[s["metric"]["instance"]], s["metric"][dashboards.PROBLEM_LABEL])
+    rows = {(servers[s["metric"]["instance"]], s["metric"][promql.PROBLEM_LABEL])
             for s in fleet_run(stack, fleet_panel(model, "Servers not speculating")["targets"][0]["expr"])}
-    if rows != {("spec-off", dashboards.PROBLEM_SPEC_OFF), (DOWN, dashboards.PROBLEM_VLLM_UNREADABLE)}:
+    if rows != {("spec-off", promql.PROBLEM_SPEC_OFF), (DOWN, promql.PROBLEM_VLLM_UNREADABLE)}:
         problems.append(f"Servers not speculating: {rows}")
     alerts = fleet_run(stack, fleet_panel(model, "Firing spec-decode alerts")["targets"][0]["expr"])
     if [a["metric"]["alertname"] for a in alerts] != [ALWAYS_FIRING_ALERT]:
@@ -671,7 +674,7 @@ def test_fleet_every_target_is_checked_exactly(fleet_model: dict) -> None:
     import inspect
 
     source = inspect.getsource(fleet_exact)
-    for panel in dashboards.iter_panels(fleet_model):
+    for panel in dashboard_files.iter_panels(fleet_model):
         assert f'"{panel["title"]}"' in source, panel["title"]
     for title in ("Servers, worst acceptance first", "Models across the fleet"):
         for header in by_header(fleet_panel(fleet_model, title)):
@@ -683,7 +686,7 @@ def test_fleet_variables_and_selection(fleet_stack: dict, fleet_model: dict) -> 
     prom: Prometheus = fleet_stack["prom"]
     variable = next(v for v in fleet_model["templating"]["list"] if v["name"] == "instance")
     selector, label = variable["query"][len("label_values("):-1].rsplit(", ", 1)
-    params = urlencode({"match[]": dashboards.expand_variables(selector, FLEET_RATE_INTERVAL)})
+    params = urlencode({"match[]": expand_variables(selector, FLEET_RATE_INTERVAL)})
     offered = http_get_json(f"{prom.url}/api/v1/label/{label}/values?{params}")["data"]
     assert sorted(offered) == sorted(fleet_stack["instances"].values())
     warning = fleet_stack["instances"]["warning"].replace(".", "\\\\.")

@@ -17,18 +17,20 @@ import time
 import pytest
 
 from support.fakevllm import wait_until
-from support.prom import ALERTMANAGER_BIN, PROMETHEUS_BIN, require_binary
-from vllm_spec_exporter.lab.pipeline import (
+from support.grafana import expand_variables
+from support.prom import require_binary
+from vllm_spec_exporter.mixin import dashboard_files, overview, rules
+from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
+from vllm_spec_lab.pipeline import (
     MODEL_NAME,
     LocalStack,
     StackOptions,
     TrafficDriver,
     exporter_snapshot,
 )
-from vllm_spec_exporter.lab.server import spec_counters
-from vllm_spec_exporter.lab.speclog import parse_line
-from vllm_spec_exporter.lab.venv import VllmVenvError
-from vllm_spec_exporter.mixin import dashboards, rules
+from vllm_spec_lab.server import spec_counters
+from vllm_spec_lab.speclog import parse_line
+from vllm_spec_lab.venv import VllmVenvError
 
 pytestmark = [pytest.mark.vllm, pytest.mark.prometheus]
 SERIES = (("engine", "0"), ("model_name", MODEL_NAME))
@@ -40,11 +42,11 @@ def spec_log_lines(stack: LocalStack, start_offset: int, end_offset: int):
 
 
 def dashboard_sweep(stack: LocalStack) -> list[str]:
-    model = dashboards.build_main_dashboard(stack.config)
+    model = overview.build(stack.config)
     problems = []
-    for panel in dashboards.iter_panels(model):
+    for panel in dashboard_files.iter_panels(model):
         for target in panel["targets"]:
-            expr = dashboards.expand_variables(target["expr"], "30s")
+            expr = expand_variables(target["expr"], "30s")
             result = stack.prometheus.query(expr)
             if not result:
                 problems.append(f"{panel['title']} / {target.get('legendFormat') or target['refId']}: no data")

@@ -32,7 +32,7 @@ from jsonschema.exceptions import best_match
 
 from support.exporter import SCRIPT, free_port
 from vllm_spec_exporter import cli, settings
-from vllm_spec_exporter.mixin import alerts, dashboards, kubernetes
+from vllm_spec_exporter.mixin import alerts, dashboard_files, generate, kubernetes
 from vllm_spec_exporter.mixin.config import MixinConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,9 +109,14 @@ def built() -> Objects:
 # --- generated files ------------------------------------------------------------------------
 
 
+def kubernetes_files(cfg: MixinConfig) -> dict[str, str]:
+    """Everything generate writes under deploy/kubernetes/: kubernetes.render's files and the copies."""
+    return {path: text for path, text in generate.render_all(cfg).items() if path.startswith(kubernetes.ROOT + "/")}
+
+
 def test_committed_files_equal_a_fresh_render() -> None:
-    # What `generate --check` does once the module is in ARTIFACT_MODULES; also no stray files.
-    files = kubernetes.render(MixinConfig())
+    # What `generate --check` does for this folder; also no stray files.
+    files = kubernetes_files(MixinConfig())
     stale = [rel for rel, text in files.items() if not (ROOT / rel).exists() or (ROOT / rel).read_text() != text]
     assert not stale, f"stale (run vllm-spec-exporter generate): {stale}"
     committed = {str(p.relative_to(ROOT)) for p in (ROOT / kubernetes.ROOT).rglob("*") if p.is_file()}
@@ -120,9 +125,9 @@ def test_committed_files_equal_a_fresh_render() -> None:
 
 def test_copies_in_the_base_are_byte_identical_to_the_rendered_artifacts() -> None:
     cfg = MixinConfig().with_overrides({"exporter_selector": 'job="x"', "acceptance_warning_threshold": 0.6})
-    files = kubernetes.render(cfg)
+    files = kubernetes_files(cfg)
     assert files[kubernetes.PROMETHEUS_RULE_FILE] == alerts.render(cfg)[alerts.PROMETHEUS_RULE_FILE]
-    assert files[kubernetes.DASHBOARDS_CONFIGMAP_FILE] == dashboards.render(cfg)[dashboards.CONFIGMAP_PATH]
+    assert files[kubernetes.DASHBOARDS_CONFIGMAP_FILE] == dashboard_files.render(cfg)[dashboard_files.CONFIGMAP_PATH]
 
 
 # --- kustomize build ------------------------------------------------------------------------
@@ -280,7 +285,7 @@ def test_prometheusrule_groups_are_exactly_the_promtool_tested_files(built: Obje
 
 def test_configmap_holds_the_committed_dashboard_json(built: Objects) -> None:
     data = built["ConfigMap"]["data"]
-    paths = list(dashboards.DASHBOARD_BUILDERS)  # overview and fleet
+    paths = list(dashboard_files.DASHBOARDS)  # overview and fleet
     assert set(data) == {Path(path).name for path in paths}
     for path in paths:
         name = Path(path).name
@@ -331,7 +336,7 @@ def test_scraped_labels_match_exporter_selector(selector: str) -> None:
     # Never a static namespace/pod/container: that would hide where a series really comes from.
     assert not {r["targetLabel"] for r in relabelings} & kubernetes.DISCOVERED_LABELS
     # The rules use the very same selector.
-    rule = yaml.safe_load(kubernetes.render(cfg)[kubernetes.PROMETHEUS_RULE_FILE])
+    rule = yaml.safe_load(kubernetes_files(cfg)[kubernetes.PROMETHEUS_RULE_FILE])
     exprs = [r["expr"].replace(" ", "") for g in rule["spec"]["groups"] for r in g["rules"]]
     assert any(selector.replace(" ", "") in expr for expr in exprs)
 
@@ -354,7 +359,7 @@ def test_scrape_interval_leaves_four_scrapes_per_rate_window(rate_window: str, i
 def test_a_regenerated_tree_with_other_selectors_still_builds_and_validates(tmp_path: Path) -> None:
     cfg = load_config(None, ['exporter_selector=job="llm-spec-sidecars",team="inference"',
                              "prometheus_rule_labels={release: prom, app.kubernetes.io/name: x}"])
-    write_tree(kubernetes.render(cfg), tmp_path)
+    write_tree(kubernetes_files(cfg), tmp_path)
     objects = by_kind(kustomize_build(tmp_path / kubernetes.EXAMPLE))
     assert objects["PrometheusRule"]["metadata"]["labels"]["release"] == kubernetes.KUBE_PROMETHEUS_RELEASE
     assert 'job="llm-spec-sidecars",team="inference"' in json.dumps(objects["PrometheusRule"]["spec"]).replace(

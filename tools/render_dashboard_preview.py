@@ -33,9 +33,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import FancyBboxPatch  # noqa: E402
 
 from support.fakevllm import FakeVllm  # noqa: E402
-from support.prom import Prometheus, free_port, http_get_json, wait_until  # noqa: E402
-from vllm_spec_exporter.mixin import alerts, dashboards  # noqa: E402
+from support.grafana import expand_variables  # noqa: E402
+from vllm_spec_exporter.mixin import alerts, dashboard_files, overview  # noqa: E402
 from vllm_spec_exporter.mixin.config import MixinConfig  # noqa: E402
+from vllm_spec_lab.monitoring import Prometheus, free_port, http_get_json, wait_until  # noqa: E402
 
 # Scenario phases: (seconds, acceptance). Drafts per second per series stay constant.
 PHASES = ((60, 0.8), (70, 0.3), (50, 0.65))
@@ -70,7 +71,7 @@ def legend(fmt: str, labels: dict[str, str]) -> str:
 
 
 def query_range(prom: Prometheus, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
-    params = {"query": dashboards.expand_variables(expr, RATE_INTERVAL), "start": start, "end": end, "step": step}
+    params = {"query": expand_variables(expr, RATE_INTERVAL), "start": start, "end": end, "step": step}
     return http_get_json(f"{prom.url}/api/v1/query_range?{urlencode(params)}")["data"]["result"]
 
 
@@ -111,7 +112,7 @@ def draw_stat(ax, panel: dict, prom: Prometheus) -> None:
     ax.text(0.5, 0.9, panel["title"], ha="center", va="top", color=TEXT, fontsize=10, transform=ax.transAxes)
     lines = []
     for target in panel["targets"]:
-        result = prom.query(dashboards.expand_variables(target["expr"], RATE_INTERVAL))
+        result = prom.query(expand_variables(target["expr"], RATE_INTERVAL))
         value = float(result[0]["value"][1]) if result else None
         name = legend(target.get("legendFormat", ""), result[0]["metric"] if result else {})
         if (text_color := mapped(panel, value)) is not None:
@@ -197,7 +198,7 @@ def draw_timeseries(ax, panel: dict, prom: Prometheus, start: float, end: float)
 
 def draw_bargauge(ax, panel: dict, prom: Prometheus) -> None:
     style_axes(ax, panel["title"])
-    result = prom.query(dashboards.expand_variables(panel["targets"][0]["expr"], RATE_INTERVAL))
+    result = prom.query(expand_variables(panel["targets"][0]["expr"], RATE_INTERVAL))
     rows = sorted(((legend(panel["targets"][0]["legendFormat"], s["metric"]), float(s["value"][1])) for s in result),
                   reverse=True)
     names = [name for name, _ in rows]
@@ -211,8 +212,8 @@ def draw_bargauge(ax, panel: dict, prom: Prometheus) -> None:
 
 def run_scenario(out: Path) -> None:
     cfg = MixinConfig()
-    model = dashboards.build_main_dashboard(cfg)
-    panels = {p["title"]: p for p in dashboards.iter_panels(model)}
+    model = overview.build(cfg)
+    panels = {p["title"]: p for p in dashboard_files.iter_panels(model)}
     with tempfile.TemporaryDirectory() as tmp:
         alert_cfg = cfg.with_overrides(PREVIEW_ALERT_OVERRIDES)
         rule_files = []

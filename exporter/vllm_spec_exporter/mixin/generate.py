@@ -1,36 +1,43 @@
 """`vllm-spec-exporter generate`: write every artifact from one MixinConfig, or --check for drift.
 
 Each artifact module exposes `render(cfg: MixinConfig) -> dict[str, str]`, mapping a path relative
-to the output root to the file's exact text. Rendering is deterministic, so the committed files
-must equal a fresh render (CI runs `generate --check`).
+to the output root to the file's exact text; `RENDERERS` lists them in the order they are written.
+Files that must exist twice (kustomize cannot read outside its root) are declared as copies and
+taken from the first render, never rendered again. Rendering is deterministic, so the committed
+files must equal a fresh render (CI runs `generate --check`).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from . import alerts, dashboard_files, docs, kubernetes
 from .config import MixinConfig, load_config
 
-# Modules that render artifacts, in the order they are written.
-ARTIFACT_MODULES = (
-    "vllm_spec_exporter.mixin.docs",
-    "vllm_spec_exporter.mixin.alerts",
-    "vllm_spec_exporter.mixin.dashboards",
-    "vllm_spec_exporter.mixin.kubernetes",
+RENDERERS: tuple[Callable[[MixinConfig], dict[str, str]], ...] = (
+    docs.render,
+    alerts.render,
+    dashboard_files.render,
+    kubernetes.render,
 )
+# {copy: original}: byte-identical copies of files another renderer wrote.
+COPIES: dict[str, str] = kubernetes.COPIES
 
 
 def render_all(cfg: MixinConfig) -> dict[str, str]:
     files: dict[str, str] = {}
-    for name in ARTIFACT_MODULES:
-        module = importlib.import_module(name)
-        for path, text in module.render(cfg).items():
+    for render in RENDERERS:
+        for path, text in render(cfg).items():
             if path in files:
-                raise RuntimeError(f"two artifact modules render {path}")
+                raise RuntimeError(f"two renderers write {path}")
             files[path] = text
+    for copy, original in COPIES.items():
+        if copy in files:
+            raise RuntimeError(f"{copy} is both rendered and copied")
+        files[copy] = files[original]
     return files
 
 

@@ -1,9 +1,8 @@
-"""Small builders shared by the generated dashboards: PromQL fragments and panel defaults.
+"""Panel builders on grafana-foundation-sdk: one function per panel type, plus units and colours.
 
-Every dashboard query is assembled here so the conventions hold everywhere by construction:
-rates use `$__rate_interval`, every selector carries the dashboard variables, ratios are
-sum-then-divide with a `(den > 0)` guard (no NaN/Inf when idle), and every panel reads from the
-`${datasource}` variable.
+A builder takes what the panel shows (title, description, unit, queries) and its options; where
+it sits and how big it is belongs to the layout (layout.py), and the option sets several panels
+share belong to presets.py. Every panel reads from the `${datasource}` variable.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from .config import MixinConfig
 
 DATASOURCE_VARIABLE = "datasource"
 DATASOURCE = common_models.DataSourceRef(type_val="prometheus", uid="${" + DATASOURCE_VARIABLE + "}")
-RATE_INTERVAL = "$__rate_interval"
 
 # Grafana's custom-unit syntax: "count:" scales with K/M/B and appends the text (as vLLM's own
 # dashboards do). Tokens per second is the natural unit of every throughput panel.
@@ -48,69 +46,6 @@ class Query:
     legend: str = ""
     instant: bool = False
     table: bool = False
-
-
-def legend_label(label: str) -> str:
-    """Grafana legend template for one label: `{{instance}}`."""
-    return "{{" + label + "}}"
-
-
-def join_matchers(*parts: str) -> str:
-    return ", ".join(p.strip() for p in parts if p and p.strip())
-
-
-@dataclass(frozen=True)
-class Selectors:
-    """Label matchers (without braces) for the two scrape jobs the dashboards read.
-
-    `series` picks the exporter's per-(model, engine) series; `target` its per-target series
-    (health gauges carry no model/engine labels, and `.+` would not match a missing label);
-    `vllm` picks vLLM's own /metrics, used only for the latency histograms the exporter does not
-    re-expose. vLLM's scrape job has other job/instance values than the sidecar's, so it is
-    narrowed by `vllm_selector` plus model/engine instead of the job/instance variables.
-    """
-
-    target: str
-    series: str
-    vllm: str
-
-    @classmethod
-    def from_config(cls, cfg: MixinConfig) -> Selectors:
-        target = join_matchers(
-            cfg.exporter_selector, 'job=~"$job"', f'{cfg.instance_label}=~"$instance"'
-        )
-        model_engine = 'model_name=~"$model_name", engine=~"$engine"'
-        return cls(
-            target=target,
-            series=join_matchers(target, model_engine),
-            vllm=join_matchers(cfg.vllm_selector, model_engine),
-        )
-
-
-def selector(metric: str, matchers: str) -> str:
-    return f"{metric}{{{matchers}}}"
-
-
-def rate(metric: str, matchers: str) -> str:
-    return f"rate({selector(metric, matchers)}[{RATE_INTERVAL}])"
-
-
-def sum_by(labels: Sequence[str], inner: str, op: str = "sum") -> str:
-    """`sum by (a, b) (inner)`, or `sum(inner)` when no labels are given."""
-    if labels:
-        return f"{op} by ({', '.join(labels)}) ({inner})"
-    return f"{op}({inner})"
-
-
-def sum_rate(metric: str, matchers: str, by: Sequence[str] = ()) -> str:
-    return sum_by(by, rate(metric, matchers))
-
-
-def guarded_ratio(numerator: str, denominator: str, matching: str = "") -> str:
-    """`num / (den > 0)`: no result at all (not 0, not NaN) while the denominator is idle, which the
-    stat panels turn into "No traffic". Both sides must already be aggregated (sum-then-divide)."""
-    operator = f"/ {matching} " if matching else "/ "
-    return f"{numerator} {operator}({denominator} > 0)"
 
 
 # --- Panels ---------------------------------------------------------------------------------
@@ -203,16 +138,13 @@ def stat_panel(title: str, description: str, unit: str, queries: Sequence[Query]
                mappings: list[dashboard_models.ValueMapping] | None = None,
                no_value: str = "", decimals: int | None = None, sparkline: bool = True,
                color_mode: common_models.BigValueColorMode = common_models.BigValueColorMode.VALUE,
-               text_mode: common_models.BigValueTextMode = common_models.BigValueTextMode.AUTO,
-               width: int = 4, height: int = 5) -> stat.Panel:
+               text_mode: common_models.BigValueTextMode = common_models.BigValueTextMode.AUTO) -> stat.Panel:
     panel = (
         stat.Panel()
         .title(title)
         .description(description)
         .datasource(DATASOURCE)
         .unit(unit)
-        .span(width)
-        .height(height)
         .reduce_options(common.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
         .color_mode(color_mode)
         .text_mode(text_mode)
@@ -230,10 +162,10 @@ def stat_panel(title: str, description: str, unit: str, queries: Sequence[Query]
 
 def timeseries_panel(title: str, description: str, unit: str, queries: Sequence[Query], *,
                      thresholds_config: dashboard.ThresholdsConfig | None = None,
-                     threshold_lines: bool = False, min_value: float | None = None,
+                     threshold_lines: bool = False, min_value: float = 0,
                      max_value: float | None = None, stacked: bool = False, bars: bool = False,
                      legend_calcs: Sequence[str] = ("mean", "lastNotNull"),
-                     colors: dict[str, str] | None = None, width: int = 12, height: int = 8,
+                     colors: dict[str, str] | None = None,
                      no_value: str = "") -> timeseries.Panel:
     legend = (
         common.VizLegendOptions()
@@ -248,8 +180,6 @@ def timeseries_panel(title: str, description: str, unit: str, queries: Sequence[
         .description(description)
         .datasource(DATASOURCE)
         .unit(unit)
-        .span(width)
-        .height(height)
         .legend(legend)
         .tooltip(common.VizTooltipOptions().mode(common_models.TooltipDisplayMode.MULTI)
                  .sort(common_models.SortOrder.DESCENDING))
@@ -265,8 +195,7 @@ def timeseries_panel(title: str, description: str, unit: str, queries: Sequence[
         panel = panel.thresholds_style(
             common.GraphThresholdsStyleConfig().mode(common_models.GraphThresholdsStyleMode.DASHED_AND_AREA)
         )
-    if min_value is not None:
-        panel = panel.min(min_value)
+    panel = panel.min(min_value)  # rates, ratios and counts: the axis starts at 0 unless told
     if max_value is not None:
         panel = panel.max(max_value)
     if stacked:
@@ -285,7 +214,7 @@ def fixed_color(color: str) -> dashboard_models.DynamicConfigValue:
 
 
 def bargauge_panel(title: str, description: str, unit: str, queries: Sequence[Query], *,
-                   thresholds_config: dashboard.ThresholdsConfig, width: int = 8, height: int = 8,
+                   thresholds_config: dashboard.ThresholdsConfig,
                    no_value: str = "", min_value: float = 0, max_value: float = 1) -> bargauge.Panel:
     panel = (
         bargauge.Panel()
@@ -295,8 +224,6 @@ def bargauge_panel(title: str, description: str, unit: str, queries: Sequence[Qu
         .unit(unit)
         .min(min_value)
         .max(max_value)
-        .span(width)
-        .height(height)
         .thresholds(thresholds_config)
         .orientation(common_models.VizOrientation.HORIZONTAL)
         .display_mode(common_models.BarGaugeDisplayMode.GRADIENT)
@@ -309,7 +236,7 @@ def bargauge_panel(title: str, description: str, unit: str, queries: Sequence[Qu
 
 def table_panel(title: str, description: str, unit: str, queries: Sequence[Query], *,
                 hidden_columns: Sequence[str] = ("Time",), renames: dict[str, str] | None = None,
-                merge: bool = False, width: int = 12, height: int = 6,
+                merge: bool = False,
                 no_value: str = "") -> table.Panel:
     """A table of instant queries; `merge` joins several queries' rows on their common labels."""
     panel = (
@@ -318,8 +245,6 @@ def table_panel(title: str, description: str, unit: str, queries: Sequence[Query
         .description(description)
         .datasource(DATASOURCE)
         .unit(unit)
-        .span(width)
-        .height(height)
     )
     if merge:
         panel = panel.with_transformation(dashboard_models.DataTransformerConfig(id_val="merge", options={}))
@@ -355,8 +280,8 @@ class Column:
 
 def merged_table_panel(title: str, description: str, columns: Sequence[Column], *,
                        labels: dict[str, str], sort_by: str = "", descending: bool = False,
-                       label_links: dict[str, list[dict]] | None = None, width: int = 24,
-                       height: int = 8, no_value: str = "") -> table.Panel:
+                       label_links: dict[str, list[dict]] | None = None,
+                       no_value: str = "") -> table.Panel:
     """A table with one row per label set and one column per query.
 
     Every query is an instant table query; Grafana's merge transformation joins their rows on the
@@ -374,8 +299,6 @@ def merged_table_panel(title: str, description: str, columns: Sequence[Column], 
         .description(description)
         .datasource(DATASOURCE)
         .unit(NUMBER)
-        .span(width)
-        .height(height)
         .with_transformation(dashboard_models.DataTransformerConfig(id_val="merge", options={}))
         .with_transformation(dashboard_models.DataTransformerConfig(
             id_val="organize",

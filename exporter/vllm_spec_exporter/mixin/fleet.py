@@ -1,0 +1,226 @@
+"""The fleet dashboard: many vLLM servers at once, for the engineer who runs them.
+
+Which servers speculate badly (worst acceptance first), how acceptance is spread across the fleet,
+fleet-wide acceptance per model (sum-then-divide, never an average of ratios), and which servers
+are not speculating at all. This module only arranges panels; the PromQL is in promql.py.
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.models import dashboard as dashboard_models
+
+from . import frame, links, rules
+from .config import MixinConfig
+from .layout import Layout
+from .panels import (
+    NUMBER,
+    RATIO,
+    SPEEDUP,
+    TOKENS_PER_SECOND,
+    Column,
+    Query,
+    acceptance_thresholds,
+    as_json,
+    bargauge_panel,
+    count_thresholds,
+    link,
+    merged_table_panel,
+    table_panel,
+    thresholds,
+    timeseries_panel,
+    value_words,
+)
+from .presets import BACKGROUND, NO_EXPORTER, NO_TRAFFIC, count_stat, named_stat
+from .promql import (
+    DRAFT_TOKENS,
+    PROBLEM_EXPORTER_UNSCRAPED,
+    PROBLEM_SPEC_OFF,
+    PROBLEM_VLLM_UNREADABLE,
+    TARGET_UP,
+    Queries,
+    legend_label,
+)
+from .shared_panels import (
+    acceptance_by_instance,
+    acceptance_by_model,
+    acceptance_stat,
+    firing_alerts_stat,
+    firing_alerts_table,
+    runbook_links,
+    speedup_stat,
+    speedup_thresholds,
+    targets_down_stat,
+)
+
+__all__ = ["TITLE", "acceptance_bands", "build"]
+
+TITLE = "vLLM / Speculative decoding — fleet"
+
+
+def build(cfg: MixinConfig) -> dict:
+    q = Queries(cfg)
+    layout = Layout()
+    top_row(layout, cfg, q)
+    servers_row(layout, cfg, q)
+    models_row(layout, cfg, q)
+    not_speculating_row(layout, cfg, q)
+    return frame.build(
+        cfg, TITLE, links.fleet_uid(cfg),
+        "Many vLLM servers at once: which servers speculate badly (worst acceptance first), how "
+        "acceptance is spread across the fleet, fleet-wide acceptance per model, and which "
+        "servers are not speculating at all.",
+        layout,
+        [frame.dashboard_link(cfg, "Overview", links.overview_uid(cfg),
+                              "One server or model in depth: per-position acceptance, token flow, latency, health")],
+    )
+
+
+def acceptance_bands(cfg: MixinConfig) -> list[tuple[str, float | None, float | None, str]]:
+    """(legend, low, high, colour) of the three acceptance bands, thresholds from the config."""
+    warn, crit = cfg.acceptance_warning_threshold, cfg.acceptance_critical_threshold
+    return [
+        (f"at or above {links.percent(warn)}", warn, None, "green"),
+        (f"{links.percent(crit)} to {links.percent(warn)}", crit, warn, "orange"),
+        (f"below {links.percent(crit)}", None, crit, "red"),
+    ]
+
+
+def top_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
+    warn = links.percent(cfg.acceptance_warning_threshold)
+    crit = links.percent(cfg.acceptance_critical_threshold)
+    bands = acceptance_bands(cfg)
+    layout.add(acceptance_stat(cfg, q, "Fleet acceptance rate", "over every selected server (busy servers weigh more)"),
+               4, 5)
+    servers = named_stat(
+        "Servers by acceptance",
+        f"How many servers (with draft traffic) are accepted at or above {warn}, between {crit} "
+        f"and {warn} (alert {rules.ACCEPTANCE_LOW}) and below {crit} (alert "
+        f"{rules.ACCEPTANCE_CRITICAL}), each server's acceptance summed over its models and "
+        "engines before dividing. Good: every server in the first band, the other two 0. "
+        "'No traffic' means no server proposed draft tokens in the window.",
+        [Query(q.servers_in_band(low, high), legend, instant=True) for legend, low, high, _ in bands],
+        decimals=0,
+        color_mode=BACKGROUND,
+    ).links(runbook_links(cfg, rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL))
+    for legend, _, high, color in bands:
+        band_thresholds = count_thresholds(color) if high is not None else thresholds(color)
+        servers = servers.override_by_name(legend, [dashboard_models.DynamicConfigValue(
+            id_val="thresholds", value=as_json(band_thresholds))])
+    layout.add(servers, 7, 5)
+    layout.add(speedup_stat(q), 4, 5)
+    layout.add(count_stat(
+        "Spec decoding off",
+        "Servers whose vLLM exposes no spec-decode metrics: speculation is not configured, or a "
+        "vLLM upgrade renamed the metrics (alert " + rules.METRICS_MISSING + "). Good is 0, "
+        "unless some servers are meant to run without speculation. The table 'Servers not "
+        "speculating' names them.",
+        [Query(q.spec_decode_off_servers(), "spec off")],
+        color="orange",
+        no_value=NO_EXPORTER,
+    ).links(runbook_links(cfg, rules.METRICS_MISSING)), 3, 5)
+    layout.add(targets_down_stat(cfg, q), 3, 5)
+    layout.add(firing_alerts_stat(cfg, q), 3, 5)
+
+
+def servers_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
+    instance = cfg.instance_label
+    by_server = (instance, "model_name")
+    overview = links.dashboard_url(cfg, links.overview_uid(cfg))
+    layout.row("Servers: which ones speculate badly?")
+    layout.add(merged_table_panel(
+        "Servers, worst acceptance first",
+        "One row per server and model, lowest acceptance on top: acceptance (accepted / drafted "
+        "over the server's engines), tokens per step (1 + accepted / drafts) next to k, draft "
+        "tokens proposed per second (how much the row weighs in the fleet figures), the "
+        "exporter's estimated speed-up, and whether the exporter can read vLLM. Good: every "
+        "acceptance green and every speed-up above 1×. Empty cells mean no draft tokens in the "
+        "window; a row with only 'vLLM up' is a server that is down or not speculating. Click "
+        "an instance to open it in the overview dashboard.",
+        [
+            Column("acceptance", q.worst_first(q.acceptance(by_server)), RATIO, decimals=1,
+                   thresholds_config=acceptance_thresholds(cfg)),
+            Column("tokens per step", q.mean_acceptance_length(by_server), NUMBER, decimals=2),
+            Column("k", q.k(by_server), NUMBER, decimals=0),
+            Column("draft tokens/s", q.sum_rate(DRAFT_TOKENS, by_server), TOKENS_PER_SECOND, decimals=1),
+            Column("speed-up (est.)", q.estimated_speedup(by_server), SPEEDUP,
+                   decimals=2, thresholds_config=speedup_thresholds()),
+            Column("vLLM up", q.per_target(TARGET_UP), NUMBER, thresholds_config=thresholds("red", (1, "green")),
+                   mappings=value_words({0: ("down", "red"), 1: ("up", "green")})),
+        ],
+        labels={instance: "instance", "model_name": "model"},
+        sort_by="acceptance",
+        label_links={instance: [{
+            "title": "Open ${__value.raw} in the overview",
+            "url": overview + "?${datasource:queryparam}&var-instance=${__value.raw}&${__url_time_range}",
+        }]},
+        no_value=NO_EXPORTER,
+    ).links([link("Overview", overview + "?${__all_variables}&${__url_time_range}",
+                  "The overview dashboard with this selection and time range").target_blank(False),
+             *runbook_links(cfg, rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL)]), 24, 9)
+    layout.add(bargauge_panel(
+        "Acceptance by server",
+        "Each server's acceptance now (accepted / drafted over its models and engines), lowest "
+        "first, coloured by the alert thresholds. Good: every bar green. One short bar is that "
+        "server's draft model, k or traffic; every bar short is the model or the prompt mix.",
+        RATIO,
+        [Query(q.worst_first(q.acceptance((instance,))), legend_label(instance), instant=True)],
+        thresholds_config=acceptance_thresholds(cfg),
+        no_value=NO_TRAFFIC,
+    ), 8, 8)
+    bands = acceptance_bands(cfg)
+    layout.add(timeseries_panel(
+        "Servers per acceptance band",
+        "Servers with draft traffic per acceptance band over time, stacked: green at or above "
+        "the warning threshold, orange between critical and warning, red below critical. Good: "
+        "all green. Many servers turning orange at once points at a shared cause (model, "
+        "prompt mix, a release); one server at a time at that server.",
+        NUMBER,
+        [Query(q.servers_in_band(low, high), legend) for legend, low, high, _ in bands],
+        stacked=True,
+        bars=True,
+        legend_calcs=("max", "lastNotNull"),
+        colors={legend: color for legend, _, _, color in bands},
+    ), 8, 8)
+    layout.add(acceptance_by_instance(cfg, q), 8, 8)
+
+
+def models_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
+    by_model = ("model_name",)
+    layout.row("Models: fleet-wide acceptance per model")
+    layout.add(merged_table_panel(
+        "Models across the fleet",
+        "Per model, over every selected server serving it: servers speculating it, acceptance "
+        "and tokens per step with numerator and denominator summed over the servers before "
+        "dividing (never an average of per-server ratios, so a busy server weighs more than an "
+        "idle one), draft tokens per second and estimated speed-up. Good: acceptance green.",
+        [
+            Column("servers", q.servers_per_model(), NUMBER, decimals=0),
+            Column("acceptance", q.worst_first(q.acceptance(by_model)), RATIO, decimals=1,
+                   thresholds_config=acceptance_thresholds(cfg)),
+            Column("tokens per step", q.mean_acceptance_length(by_model), NUMBER, decimals=2),
+            Column("draft tokens/s", q.sum_rate(DRAFT_TOKENS, by_model), TOKENS_PER_SECOND, decimals=1),
+            Column("speed-up (est.)", q.estimated_speedup(by_model), SPEEDUP,
+                   decimals=2, thresholds_config=speedup_thresholds()),
+        ],
+        labels={"model_name": "model"},
+        sort_by="acceptance",
+        no_value=NO_EXPORTER,
+    ).links(runbook_links(cfg, rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL)), 10, 8)
+    layout.add(acceptance_by_model(cfg, q), 14, 8)
+
+
+def not_speculating_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
+    layout.row("Servers not speculating, and alerts")
+    layout.add(table_panel(
+        "Servers not speculating",
+        f"Every server that is not speculating now, and why: '{PROBLEM_SPEC_OFF}' (vLLM "
+        f"exposes no spec-decode metrics: not configured, or renamed by an upgrade), "
+        f"'{PROBLEM_VLLM_UNREADABLE}' (the exporter cannot read vLLM's /metrics: vLLM down or "
+        f"unreachable) or '{PROBLEM_EXPORTER_UNSCRAPED}' (Prometheus cannot scrape the exporter). "
+        "Good: empty, or only servers meant to run without speculation.",
+        NUMBER,
+        [Query(q.not_speculating(), table=True)],
+        hidden_columns=("Time", "Value"),
+        no_value="None: every server speculates",
+    ).links(runbook_links(cfg, rules.METRICS_MISSING, rules.VLLM_UNREACHABLE, rules.EXPORTER_DOWN)), 12, 6)
+    layout.add(firing_alerts_table(cfg, q), 12, 5)

@@ -1,0 +1,55 @@
+"""Every URL, selector and percentage the generated artifacts print, each built in one place.
+
+Alerts link to the overview dashboard and to their runbook section; dashboards link to each other,
+to the runbooks and back; READMEs print thresholds as percentages. All of them call these
+functions, so a link in an alert and the uid of the dashboard it names cannot disagree.
+"""
+
+from __future__ import annotations
+
+from .config import MixinConfig
+
+__all__ = [
+    "dashboard_url",
+    "exporter_selector",
+    "fleet_uid",
+    "overview_uid",
+    "percent",
+    "runbook_index_url",
+    "runbook_url",
+]
+
+
+def overview_uid(cfg: MixinConfig) -> str:
+    """The overview dashboard, which every alert's dashboard_url opens."""
+    return f"{cfg.dashboard_uid_prefix}-overview"
+
+
+def fleet_uid(cfg: MixinConfig) -> str:
+    return f"{cfg.dashboard_uid_prefix}-fleet"
+
+
+def dashboard_url(cfg: MixinConfig, uid: str = "") -> str:
+    """Link to a dashboard, by default the overview: for alert annotations and runbooks (the way
+    back) and for the links between the dashboards. Relative (/d/<uid>) without grafana_url."""
+    return f"{cfg.grafana_url.rstrip('/')}/d/{uid or overview_uid(cfg)}"
+
+
+def runbook_url(cfg: MixinConfig, alert_name: str) -> str:
+    """The runbook section of one alert (runbook_url_pattern, lower-cased name: a GitHub anchor)."""
+    return cfg.runbook_url_pattern % alert_name.lower()
+
+
+def runbook_index_url(cfg: MixinConfig) -> str:
+    """The runbook page itself: the pattern without the per-alert anchor."""
+    return cfg.runbook_url_pattern.replace("%s", "").rstrip("#")
+
+
+def exporter_selector(cfg: MixinConfig) -> str:
+    """`{<exporter_selector>}`: the braces PromQL puts around the exporter's label matchers."""
+    return "{" + cfg.exporter_selector + "}"
+
+
+def percent(ratio: float) -> str:
+    """0.455 -> "45.5%", 0.6 -> "60%": a threshold printed as set, never rounded to another."""
+    return f"{ratio * 100:g}%"

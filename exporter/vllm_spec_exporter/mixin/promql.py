@@ -1,0 +1,312 @@
+"""PromQL for the dashboards: selectors, guarded division and every query, as plain strings.
+
+Nothing here knows about panels or layout (kubernetes-mixin keeps its queries apart the same
+way): each query is a function of the config's selectors. The conventions hold by construction:
+rates use `$__rate_interval`, every selector carries the dashboard variables, ratios are
+sum-then-divide with a `(den > 0)` guard (no NaN/Inf when idle), and every metric of ours comes
+from names.MetricName.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..names import MetricName
+from .config import MixinConfig
+
+RATE_INTERVAL = "$__rate_interval"
+# Alerts are matched by name prefix: every spec-decode alert the mixin generates starts with it.
+ALERT_NAME_REGEX = "SpecDecode.*"
+
+# vLLM's own metrics the dashboards query directly (the exporter does not re-expose histograms).
+# The lint test checks each name against a real vLLM /metrics capture. Queries match both
+# spellings (see vllm_name_pattern): Prometheus 2.x negotiates OpenMetrics, and prometheus_client
+# >= 0.2x then escapes the colon, so the TSDB holds `vllm_inter_token_latency_seconds_bucket`;
+# Prometheus 3 (UTF-8 names) or a text-format scrape keeps `vllm:inter_token_latency_seconds_bucket`.
+VLLM_INTER_TOKEN_LATENCY = "vllm:inter_token_latency_seconds"
+VLLM_TIME_PER_OUTPUT_TOKEN = "vllm:request_time_per_output_token_seconds"
+VLLM_METRICS_QUERIED = tuple(
+    f"{histogram}_{suffix}"
+    for histogram in (VLLM_INTER_TOKEN_LATENCY, VLLM_TIME_PER_OUTPUT_TOKEN)
+    for suffix in ("bucket", "sum", "count")
+)
+# Series Prometheus itself creates (not served by any exporter).
+PROMETHEUS_BUILTIN_METRICS = ("up", "ALERTS")
+LATENCY_QUANTILES = (0.5, 0.9, 0.99)
+
+# Why a server of the fleet is not speculating (the fleet dashboard's table, label `problem`).
+PROBLEM_LABEL = "problem"
+PROBLEM_SPEC_OFF = "spec decoding off"
+PROBLEM_VLLM_UNREADABLE = "vLLM unreadable"
+PROBLEM_EXPORTER_UNSCRAPED = "exporter not scraped"
+
+# Our metrics, under the short names the queries read best with.
+DRAFTS = MetricName.DRAFTS_TOTAL
+DRAFT_TOKENS = MetricName.DRAFT_TOKENS_TOTAL
+ACCEPTED = MetricName.ACCEPTED_TOKENS_TOTAL
+ACCEPTED_BY_POSITION = MetricName.ACCEPTED_TOKENS_BY_POSITION_TOTAL
+GENERATED = MetricName.GENERATION_TOKENS_TOTAL
+NUM_SPECULATIVE_TOKENS = MetricName.NUM_SPECULATIVE_TOKENS
+TARGET_UP = MetricName.TARGET_UP
+SPEC_DECODE_ENABLED = MetricName.SPEC_DECODE_ENABLED
+COUNTER_RESETS = MetricName.COUNTER_RESETS_TOTAL
+
+
+def vllm_name_pattern(name: str) -> str:
+    """Regex for a `vllm:` name that also matches its OpenMetrics-escaped `vllm_` spelling."""
+    if not name.startswith("vllm:"):
+        raise ValueError(f"{name} is not a vLLM metric name")
+    return "vllm[:_]" + name.removeprefix("vllm:")
+
+
+def legend_label(label: str) -> str:
+    """Grafana legend template for one label: `{{instance}}`."""
+    return "{{" + label + "}}"
+
+
+def join_matchers(*parts: str) -> str:
+    return ", ".join(p.strip() for p in parts if p and p.strip())
+
+
+@dataclass(frozen=True)
+class Selectors:
+    """Label matchers (without braces) for the two scrape jobs the dashboards read.
+
+    `series` picks the exporter's per-(model, engine) series; `target` its per-target series
+    (health gauges carry no model/engine labels, and `.+` would not match a missing label);
+    `vllm` picks vLLM's own /metrics, used only for the latency histograms the exporter does not
+    re-expose. vLLM's scrape job has other job/instance values than the sidecar's, so it is
+    narrowed by `vllm_selector` plus model/engine instead of the job/instance variables.
+    """
+
+    target: str
+    series: str
+    vllm: str
+
+    @classmethod
+    def from_config(cls, cfg: MixinConfig) -> Selectors:
+        target = join_matchers(
+            cfg.exporter_selector, 'job=~"$job"', f'{cfg.instance_label}=~"$instance"'
+        )
+        model_engine = 'model_name=~"$model_name", engine=~"$engine"'
+        return cls(
+            target=target,
+            series=join_matchers(target, model_engine),
+            vllm=join_matchers(cfg.vllm_selector, model_engine),
+        )
+
+
+def selector(metric: str, matchers: str) -> str:
+    return f"{metric}{{{matchers}}}"
+
+
+def rate(metric: str, matchers: str) -> str:
+    return f"rate({selector(metric, matchers)}[{RATE_INTERVAL}])"
+
+
+def sum_by(labels: Sequence[str], inner: str, op: str = "sum") -> str:
+    """`sum by (a, b) (inner)`, or `sum(inner)` when no labels are given."""
+    if labels:
+        return f"{op} by ({', '.join(labels)}) ({inner})"
+    return f"{op}({inner})"
+
+
+def sum_rate(metric: str, matchers: str, by: Sequence[str] = ()) -> str:
+    return sum_by(by, rate(metric, matchers))
+
+
+def guarded_ratio(numerator: str, denominator: str, matching: str = "") -> str:
+    """`num / (den > 0)`: no result at all (not 0, not NaN) while the denominator is idle, which the
+    stat panels turn into "No traffic". Both sides must already be aggregated (sum-then-divide)."""
+    operator = f"/ {matching} " if matching else "/ "
+    return f"{numerator} {operator}({denominator} > 0)"
+
+
+class Queries:
+    """The PromQL of the main dashboard, parametrised by the config's selectors."""
+
+    def __init__(self, cfg: MixinConfig) -> None:
+        self.cfg = cfg
+        self.sel = Selectors.from_config(cfg)
+
+    def sum_rate(self, metric: str, by: tuple[str, ...] = ()) -> str:
+        return sum_rate(metric, self.sel.series, by)
+
+    def acceptance(self, by: tuple[str, ...] = ()) -> str:
+        return guarded_ratio(self.sum_rate(ACCEPTED, by), self.sum_rate(DRAFT_TOKENS, by))
+
+    def mean_acceptance_length(self, by: tuple[str, ...] = ()) -> str:
+        return "1 + " + guarded_ratio(self.sum_rate(ACCEPTED, by), self.sum_rate(DRAFTS, by))
+
+    def max_acceptance_length(self, by: tuple[str, ...] = ()) -> str:
+        """k + 1: the most tokens one verification step can emit (all drafts + the bonus)."""
+        return sum_by(by, selector(NUM_SPECULATIVE_TOKENS, self.sel.series), op="max") + " + 1"
+
+    def efficiency(self, by: tuple[str, ...] = ()) -> str:
+        """(drafts + accepted) / (drafts * (k + 1)): tokens emitted / most emittable. Each draft's
+        rate is weighted by its own series' k, so servers with different k aggregate correctly.
+        Both sides cover exactly the series that have a k gauge: a series whose k is missing (the
+        exporter's first poll, a target just gone down) must not add to the numerator alone."""
+        k = selector(NUM_SPECULATIVE_TOKENS, self.sel.series)
+        emitted = sum_by(by, f"({rate(DRAFTS, self.sel.series)} + {rate(ACCEPTED, self.sel.series)}) and {k}")
+        most_emittable = sum_by(by, f"{rate(DRAFTS, self.sel.series)} * ({k} + 1)")
+        return guarded_ratio(emitted, most_emittable)
+
+    def drafted_efficiency(self, by: tuple[str, ...] = ()) -> str:
+        """(drafts + accepted) / (drafts + draft tokens): fair when drafts are shorter than k."""
+        emitted = f"{self.sum_rate(DRAFTS, by)} + {self.sum_rate(ACCEPTED, by)}"
+        drafted = f"{self.sum_rate(DRAFTS, by)} + {self.sum_rate(DRAFT_TOKENS, by)}"
+        return guarded_ratio(f"({emitted})", f"({drafted})")
+
+    def position_acceptance(self, by: tuple[str, ...] = ("model_name",)) -> str:
+        """Share of drafts whose token at each position was accepted. Drafts have no position
+        label, hence the one-to-many match on the remaining labels."""
+        matching = f"on ({', '.join(by)}) group_left ()" if by else "on () group_left ()"
+        return guarded_ratio(
+            self.sum_rate(ACCEPTED_BY_POSITION, (*by, "position")),
+            self.sum_rate(DRAFTS, by),
+            matching=matching,
+        )
+
+    def positions_paying_off(self, by: tuple[str, ...] = ("model_name",)) -> str:
+        """How many draft positions are accepted at least at the warning threshold: the k that
+        pays. `>= bool` keeps failing positions as 0, so the count can be 0 instead of empty."""
+        threshold = self.cfg.acceptance_warning_threshold
+        return sum_by(by, f"{self.position_acceptance(by)} >= bool {threshold}")
+
+    def last_position_acceptance(self, by: tuple[str, ...] = ("model_name",)) -> str:
+        """Acceptance of the last draft position. Acceptance is prefix-based, so it never rises
+        with position: the minimum over positions is the last one."""
+        return sum_by(by, self.position_acceptance(by), op="min")
+
+    def draft_output_share(self, by: tuple[str, ...] = ()) -> str:
+        return guarded_ratio(self.sum_rate(ACCEPTED, by), self.sum_rate(GENERATED, by))
+
+    def mean_draft_length(self, by: tuple[str, ...] = ()) -> str:
+        return guarded_ratio(self.sum_rate(DRAFT_TOKENS, by), self.sum_rate(DRAFTS, by))
+
+    def target_sampled_tokens(self, by: tuple[str, ...] = ()) -> str:
+        """Output tokens the target model sampled itself (one per step, incl. the bonus token)."""
+        return f"{self.sum_rate(GENERATED, by)} - {self.sum_rate(ACCEPTED, by)}"
+
+    def rejected_tokens(self, by: tuple[str, ...] = ()) -> str:
+        return f"{self.sum_rate(DRAFT_TOKENS, by)} - {self.sum_rate(ACCEPTED, by)}"
+
+    def traffic_weighted(self, gauge: str, by: tuple[str, ...] = ()) -> str:
+        """Average of a per-series gauge weighted by each series' drafts/s, over the series that
+        report it (the exporter omits advisor gauges while a series is idle)."""
+        gauge_selector = selector(gauge, self.sel.series)
+        drafts = rate(DRAFTS, self.sel.series)
+        return guarded_ratio(
+            sum_by(by, f"{gauge_selector} * {drafts}"),
+            sum_by(by, f"{drafts} and {gauge_selector}"),
+        )
+
+    def estimated_speedup(self, by: tuple[str, ...] = ()) -> str:
+        return self.traffic_weighted(MetricName.ESTIMATED_SPEEDUP, by)
+
+    def recommended_k(self, by: tuple[str, ...] = ("model_name",)) -> str:
+        """The advisor's k*; the most cautious (smallest) where engines disagree."""
+        return self.gauge(MetricName.RECOMMENDED_K, by, op="min")
+
+    def recommended_k_speedup(self, by: tuple[str, ...] = ("model_name",)) -> str:
+        return self.traffic_weighted(MetricName.RECOMMENDED_K_ESTIMATED_SPEEDUP, by)
+
+    def gauge(self, metric: str, by: tuple[str, ...], op: str = "sum") -> str:
+        return sum_by(by, selector(metric, self.sel.series), op=op)
+
+    def k(self, by: tuple[str, ...] = ("model_name",)) -> str:
+        """Draft positions configured (the largest where engines differ)."""
+        return self.gauge(NUM_SPECULATIVE_TOKENS, by, op="max")
+
+    def worst_first(self, expr: str) -> str:
+        """An instant query's rows sorted ascending: the lowest value on top."""
+        return f"sort({expr})"
+
+    def servers_per_model(self) -> str:
+        """Servers exposing a k for each model: the servers speculating it."""
+        return sum_by(("model_name",), self.k((self.cfg.instance_label, "model_name")), op="count")
+
+    def vllm_rate(self, sample_name: str) -> str:
+        """rate() of one of vLLM's own series under either spelling of its name."""
+        matchers = join_matchers(f'__name__=~"{vllm_name_pattern(sample_name)}"', self.sel.vllm)
+        return f"rate({{{matchers}}}[{RATE_INTERVAL}])"
+
+    def latency_quantile(self, histogram: str, quantile: float, by: tuple[str, ...] = ()) -> str:
+        return f"histogram_quantile({quantile}, {sum_by(('le', *by), self.vllm_rate(histogram + '_bucket'))})"
+
+    def latency_mean(self, histogram: str, by: tuple[str, ...] = ()) -> str:
+        return guarded_ratio(
+            sum_by(by, self.vllm_rate(histogram + "_sum")),
+            sum_by(by, self.vllm_rate(histogram + "_count")),
+        )
+
+    def acceptance_band(self, by: tuple[str, ...], low: float | None, high: float | None) -> str:
+        """Per-`by` acceptance kept only where low <= acceptance < high (comparison filters)."""
+        expr = f"({self.acceptance(by)})"
+        if high is not None:
+            expr += f" < {high}"
+        if low is not None:
+            expr += f" >= {low}"
+        return expr
+
+    def servers_in_band(self, low: float | None, high: float | None) -> str:
+        """Servers whose acceptance lies in [low, high). 0 while some server has traffic, empty
+        (shown as "No traffic") while none has: an idle fleet is not a healthy one."""
+        by_instance = (self.cfg.instance_label,)
+        return (f"count({self.acceptance_band(by_instance, low, high)}) "
+                f"or (0 * count({self.acceptance(by_instance)}))")
+
+    def per_target(self, metric: str, op: str = "min") -> str:
+        """One value per scrape target of an exporter health gauge (no model/engine labels)."""
+        return sum_by((self.cfg.instance_label,), selector(metric, self.sel.target), op=op)
+
+    def spec_decode_off_servers(self) -> str:
+        """Servers the exporter reads where vLLM exposes no spec-decode metrics; 0 (not empty)
+        while exporters are scraped, so "No exporter" stays distinguishable."""
+        up = selector("up", self.sel.target)
+        return f"count({self.per_target(SPEC_DECODE_ENABLED, op='max')} == 0) or (0 * count({up}))"
+
+    def not_speculating(self) -> str:
+        """One row per server that is not speculating, with the reason in label `problem`."""
+        reasons = (
+            (self.per_target(SPEC_DECODE_ENABLED, op="max"), PROBLEM_SPEC_OFF),
+            (self.per_target(TARGET_UP), PROBLEM_VLLM_UNREADABLE),
+            (self.per_target("up"), PROBLEM_EXPORTER_UNSCRAPED),
+        )
+        return " or ".join(f'label_replace({expr} == 0, "{PROBLEM_LABEL}", "{text}", "", "")'
+                           for expr, text in reasons)
+
+    # Health: per scrape target, no model/engine labels.
+    def targets_down(self) -> str:
+        """Exporters that cannot read vLLM, plus exporters Prometheus cannot scrape. Empty (shown
+        as "No exporter") when no exporter is scraped at all, so silence is never green."""
+        up = selector("up", self.sel.target)
+        target_up = selector(TARGET_UP, self.sel.target)
+        return f"count(({target_up} == 0) or ({up} == 0)) or (0 * count({up}))"
+
+    def firing_alerts(self) -> str:
+        return f'ALERTS{{alertname=~"{ALERT_NAME_REGEX}", alertstate="firing"}}'
+
+    def firing_alerts_count(self) -> str:
+        return f"count({self.firing_alerts()}) or vector(0)"
+
+    def scrape_errors_by_reason(self) -> str:
+        return sum_rate(MetricName.SCRAPE_ERRORS_TOTAL, self.sel.target, ("reason",))
+
+    def counter_resets(self) -> str:
+        """vLLM restarts per server per interval (polls in which its counters reset)."""
+        return sum_by((self.cfg.instance_label,),
+                      f"increase({selector(COUNTER_RESETS, self.sel.target)}[{RATE_INTERVAL}])")
+
+    def poll_age(self) -> str:
+        """Seconds since each exporter last read vLLM successfully (0 before the first success)."""
+        last = selector(MetricName.LAST_SUCCESS_TIMESTAMP_SECONDS, self.sel.target) + " > 0"
+        return f"time() - {sum_by((self.cfg.instance_label,), last, op='max')}"
+
+    def detected_schema(self) -> str:
+        """One row per server with the schema and vLLM version the exporter detected."""
+        return sum_by((self.cfg.instance_label, "schema", "version"),
+                      selector(MetricName.TARGET_INFO, self.sel.target), op="max")
+

@@ -1,0 +1,147 @@
+"""Panels both dashboards show: acceptance, estimated speed-up, targets down, firing alerts.
+
+Functions of the config and the queries only; each dashboard places them with its own size.
+Panels link to the runbooks of the alerts they explain.
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard, stat, table, timeseries
+
+from . import links, rules
+from .config import MixinConfig
+from .panels import NUMBER, SPEEDUP, Query, acceptance_thresholds, link, table_panel, thresholds
+from .presets import BACKGROUND, NO_EXPORTER, count_stat, ratio_series, ratio_stat, traffic_stat
+from .promql import ALERT_NAME_REGEX, Queries, legend_label
+
+__all__ = [
+    "acceptance_by_instance",
+    "acceptance_by_model",
+    "acceptance_series",
+    "acceptance_stat",
+    "firing_alerts_stat",
+    "firing_alerts_table",
+    "runbook_links",
+    "speedup_stat",
+    "speedup_thresholds",
+    "targets_down_stat",
+    "threshold_note",
+]
+
+# The advisor's speed-up is relative to decoding without speculation: below 1 it slows decoding.
+BREAK_EVEN_SPEEDUP = 1
+
+
+def runbook_links(cfg: MixinConfig, *alert_names: str) -> list[dashboard.DashboardLink]:
+    return [link(f"Runbook: {name}", links.runbook_url(cfg, name)) for name in alert_names]
+
+
+def acceptance_stat(cfg: MixinConfig, q: Queries, title: str, scope: str) -> stat.Panel:
+    warn = links.percent(cfg.acceptance_warning_threshold)
+    crit = links.percent(cfg.acceptance_critical_threshold)
+    return ratio_stat(
+        title,
+        f"Share of draft tokens the target model accepted, {scope} "
+        "(accepted / drafted, summed before dividing). Good: green, at or above "
+        f"{warn}; speculation pays off. Orange below {warn}: the target verifies more rejected "
+        f"tokens than speculation saves (alert {rules.ACCEPTANCE_LOW}). Red below {crit}: "
+        f"speculation costs latency and compute (alert {rules.ACCEPTANCE_CRITICAL}). "
+        '"No traffic" means no draft tokens in the window.',
+        [Query(q.acceptance(), "acceptance")],
+        thresholds_config=acceptance_thresholds(cfg),
+        color_mode=BACKGROUND,
+    ).links(runbook_links(cfg, rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL))
+
+
+def speedup_thresholds() -> dashboard.ThresholdsConfig:
+    return thresholds("red", (BREAK_EVEN_SPEEDUP, "green"))
+
+
+def speedup_stat(q: Queries) -> stat.Panel:
+    return traffic_stat(
+        "Speed-up (est.)",
+        "The exporter's advisor: decoding speed with speculation relative to without it, "
+        "estimated from per-position acceptance and the draft's cost (exporter flag "
+        "--draft-cost-ratio): (1 + accepted per draft) / (1 + cost × k), averaged over the "
+        "selected engines weighted by their drafts. Good: green, above 1×. Red below 1×: "
+        "speculation makes decoding slower than plain decoding. An estimate: confirm with time "
+        "per output token.",
+        SPEEDUP,
+        [Query(q.estimated_speedup(), "speed-up")],
+        thresholds_config=speedup_thresholds(),
+        decimals=2,
+        color_mode=BACKGROUND,
+    )
+
+
+def targets_down_stat(cfg: MixinConfig, q: Queries) -> stat.Panel:
+    return count_stat(
+        "Targets down",
+        "vLLM servers the exporter cannot read, plus exporters Prometheus cannot scrape. Good is "
+        "0. 'No exporter' means Prometheus scrapes no exporter matching the selection: every "
+        "other panel is then empty for that reason, not because of idle traffic.",
+        [Query(q.targets_down(), "down")],
+        no_value=NO_EXPORTER,
+    ).links(runbook_links(cfg, rules.VLLM_UNREACHABLE, rules.EXPORTER_DOWN, rules.EXPORTER_ABSENT))
+
+
+def firing_alerts_stat(cfg: MixinConfig, q: Queries) -> stat.Panel:
+    return count_stat(
+        "Firing alerts",
+        f"Spec-decode alerts ({ALERT_NAME_REGEX}) firing now in this Prometheus, for every "
+        "server, not only the selected ones: a page elsewhere stays visible. Good is 0. The table "
+        "'Firing spec-decode alerts' at the bottom lists them; each alert's runbook_url explains it.",
+        [Query(q.firing_alerts_count(), "firing")],
+    ).links([link("Runbooks", links.runbook_index_url(cfg))])
+
+
+def firing_alerts_table(cfg: MixinConfig, q: Queries) -> table.Panel:
+    return table_panel(
+        "Firing spec-decode alerts",
+        f"Every {ALERT_NAME_REGEX} alert firing now, with its labels. Good: empty. Open the "
+        "runbook from the alert notification (runbook_url) or the dashboard's Runbooks link.",
+        NUMBER,
+        [Query(q.firing_alerts(), table=True)],
+        hidden_columns=("Time", "Value", "__name__", "alertstate"),
+        no_value="None firing",
+    ).links([link("Runbooks", links.runbook_index_url(cfg))])
+
+
+def threshold_note(cfg: MixinConfig) -> str:
+    return (
+        f"Dashed lines: warning {links.percent(cfg.acceptance_warning_threshold)} (orange), critical "
+        f"{links.percent(cfg.acceptance_critical_threshold)} (red). Good stays above the warning line; "
+        "gaps mean no draft tokens in the window."
+    )
+
+
+def acceptance_series(cfg: MixinConfig, title: str, description: str, queries: list[Query]) -> timeseries.Panel:
+    """Acceptance over time: 0..1 with the warning and critical lines drawn."""
+    return ratio_series(
+        title, description, queries,
+        thresholds_config=acceptance_thresholds(cfg),
+        threshold_lines=True,
+        legend_calcs=("mean", "min", "lastNotNull"),
+    )
+
+
+def acceptance_by_model(cfg: MixinConfig, q: Queries) -> timeseries.Panel:
+    return acceptance_series(
+        cfg,
+        "Acceptance rate by model",
+        "Accepted / drafted tokens per served model, summed over every selected server and "
+        "engine before dividing (busy servers weigh more). " + threshold_note(cfg)
+        + " A step down at one moment points at a deploy or a prompt-mix change; a slow slide at "
+        "a load increase.",
+        [Query(q.acceptance(("model_name",)), "{{model_name}}")],
+    ).links(runbook_links(cfg, rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL))
+
+
+def acceptance_by_instance(cfg: MixinConfig, q: Queries) -> timeseries.Panel:
+    return acceptance_series(
+        cfg,
+        "Acceptance rate by instance",
+        "Accepted / drafted tokens per vLLM server. " + threshold_note(cfg)
+        + " One server below the others points at its config (draft model, k) or its traffic.",
+        [Query(q.acceptance((cfg.instance_label,)), legend_label(cfg.instance_label))],
+    )

@@ -1,0 +1,46 @@
+"""names.py is the one home for names: the schema table, the parser and the generators agree with it."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from vllm_spec_exporter import names, schema
+from vllm_spec_exporter.names import CounterKey, Family, MetricName, SeriesKey
+from vllm_spec_exporter.normalise import normalise
+from vllm_spec_exporter.parse import FAMILIES, parse
+
+
+def test_every_served_name_has_exactly_one_schema_row() -> None:
+    rows = Counter(m.name for m in schema.ALL)
+    assert set(rows) == set(MetricName)
+    assert [name for name, count in rows.items() if count > 1] == []
+
+
+def test_every_family_is_parsed_and_every_parsed_family_is_named() -> None:
+    assert set(FAMILIES.values()) == set(Family)
+
+
+def test_served_names_follow_prometheus_naming() -> None:
+    for name in MetricName:
+        assert ":" not in name, name
+        metric = schema.BY_NAME[name]
+        assert name.endswith("_total") == (metric.type == "counter"), name
+        if "_ratio" in name:
+            assert name.endswith("_ratio"), name
+
+
+def test_counter_keys_name_their_parts() -> None:
+    text = ('vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="2"} 5\n'
+            'ray_vllm:spec_decode_num_drafts_total{engine="0",model_name="m",replica="r1"} 7\n')
+    snap = normalise(parse(text))
+    assert set(snap.counters) == {
+        CounterKey(Family.ACCEPTED_PER_POS, SeriesKey("m", "0"), "2", ""),
+        CounterKey(Family.DRAFTS, SeriesKey("m", "0"), "", "replica=r1"),
+    }
+    (key,) = [k for k in snap.counters if k.family == Family.DRAFTS]
+    assert (key.series.model_name, key.series.engine, key.replica) == ("m", "0", "replica=r1")
+
+
+def test_schema_labels_come_from_names() -> None:
+    assert schema.BY_NAME[MetricName.POSITION_ACCEPTANCE_RATIO].labels == names.POSITION_LABELS
+    assert schema.BY_NAME[MetricName.ACCEPTANCE_RATIO].labels == names.SERIES_LABELS

@@ -48,7 +48,8 @@ def figures(store: WindowStore, snap: Snapshot, series: SeriesKey) -> SeriesFigu
         if value is not None:
             total = (key.family, key.position)
             totals[total] = totals.get(total, 0.0) + value
-    by_pos = {pos: v for (family, pos), v in totals.items() if family == Family.ACCEPTED_PER_POS}
+    per_position = Family.ACCEPTED_PER_POS
+    by_pos = {pos: v for (family, pos), v in totals.items() if family == per_position}
     return SeriesFigures(
         seconds=end - start,
         drafts=totals.get((Family.DRAFTS, "")),

@@ -22,8 +22,13 @@ V0_MARKERS = (Family.V0_ACCEPTANCE_RATE, Family.V0_EFFICIENCY, Family.V0_EMITTED
 COUNTER_FAMILIES = (*V1_COUNTERS, Family.GENERATION_TOKENS)
 GAUGE_FAMILIES = (Family.REQUESTS_RUNNING, Family.REQUESTS_WAITING, Family.KV_CACHE_USAGE,
                   Family.V0_ACCEPTANCE_RATE, Family.V0_EFFICIENCY)
-SUMMED_GAUGES = (Family.REQUESTS_RUNNING, Family.REQUESTS_WAITING)
+SUMMED_GAUGES = frozenset((Family.REQUESTS_RUNNING, Family.REQUESTS_WAITING))
 MAX_POSITION = 63  # no drafter proposes more; a larger label is garbage, not a 64-token draft
+_COUNTERS, _GAUGES = frozenset(COUNTER_FAMILIES), frozenset(GAUGE_FAMILIES)
+# The same series come back every poll: their keys are built once (position checked, replica
+# labels joined) and looked up by (family, label text) after that. Bounded like parse's cache.
+_KEYS: dict[tuple[Family, str], CounterKey] = {}
+_KEYS_MAX = 16_384
 
 
 @dataclass
@@ -50,8 +55,8 @@ class Snapshot:
 
     def positions(self, series: SeriesKey) -> list[str]:
         """Draft positions exposed for a series, sorted numerically: len() is k."""
-        found = {key.position for key in self.counters
-                 if key.family == Family.ACCEPTED_PER_POS and key.series == series}
+        per_position = Family.ACCEPTED_PER_POS  # once: an enum attribute costs ~0.5 µs on 3.11
+        found = {key.position for key in self.counters if key.family == per_position and key.series == series}
         return sorted(found, key=int)
 
     def series_keys(self) -> list[SeriesKey]:
@@ -86,21 +91,20 @@ def normalise(samples: list[RawSample]) -> Snapshot:
     v0 = snap.schema == Schema.V0
     for s in latest.values():
         key = s.key
-        is_counter = key in COUNTER_FAMILIES
+        is_counter = key in _COUNTERS
         if v0 and is_counter:
             continue  # V0 counters add their running total every 5 s: never usable for rates
-        labels = s.labels
-        series = SeriesKey(labels.get("model_name", ""), labels.get("engine", ""))
-        position = ""
-        if key == Family.ACCEPTED_PER_POS:
-            position = _position(labels.get("position"))
-            if position is None:
-                snap.invalid.append(f"accepted_per_pos: position label {labels.get('position')!r} "
+        counter_key = _KEYS.get((key, s.label_text))
+        if counter_key is None:
+            counter_key = _counter_key(key, s.labels)
+            if counter_key is None:
+                snap.invalid.append(f"accepted_per_pos: position label {s.labels.get('position')!r} "
                                     "is not an integer 0..63")
                 continue
+            if len(_KEYS) >= _KEYS_MAX:
+                _KEYS.clear()
+            _KEYS[(key, s.label_text)] = counter_key
         value = s.value
-        replica = _replica(labels) if len(labels) > 2 + (key == Family.ACCEPTED_PER_POS) else ""
-        counter_key = CounterKey(key, series, position, replica)
         if s.created:
             created.append((counter_key, value))
         elif is_counter:
@@ -109,13 +113,13 @@ def normalise(samples: list[RawSample]) -> Snapshot:
                                     "finite non-negative number")
                 continue
             snap.counters[counter_key] = value
-        elif key in GAUGE_FAMILIES:
+        elif key in _GAUGES:
             if v0 and key in V0_MARKERS and math.isnan(value):
                 continue  # V0 sets its ratio gauges to NaN before the first draft: no data, not a fault
             if not math.isfinite(value):
                 snap.invalid.append(f"{key}{{{s.label_text}}}: gauge value {value} is not finite")
                 continue
-            gkey = (key, series)
+            gkey = (key, counter_key.series)
             if key in SUMMED_GAUGES:
                 snap.gauges[gkey] = snap.gauges.get(gkey, 0.0) + value
             else:  # a usage or ratio: the worst replica, never a sum
@@ -124,6 +128,17 @@ def normalise(samples: list[RawSample]) -> Snapshot:
         if ckey in snap.counters:
             snap.created[ckey] = value
     return snap
+
+
+def _counter_key(family: Family, labels: dict[str, str]) -> CounterKey | None:
+    """The key of one series, or None when its position label is not a draft position."""
+    position = ""
+    if family == Family.ACCEPTED_PER_POS:
+        position = _position(labels.get("position"))
+        if position is None:
+            return None
+    replica = _replica(labels) if len(labels) > 2 + (family == Family.ACCEPTED_PER_POS) else ""
+    return CounterKey(family, SeriesKey(labels.get("model_name", ""), labels.get("engine", "")), position, replica)
 
 
 def _replica(labels: dict[str, str]) -> str:

@@ -58,18 +58,12 @@ TITLE = "vLLM / Speculative decoding — fleet"
 
 
 def build(cfg: MixinConfig) -> dict:
-    q = Queries(cfg)
-    layout = Layout()
-    top_row(layout, cfg, q)
-    servers_row(layout, cfg, q)
-    models_row(layout, cfg, q)
-    not_speculating_row(layout, cfg, q)
     return frame.build(
         cfg, TITLE, links.fleet_uid(cfg),
         "Many vLLM servers at once: which servers speculate badly (worst acceptance first), how "
         "acceptance is spread across the fleet, fleet-wide acceptance per model, and which "
         "servers are not speculating at all.",
-        layout,
+        (top_row, servers_row, models_row, not_speculating_row),
         [frame.dashboard_link(cfg, "Overview", links.overview_uid(cfg),
                               "One server or model in depth: per-position acceptance, token flow, latency, health")],
     )

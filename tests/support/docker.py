@@ -191,6 +191,20 @@ class PrivateDockerd:
                              check=False, timeout=30)
         return result.stdout.strip() if result.returncode == 0 else None
 
+    def image_ids(self) -> set[str]:
+        """Every image, intermediate layers of the legacy builder included."""
+        return set(self.docker("images", "-a", "-q", "--no-trunc").stdout.split())
+
+    def remove_images_except(self, keep: set[str]) -> None:
+        """Remove images not in `keep` (children before parents). A failed or --no-cache build leaves
+        duplicate intermediate images that the legacy builder would otherwise pick as cache parents,
+        making the next ordinary build miss its cache."""
+        for _ in range(10):
+            extra = self.image_ids() - keep
+            if not extra:
+                return
+            self.docker("rmi", *sorted(extra), check=False, timeout=120)
+
     def image_size(self, image: str) -> int:
         return int(self.docker("image", "inspect", "--format", "{{.Size}}", image).stdout.strip())
 

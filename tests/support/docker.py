@@ -102,8 +102,7 @@ class PrivateDockerd:
             raise DockerUnavailable("dockerd or docker not installed (Debian: apt-get install docker.io; "
                                     "scripts/bootstrap.sh does it as root)")
         self.data_root.mkdir(parents=True, exist_ok=True)
-        self._lock_file = open(self.data_root.parent / ".dockerd.lock", "w")  # noqa: SIM115 (held while running)
-        fcntl.flock(self._lock_file, fcntl.LOCK_EX)  # another session using this data-root: wait for it
+        self._lock_data_root()
         # Sockets live under /tmp: unix socket paths are limited to 108 bytes.
         self.run_dir = Path(tempfile.mkdtemp(prefix="vse-dockerd-", dir="/tmp"))
         (self.run_dir / "client-config").mkdir()
@@ -114,14 +113,32 @@ class PrivateDockerd:
             "--host-gateway-ip=127.0.0.1", "--log-level=warn",
         ]
         with open(self.run_dir / "dockerd.log", "wb") as log:
+            # Own process group (its containerd joins it) so stop() reaches both. dockerd inherits the
+            # lock: should this test process die, the lock lives as long as the daemon does.
             self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)  # its containerd goes in the same group
+                                            start_new_session=True, pass_fds=(self._lock_file.fileno(),))
         try:
             self._wait_ready()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _lock_data_root(self, timeout_s: float = 900.0) -> None:
+        """One daemon a data-root: wait (bounded) while another session's dockerd uses it."""
+        self._lock_file = open(self.data_root.parent / ".dockerd.lock", "w")  # noqa: SIM115 (held while running)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    self._lock_file.close()
+                    self._lock_file = None
+                    raise DockerUnavailable(f"{self.data_root} stayed in use by another dockerd for "
+                                            f"{timeout_s:.0f} s") from None
+                time.sleep(1)
 
     def _wait_ready(self) -> None:
         assert self.process is not None
@@ -157,7 +174,7 @@ class PrivateDockerd:
                 os.killpg(process.pid, signal.SIGKILL)  # containerd may outlive dockerd for a moment
             process.wait()
         if self.run_dir is not None:
-            # Keep the daemon log for a failed run's post-mortem only while something might read it.
+            _unmount_under(self.run_dir)  # dockerd leaves its netns bind mount behind
             shutil.rmtree(self.run_dir, ignore_errors=True)
             self.run_dir = None
         if self._lock_file is not None:
@@ -225,6 +242,15 @@ class PrivateDockerd:
         if result.returncode != 0:
             raise BuildError(build_failure_line(tag, output), output)
         return output
+
+
+def _unmount_under(folder: Path) -> None:
+    """Lazily unmount every mount point below `folder`, deepest first."""
+    prefix = str(folder.resolve()) + "/"
+    with open("/proc/self/mounts") as mounts:
+        points = [line.split()[1] for line in mounts if line.split()[1].startswith(prefix)]
+    for point in sorted(points, key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False, timeout=30)
 
 
 def build_failure_line(tag: str, output: str) -> str:

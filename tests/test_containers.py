@@ -465,8 +465,14 @@ def _check_stack_serves_our_config(stack: MonitoringStack) -> None:
 
 def _reload_fast_rules_and_page(engine: PrivateDockerd, stack: MonitoringStack, vllm: VllmServer,
                                 webhook: WebhookReceiver) -> None:
+    def loaded() -> set[tuple[str, str, float]]:
+        groups = http_get_json(f"{stack.prometheus_url}/api/v1/rules")["data"]["groups"]
+        return {(rule["name"], rule["query"], rule.get("duration", 0)) for group in groups for rule in group["rules"]}
+
+    committed_rules = loaded()
     rendered = alerts.render(stack.fast)
     for rel in (alerts.RULES_FILE, alerts.ALERTS_FILE):
+        assert rendered[rel] != (ROOT / rel).read_text(), "the fast config renders the same rules"
         path = stack.rules_dir / Path(rel).name
         with path.open("r+") as handle:  # in place: the container's bind mount sees the same inode
             handle.seek(0)
@@ -474,13 +480,16 @@ def _reload_fast_rules_and_page(engine: PrivateDockerd, stack: MonitoringStack, 
             handle.truncate()
     reload = stack.compose(engine, "kill", "-s", "SIGHUP", "prometheus", timeout=60)
     assert reload.returncode == 0, reload.stderr
-    window = FAST_ALERTS["rate_window"]
+    names = {name for name, _, _ in committed_rules}
 
-    def fast_loaded() -> bool:
-        groups = http_get_json(f"{stack.prometheus_url}/api/v1/rules")["data"]["groups"]
-        return any(f"[{window}]" in rule["query"] for group in groups for rule in group["rules"])
+    def reloaded() -> bool:  # every rule still there (no half-loaded state), and changed
+        now = loaded()
+        return now != committed_rules and {name for name, _, _ in now} == names
 
-    assert wait_until(fast_loaded, 30), "Prometheus did not reload the fast rules on SIGHUP"
+    try:
+        wait_until(reloaded, 30)
+    except TimeoutError:
+        pytest.fail("Prometheus did not reload the rewritten rule files on SIGHUP")
 
     low = "SpecDecodeAcceptanceLow"
     degraded_at = time.time()

@@ -20,12 +20,10 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY exporter ./exporter
 # Every dependency ships wheels (bcrypt and PyYAML included), so no compiler is ever installed.
-# pip and setuptools are then removed from the venv: the runtime image needs no installer. So is
-# grafana-foundation-sdk (11 MB): only `generate` uses it, never `serve` (a no-op once the SDK is
-# an optional extra).
+# pip and setuptools are then removed from the venv: the runtime image needs no installer.
 RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir --only-binary=:all: . \
-    && /opt/venv/bin/pip uninstall --yes pip setuptools grafana-foundation-sdk \
+    && /opt/venv/bin/pip uninstall --yes pip setuptools \
     && /opt/venv/bin/vllm-spec-exporter --version
 
 # ---- runtime ---------------------------------------------------------------------------------

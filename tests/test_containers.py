@@ -46,15 +46,15 @@ from support.docker import (
     PrivateDockerd,
     ensure_standin_images,
 )
-from vllm_spec_exporter.lab import default_cache_dir
-from vllm_spec_exporter.lab.monitoring import WebhookReceiver, http_get_json, wait_until
-from vllm_spec_exporter.lab.pipeline import FAST_ALERTS, exporter_snapshot
-from vllm_spec_exporter.lab.server import NGRAM_SPEC_CONFIG, VllmServer, free_port, spec_counters
-from vllm_spec_exporter.lab.traffic import high_acceptance_phase, low_acceptance_phase, run_phase
-from vllm_spec_exporter.lab.venv import VllmVenvError, ensure_vllm_venv
 from vllm_spec_exporter.mixin import alerts
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.settings import DEFAULT_PORT
+from vllm_spec_lab import default_cache_dir
+from vllm_spec_lab.monitoring import WebhookReceiver, http_get_json, wait_until
+from vllm_spec_lab.pipeline import FAST_ALERTS, exporter_snapshot
+from vllm_spec_lab.server import NGRAM_SPEC_CONFIG, VllmServer, free_port, spec_counters
+from vllm_spec_lab.traffic import high_acceptance_phase, low_acceptance_phase, run_phase
+from vllm_spec_lab.venv import VllmVenvError, ensure_vllm_venv
 
 pytestmark = pytest.mark.docker
 
@@ -117,7 +117,7 @@ def vllm_python() -> Path:
 
 @pytest.fixture(scope="module")
 def vllm(vllm_python: Path, tmp_path_factory):
-    from vllm_spec_exporter.lab.tinymodel import ensure_tiny_models
+    from vllm_spec_lab.tinymodel import ensure_tiny_models
 
     model_dir, _ = ensure_tiny_models(vllm_python, default_cache_dir())
     log = tmp_path_factory.mktemp("vllm") / "server.log"
@@ -177,15 +177,15 @@ def _importable(engine: PrivateDockerd, image: str, *modules: str) -> list[str]:
 
 
 def test_image_has_no_grafana_sdk_and_serves_without_it(engine: PrivateDockerd, image: str) -> None:
+    # The SDK is the [generate] extra: only `generate` needs it.
     assert _importable(engine, image, "grafana_foundation_sdk") == []
     # The CLI `serve` goes through imports fine without it.
     result = engine.docker("run", "--rm", "--network", "host", image, "serve", "--help")
     assert result.returncode == 0 and "--target" in result.stdout, result.stderr[-500:]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12 moves the vLLM lab/demo out of the shipped package; until then "
-                                       "cli.py imports demo, which imports the lab, so the image must carry it")
 def test_image_has_no_vllm_lab(engine: PrivateDockerd, image: str) -> None:
+    # The vLLM test bench and the demo are their own package (lab/), never in the sidecar image.
     assert _importable(engine, image, "vllm_spec_exporter.lab", "vllm_spec_lab") == []
 
 

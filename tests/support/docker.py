@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from vllm_spec_exporter.lab import default_cache_dir
+from vllm_spec_lab import default_cache_dir
 
 IMAGES_DIR = Path(__file__).parent / "images"
 MINBASE_IMAGE = "vse-standin/debian:bookworm-minbase"

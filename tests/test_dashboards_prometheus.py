@@ -7,8 +7,9 @@ A real Prometheus (Debian 2.42) scrapes the real exporter (`vllm-spec-exporter s
 the fake vLLM (a simulation: real prometheus_client exposition with vLLM 0.32's names, scripted
 values); Prometheus also scrapes the fake vLLM directly as the `vllm` job for the latency panels,
 twice: as Prometheus 2.x does (OpenMetrics, so prometheus_client escapes `vllm:` to `vllm_`) and
-in the classic text format (names keep the colon, as Prometheus 3 stores them), so the
-dashboard's vLLM queries are proven on both spellings.
+in the classic text format (names keep the colon, as Prometheus 3 stores them); and the whole
+overview stack runs twice, with vLLM's names and with Ray Serve's `ray_vllm:` prefix, so every
+panel is proven on all four spellings the exporter accepts.
 The dashboard's variables are substituted the way Grafana does (All = `.+`), every target is run
 through the HTTP API, and the values are compared with what the scripted traffic must produce:
 acceptance 0.6 with k = 4 gives exact per-position rates, tokens per step, efficiency and shares.
@@ -115,11 +116,18 @@ def model() -> dict:
     return overview.build(MixinConfig())
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+# vLLM's own prefix and Ray Serve's: each served twice (below), so every panel is run on all four
+# spellings the exporter accepts: vllm:, vllm_, ray_vllm:, ray_vllm_.
+PREFIXES = ("vllm:", "ray_vllm:")
+
+
+@pytest.fixture(scope="module", params=PREFIXES, ids=lambda prefix: prefix.rstrip(":"))
+def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     require_binary(PROMETHEUS_BIN)
     rules = always_firing_rules(tmp_path_factory.mktemp("rules"))
-    fake = FakeVllm(models=MODELS, engines=ENGINES, k=K, latency_histograms=True, step_seconds=STEP_SECONDS)
+    prefix = request.param
+    fake = FakeVllm(models=MODELS, engines=ENGINES, k=K, latency_histograms=True, step_seconds=STEP_SECONDS,
+                    prefix=prefix)
     fake_url = fake.start()
     classic = serve_classic_text(fake)
     classic_instance = f"127.0.0.1:{classic.server_port}"
@@ -135,7 +143,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             wait_until(lambda: prom.query("vllm_spec_exporter_target_up == 1"), timeout=20)
             # A full rate window of polled samples, plus slack for the first scrape.
             time.sleep(RATE_INTERVAL_SECONDS + 4)
-            yield {"prom": prom, "fake": fake, "exporter_instance": f"127.0.0.1:{exporter_port}",
+            yield {"prom": prom, "fake": fake, "exporter_instance": f"127.0.0.1:{exporter_port}", "prefix": prefix,
                    "vllm_instances": {"negotiated": negotiated_instance, "classic": classic_instance}}
     finally:
         exporter.stop()
@@ -162,7 +170,7 @@ def run_range(prom: Prometheus, expr: str, rate_interval: str = RATE_INTERVAL) -
 # actually ran (a busy machine slows it), so they are checked against vLLM's own counters scraped
 # directly: the exporter's normalised counters must tell the same story.
 RATE_TOLERANCE = 0.25
-RAW = 'sum(rate(vllm_spec_decode_num_{}_total{{job="vllm", instance="{}"}}[10s]))'
+RAW = 'sum(rate({}spec_decode_num_{}_total{{job="vllm", instance="{}"}}[10s]))'
 RATES_FROM_VLLM: dict[tuple[str, str], str] = {
     ("Tokens/s", "accepted"): "accepted_tokens",
     ("Tokens/s", "drafted"): "draft_tokens",
@@ -242,7 +250,8 @@ def sweep(stack: dict, model: dict) -> list[str]:
                 problems.append(f"{where}: expected {expected} (±{tolerance:.0%}), got {numbers}")
         if key in RATES_FROM_VLLM:
             checked.add(key)
-            truth = values(prom.query(RAW.format(RATES_FROM_VLLM[key], stack["vllm_instances"]["negotiated"])))
+            escaped = stack["prefix"].replace(":", "_")  # the negotiated endpoint's spelling
+            truth = values(prom.query(RAW.format(escaped, RATES_FROM_VLLM[key], stack["vllm_instances"]["negotiated"])))
             if not (truth and truth[0] > 0 and close(sum(numbers), truth[0], RATE_TOLERANCE)):
                 problems.append(f"{where}: {numbers} tok/s, vLLM's own counters say {truth}")
     missing = (set(EXPECTED) | set(RATES_FROM_VLLM)) - checked
@@ -271,13 +280,13 @@ def test_latency_quantiles_lie_in_the_observed_bucket(stack: dict, model: dict) 
             assert 0.025 <= value <= 0.05, (target["legendFormat"], value)
 
 
-def test_vllm_latency_queries_work_on_both_name_spellings(stack: dict, model: dict) -> None:
+def test_vllm_latency_queries_work_on_every_name_spelling(stack: dict, model: dict) -> None:
     prom: Prometheus = stack["prom"]
     instances = stack["vllm_instances"]
-    # What actually landed in the TSDB: one spelling per endpoint.
+    # What actually landed in the TSDB: one spelling per endpoint (and per prefix, by the fixture).
     spelled = {
-        "negotiated": "vllm_inter_token_latency_seconds_count",
-        "classic": "vllm:inter_token_latency_seconds_count",
+        "negotiated": stack["prefix"].replace(":", "_") + "inter_token_latency_seconds_count",
+        "classic": stack["prefix"] + "inter_token_latency_seconds_count",
     }
     for endpoint, name in spelled.items():
         assert prom.query(f'{{__name__="{name}", instance="{instances[endpoint]}"}}'), endpoint

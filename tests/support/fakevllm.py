@@ -46,10 +46,12 @@ class FakeVllm:
 
     def __init__(self, models: Iterable[str] = ("tiny-llama",), engines: Iterable[str] = ("0",),
                  k: int = 4, spec_enabled: bool = True, latency_histograms: bool = False,
-                 step_seconds: float = 0.03) -> None:
+                 step_seconds: float = 0.03, prefix: str = "vllm:") -> None:
         # latency_histograms: also serve vLLM's inter-token latency and time-per-output-token
         # histograms (the dashboards' context panels). Off by default: other tests see the exact
         # exposition they were written against. step_seconds is the simulated verification step.
+        # prefix: "vllm:" as vLLM serves its names, "ray_vllm:" as Ray Serve's stat logger does.
+        self.prefix = prefix
         self.latency_histograms = latency_histograms
         self.step_seconds = step_seconds
         self.models = tuple(models)
@@ -67,30 +69,30 @@ class FakeVllm:
     def _build_registry(self) -> None:
         reg = CollectorRegistry()
         labels = ["model_name", "engine"]
-        self.running = Gauge("vllm:num_requests_running",
+        self.running = Gauge(f"{self.prefix}num_requests_running",
                              "Number of requests in model execution batches.", labels, registry=reg)
-        self.waiting = Gauge("vllm:num_requests_waiting",
+        self.waiting = Gauge(f"{self.prefix}num_requests_waiting",
                              "Number of requests waiting to be processed.", labels, registry=reg)
-        self.kv = Gauge("vllm:kv_cache_usage_perc",
+        self.kv = Gauge(f"{self.prefix}kv_cache_usage_perc",
                         "KV-cache usage. 1 means 100 percent usage.", labels, registry=reg)
-        self.generation = Counter("vllm:generation_tokens",
+        self.generation = Counter(f"{self.prefix}generation_tokens",
                                   "Number of generation tokens processed.", labels, registry=reg)
         if self.spec_enabled:
-            self.drafts = Counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
+            self.drafts = Counter(f"{self.prefix}spec_decode_num_drafts", "Number of spec decoding drafts.",
                                   labels, registry=reg)
-            self.draft_tokens = Counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
+            self.draft_tokens = Counter(f"{self.prefix}spec_decode_num_draft_tokens", "Number of draft tokens.",
                                         labels, registry=reg)
-            self.accepted = Counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+            self.accepted = Counter(f"{self.prefix}spec_decode_num_accepted_tokens", "Number of accepted tokens.",
                                     labels, registry=reg)
-            self.per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+            self.per_pos = Counter(f"{self.prefix}spec_decode_num_accepted_tokens_per_pos",
                                    "Accepted tokens per draft position.", [*labels, "position"],
                                    registry=reg)
         if self.latency_histograms:
             self.inter_token_latency = Histogram(
-                "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                f"{self.prefix}inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
                 labels, buckets=INTER_TOKEN_LATENCY_BUCKETS, registry=reg)
             self.time_per_output_token = Histogram(
-                "vllm:request_time_per_output_token_seconds",
+                f"{self.prefix}request_time_per_output_token_seconds",
                 "Histogram of time_per_output_token_seconds per request.",
                 labels, buckets=INTER_TOKEN_LATENCY_BUCKETS, registry=reg)
         for m in self.models:

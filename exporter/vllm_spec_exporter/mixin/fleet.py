@@ -199,8 +199,8 @@ def models_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         labels={"model_name": "model"},
         sort_by="acceptance",
         no_value=NO_EXPORTER,
-    ).links(runbook_links(cfg, rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL)), 10, 8)
-    layout.add(acceptance_by_model(cfg, q), 14, 8)
+    ).links(runbook_links(cfg, rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL)), 12, 8)  # 10: columns scrolled away
+    layout.add(acceptance_by_model(cfg, q), 12, 8)
 
 
 def not_speculating_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from grafana_foundation_sdk.builders import bargauge, common, dashboard, prometheus, stat, table, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
@@ -136,7 +136,7 @@ def link(title: str, url: str, tooltip: str = "") -> dashboard.DashboardLink:
 def stat_panel(title: str, description: str, unit: str, queries: Sequence[Query], *,
                thresholds_config: dashboard.ThresholdsConfig | None = None,
                mappings: list[dashboard_models.ValueMapping] | None = None,
-               no_value: str = "", decimals: int | None = None, sparkline: bool = True,
+               no_value: str = "", decimals: int | None = None, sparkline: bool = False,
                color_mode: common_models.BigValueColorMode = common_models.BigValueColorMode.VALUE,
                text_mode: common_models.BigValueTextMode = common_models.BigValueTextMode.AUTO) -> stat.Panel:
     panel = (
@@ -157,6 +157,12 @@ def stat_panel(title: str, description: str, unit: str, queries: Sequence[Query]
         panel = panel.no_value(no_value)
     if decimals is not None:
         panel = panel.decimals(decimals)
+    # A stat shows the value now, so it asks for an instant value. A range query reduced with
+    # lastNotNull shows the last value before a gap: "No traffic" could never appear while idle and
+    # the value would be up to a step old (seen in tests/test_dashboards_browser.py). A sparkline
+    # needs a range query, hence sparkline=True is only for values that never go missing.
+    if not sparkline:
+        queries = [query if query.table else replace(query, instant=True) for query in queries]
     return with_targets(panel, queries)
 
 
@@ -299,6 +305,8 @@ def merged_table_panel(title: str, description: str, columns: Sequence[Column], 
         .description(description)
         .datasource(DATASOURCE)
         .unit(NUMBER)
+        # Columns may narrow below Grafana's 150 px default so every column fits the panel.
+        .min_width(60)
         .with_transformation(dashboard_models.DataTransformerConfig(id_val="merge", options={}))
         .with_transformation(dashboard_models.DataTransformerConfig(
             id_val="organize",

@@ -53,11 +53,17 @@ SPEC_DECODE_ENABLED = MetricName.SPEC_DECODE_ENABLED
 COUNTER_RESETS = MetricName.COUNTER_RESETS_TOTAL
 
 
+# Ray Serve's stat logger prefixes vLLM's names with `ray_` (`ray_vllm:...`, escaped `ray_vllm_...`);
+# the exporter reads all four spellings (parse.py), so do the panels that read vLLM directly.
+RAY_PREFIX = "(ray_)?"
+
+
 def vllm_name_pattern(name: str) -> str:
-    """Regex for a `vllm:` name that also matches its OpenMetrics-escaped `vllm_` spelling."""
+    """Regex for a `vllm:` name matching every spelling the exporter accepts: `vllm:`, its
+    OpenMetrics-escaped `vllm_`, and Ray Serve's `ray_vllm:` / `ray_vllm_`."""
     if not name.startswith("vllm:"):
         raise ValueError(f"{name} is not a vLLM metric name")
-    return "vllm[:_]" + name.removeprefix("vllm:")
+    return RAY_PREFIX + "vllm[:_]" + name.removeprefix("vllm:")
 
 
 def legend_label(label: str) -> str:

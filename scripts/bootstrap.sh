@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything this project needs on a fresh Debian 12 machine, idempotently:
-#   - Debian's prometheus (promtool) and prometheus-alertmanager (amtool), when missing;
+#   - Debian's prometheus (promtool), prometheus-alertmanager (amtool) and tmux, when missing;
 #   - Debian's docker.io (dockerd 20.10) and debootstrap for the container tests, when missing;
 #   - the project venv .venv with the exporter (editable) and its `generate` and `test` extras, and
 #     the lab (lab/: the vLLM test bench and the demo, a separate package) beside it;
@@ -16,14 +16,15 @@ mkdir -p "$VLLM_SPEC_EXPORTER_CACHE"
 
 say() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*" >&2; }
 
-if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then
+# tmux: the terminal the demo's screen test types into (tests/test_demo_tmux.py).
+if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null || ! command -v tmux >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    say "installing Debian prometheus + prometheus-alertmanager (~20 s)"
+    say "installing Debian prometheus + prometheus-alertmanager + tmux (~20 s)"
     apt-get update -qq >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      prometheus prometheus-alertmanager >/dev/null
+      prometheus prometheus-alertmanager tmux >/dev/null
   else
-    say "promtool/alertmanager missing and cannot apt-get install them (not root?); tests needing them will fail"
+    say "promtool/alertmanager/tmux missing and cannot apt-get install them (not root?); tests needing them will fail"
   fi
 fi
 

@@ -66,7 +66,8 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
     require_binary(PROMETHEUS_BIN)
     require_binary(ALERTMANAGER_BIN)
     try:
-        stack = LocalStack(StackOptions(workdir=tmp_path), progress=print).start()
+        # DEBUG: the idle engine prints its stats lines (the oracle brackets) only at DEBUG.
+        stack = LocalStack(StackOptions(workdir=tmp_path, vllm_log_level="DEBUG"), progress=print).start()
     except VllmVenvError as error:
         if os.environ.get("CI"):
             raise

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 __all__ = ["DEFAULT_DRAFT_COST", "Advice", "advise", "expected_tokens_per_step"]
 
 # Draft cost per proposed token relative to one target forward step: rough, documented defaults.
+# The one place these numbers live: `serve`, `check` and the demo read them from here.
 DEFAULT_DRAFT_COST = {
     "ngram": 0.0,  # a lookup in the prompt, no model
     "suffix": 0.0,
@@ -32,6 +33,18 @@ DEFAULT_DRAFT_COST = {
     "mtp": 0.05,
     "draft_model": 0.1,  # a separate small model, e.g. 1B drafting for 8B-70B
 }
+# When the method is not known: the cost of the common learned drafters (EAGLE, MTP).
+UNKNOWN_METHOD_DRAFT_COST = DEFAULT_DRAFT_COST["eagle"]
+
+
+def draft_cost_for(method: str | None) -> float:
+    """The default draft cost of a speculative method (vLLM's `method` name); unknown: EAGLE's."""
+    return DEFAULT_DRAFT_COST.get(method or "", UNKNOWN_METHOD_DRAFT_COST)
+
+
+def draft_cost_help() -> str:
+    """'0 for ngram, 0.05 for eagle, ...': the defaults in words, for --help texts."""
+    return ", ".join(f"{cost:g} for {method}" for method, cost in DEFAULT_DRAFT_COST.items())
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import sys
 import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import advisor, settings
+from . import advisor, settings, terminal
 from .derive import SeriesFigures, derive_series, derive_v0, figures
 from .names import Schema
 from .normalise import Snapshot
@@ -26,20 +27,34 @@ EPILOG = """exit codes: 0 acceptance at or above the threshold; 1 below it; 2 ba
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", default="http://127.0.0.1:8000", help="vLLM base URL")
+    parser.add_argument("--target", default="http://127.0.0.1:8000",
+                        help="vLLM base URL (default http://127.0.0.1:8000)")
     parser.add_argument("--duration", default="30s", help="how long to sample, e.g. 30s, 2m (default 30s)")
     parser.add_argument("--threshold", type=float, default=0.5,
                         help="acceptance below this is reported as a problem (default 0.5)")
     parser.add_argument("--min-draft-tokens", type=float, default=100,
-                        help="fewer draft tokens than this while sampling means 'no traffic'")
+                        help="fewer draft tokens than this while sampling means 'no traffic' (default 100)")
     parser.add_argument("--method", choices=sorted(advisor.DEFAULT_DRAFT_COST), default=None,
-                        help="drafting method, to pick the advisor's default draft cost")
+                        help="drafting method, to pick the advisor's draft cost "
+                             f"({advisor.draft_cost_help()}; default {advisor.UNKNOWN_METHOD_DRAFT_COST:g})")
     parser.add_argument("--draft-cost-ratio", type=float, default=None,
                         help="cost of drafting one token relative to one target step (overrides --method)")
-    parser.add_argument("--timeout", type=float, default=3.0, help="seconds allowed per poll")
+    parser.add_argument("--timeout", type=float, default=3.0, help="seconds allowed per poll (default 3)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     settings.add_arguments(parser, only=settings.CONNECTION_OPTIONS)
-    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                        help="colour the table: auto (when stdout is a terminal), always or never (default auto)")
+
+
+def validate_arguments(args: argparse.Namespace) -> None:
+    if not (math.isfinite(args.threshold) and 0 <= args.threshold <= 1):
+        raise ValueError(f"--threshold must lie within [0, 1], got {args.threshold:g}")
+    if not (math.isfinite(args.min_draft_tokens) and args.min_draft_tokens >= 0):
+        raise ValueError(f"--min-draft-tokens must be a finite number >= 0, got {args.min_draft_tokens:g}")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise ValueError(f"--timeout must be a finite number of seconds > 0, got {args.timeout:g}")
+    if args.draft_cost_ratio is not None and not (math.isfinite(args.draft_cost_ratio) and args.draft_cost_ratio >= 0):
+        raise ValueError(f"--draft-cost-ratio must be a finite number >= 0, got {args.draft_cost_ratio:g}")
 
 
 def parse_duration(text: str) -> float:
@@ -137,11 +152,12 @@ def verdict(schema: str, reports: list[ModelReport], threshold: float) -> tuple[
 
 def run(args: argparse.Namespace) -> int:
     duration = parse_duration(args.duration)
+    validate_arguments(args)
     draft_cost = args.draft_cost_ratio
     if draft_cost is None:
-        draft_cost = advisor.DEFAULT_DRAFT_COST.get(args.method or "", 0.05)
-    if draft_cost < 0:
-        raise ValueError("--draft-cost-ratio must be >= 0")
+        draft_cost = advisor.draft_cost_for(args.method)
+    # The verdict says it when the target is down; the poller's own log line would say it twice.
+    logging.getLogger("vllm_spec_exporter").setLevel(logging.CRITICAL)
     interval = min(5.0, duration / 2)
     conf = settings.resolve_connection(args)
     fetcher = settings.make_fetcher(conf, min(args.timeout, interval * 0.9), 64 * 1024 * 1024)
@@ -202,74 +218,16 @@ def to_json(url: str, version: str, schema: str, duration: float, polls: int, re
             "polls": polls, "models": models, "verdict": verdict_line, "exit_code": code}
 
 
-def _bar(value: float, width: int = 24) -> str:
-    eighths = round(max(0.0, min(1.0, value)) * width * 8)
-    return "█" * (eighths // 8) + ("", "▏", "▎", "▍", "▌", "▋", "▊", "▉")[eighths % 8]
-
-
 def render_table(data: dict[str, Any], threshold: float, color: bool) -> str:
-    def paint(text: str, code: str) -> str:
-        return f"\033[{code}m{text}\033[0m" if color else text
-
-    def judge(rate: float) -> str:
-        return paint(f"{rate:6.1%}", "32" if rate >= threshold else "31;1")
-
+    paint = terminal.painter(color)
     lines = [paint(f"vllm-spec-exporter check — {data['target']}", "1"),
              f"schema {data['schema']} · vLLM {data['vllm_version'] or 'version unknown'} · "
              f"sampled {data['sampled_seconds']:g} s in {data['polls']} polls"]
     if data["schema"] == Schema.V0:
         lines.append("V0 engine: lifetime gauges, not windowed (V0's counters are unusable).")
     for m in data["models"]:
-        k = m.get("k")
         lines.append("")
-        lines.append(paint(f"model {m['model_name']}", "1") + f"  engines {', '.join(m['engines']) or '—'}"
-                     + (f" · k={k}" if k else ""))
-        rate = m.get("spec_decode_acceptance_ratio")
-        lines.append(f"  acceptance        {judge(rate) if rate is not None else '   n/a'}"
-                     f"   (threshold {threshold:.0%})")
-        for pos, value in sorted(m.get("positions", {}).items(),
-                                 key=lambda kv: int(kv[0])):
-            lines.append(f"  position {pos:>2}       {value:6.1%} {_bar(value)}")
-        mal = m.get("spec_decode_mean_acceptance_length")
-        if mal is not None:
-            lines.append(f"  mean accept. len  {mal:6.2f}  of k+1 = {k + 1 if k else '?'}")
-        eff = m.get("spec_decode_efficiency_ratio")
-        if eff is not None:
-            drafted = m.get("spec_decode_drafted_efficiency_ratio")
-            over_drafted = f"  (over drafted tokens {drafted:.1%})" if drafted else ""
-            lines.append(f"  efficiency        {eff:6.1%}{over_drafted}")
-        flow = [("generated", "generation_tokens_per_second"), ("drafted", "spec_decode_draft_tokens_per_second"),
-                ("accepted", "spec_decode_accepted_tokens_per_second"),
-                ("rejected", "spec_decode_rejected_tokens_per_second")]
-        if any(key in m for _, key in flow):
-            rates = " · ".join(f"{label} {m[key]:.1f}" for label, key in flow if key in m)
-            lines.append(f"  tokens/s          {rates}")
-        ctx = m.get("context", {})
-        if ctx:
-            parts = []
-            if "requests_running" in ctx:
-                parts.append(f"running {ctx['requests_running']:g}")
-            if "requests_waiting" in ctx:
-                parts.append(f"waiting {ctx['requests_waiting']:g}")
-            if "kv_cache_usage" in ctx:
-                parts.append(f"KV cache {ctx['kv_cache_usage']:.0%}")
-            lines.append("  load              " + " · ".join(parts))
-        adv = m.get("advisor")
-        if adv:
-            best, cur = adv["recommended_k"], adv["current_k"]
-            speed = adv["estimated_speedup"]
-            text = (f"  advisor           best k = {best}: {adv['tokens_per_step'][best]:.2f} tokens/step, "
-                    f"est. speed-up {speed[best]:.2f}× (k={cur}: {speed[cur]:.2f}×, draft cost "
-                    f"{adv['draft_cost_ratio']:g})")
-            lines.append(text)
-            if best == 0:
-                lines.append("                    speculation does not pay here: consider turning it off "
-                             "(no --speculative-config) or a better drafter")
-            elif best < cur:
-                lines.append(f"                    lower num_speculative_tokens to {best}: "
-                             f"+{adv['gain_vs_current'] - 1:.1%} expected")
-            elif adv["try_raising_k"]:
-                lines.append(f"                    the last position is still accepted often: try k={cur + 1}")
+        lines += terminal.model_lines(m, threshold, color)
     code = data["exit_code"]
     lines += ["", "verdict: " + paint(data["verdict"], {0: "32;1", 1: "31;1"}.get(code, "33;1"))]
     return "\n".join(lines)

@@ -48,11 +48,18 @@ def load_demo() -> ModuleType:
     return demo
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad flags get one line naming the problem (no usage block), exit 2. Sub-commands inherit it."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The full parser for `serve` and `check`; `generate` and `demo` get their options (and their
     imports) only when `argv` chooses them."""
     chosen = next((arg for arg in argv if not arg.startswith("-")), None)
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="vllm-spec-exporter",
         description="Is speculative decoding on this vLLM server paying off? A Prometheus sidecar, "
                     "alert rules and Grafana dashboards.",
@@ -97,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser(argv).parse_args(argv)
         return args.run(args)
-    except ValueError as error:  # bad input: one clear line, no traceback
+    except (ValueError, OverflowError) as error:  # bad input: one clear line, no traceback
         print(f"vllm-spec-exporter: error: {error}", file=sys.stderr)
         return 2
 

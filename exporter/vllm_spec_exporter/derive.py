@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .advisor import advise
+from .advisor import UNKNOWN_METHOD_DRAFT_COST, advise
 from .names import Family, MetricName, Schema, SeriesKey
 from .normalise import Snapshot
 from .window import WindowStore
@@ -16,7 +16,7 @@ from .window import WindowStore
 __all__ = ["DEFAULT_DRAFT_COST", "Sample", "SeriesFigures", "derive", "derive_series", "derive_v0", "figures"]
 
 # Cost of drafting one token relative to a target step, for the advisor gauges (--draft-cost-ratio).
-DEFAULT_DRAFT_COST = 0.05
+DEFAULT_DRAFT_COST = UNKNOWN_METHOD_DRAFT_COST  # one default, owned by advisor
 # A gauge sample: (metric name, label values in the metric's label order, value).
 Sample = tuple[MetricName, tuple[str, ...], float]
 

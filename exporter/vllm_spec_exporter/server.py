@@ -142,6 +142,8 @@ def parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit():
         raise ValueError(f"--listen must be host:port, got {listen!r}")
+    if int(port) > 65535:
+        raise ValueError(f"--listen: port {port} is out of range (0-65535)")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 

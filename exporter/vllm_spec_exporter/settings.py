@@ -8,12 +8,15 @@ show up in `ps`, shell history or `--help`.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from .advisor import UNKNOWN_METHOD_DRAFT_COST, draft_cost_help
 
 __all__ = [
     "CONNECTION_OPTIONS",
@@ -48,7 +51,7 @@ class Settings:
     window: float = 60.0
     timeout: float = 0.0  # 0: automatic, min(3 s, 0.8 x --interval)
     min_draft_tokens: float = 100.0
-    draft_cost_ratio: float = 0.05
+    draft_cost_ratio: float = UNKNOWN_METHOD_DRAFT_COST
     max_bytes: int = 16 * 1024 * 1024
     max_series: int = 10_000
     bearer_token_file: str | None = None
@@ -66,6 +69,9 @@ class Settings:
         return self.timeout if self.timeout > 0 else min(3.0, 0.8 * self.interval)
 
     def validate(self) -> None:
+        for name in ("interval", "window", "timeout", "min_draft_tokens", "draft_cost_ratio"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"--{name.replace('_', '-')} must be a finite number, got {getattr(self, name)}")
         if self.interval <= 0 or self.window <= 0 or self.timeout < 0:
             raise ValueError("--interval and --window must be positive, --timeout >= 0")
         if self.window < 2 * self.interval:
@@ -82,7 +88,19 @@ class Settings:
             raise ValueError(f"--log-level must be debug, info, warning or error, got {self.log_level!r}")
         if self.basic_auth_password_file and not self.basic_auth_user:
             raise ValueError("--basic-auth-password-file needs --basic-auth-user")
+        self.check_files()
 
+    def check_files(self) -> None:
+        """Every file option names a readable file: fail at start, naming the flag, not at the
+        first poll or TLS handshake."""
+        for name in FILE_OPTIONS:
+            path = getattr(self, name)
+            if path and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+                raise ValueError(f"--{name.replace('_', '-')}: cannot read {path}")
+
+
+FILE_OPTIONS = ("bearer_token_file", "basic_auth_password_file", "ca_file", "client_cert_file", "client_key_file",
+                "web_config_file")
 
 HELP = {
     "target": "vLLM server to watch (base URL; /metrics is appended unless a path is given). "
@@ -95,7 +113,7 @@ HELP = {
     "min_draft_tokens": "omit ratios resting on fewer draft tokens than this in the window "
                         "(no alert on three tokens)",
     "draft_cost_ratio": "cost of drafting one token relative to one target step, for the k advisor "
-                        "(about 0 for n-gram, 0.05 for EAGLE/MTP, 0.1 for a draft model)",
+                        f"(about {draft_cost_help()})",
     "max_bytes": "largest /metrics body accepted from the target, in bytes",
     "max_series": "most spec-decode series accepted from the target (bounds memory)",
     "bearer_token_file": "file holding a bearer token for the target (or env VLLM_SPEC_EXPORTER_BEARER_TOKEN)",
@@ -148,6 +166,7 @@ def resolve_connection(args: argparse.Namespace, environ: dict[str, str] | None 
     conf = Settings(**values)
     if conf.basic_auth_password_file and not conf.basic_auth_user:
         raise ValueError("--basic-auth-password-file needs --basic-auth-user")
+    conf.check_files()
     return conf
 
 
@@ -156,7 +175,13 @@ def resolve(args: argparse.Namespace, environ: dict[str, str] | None = None) -> 
     environ = dict(os.environ) if environ is None else environ
     file_values: dict[str, Any] = {}
     if getattr(args, "config_file", None):
-        loaded = yaml.safe_load(Path(args.config_file).read_text()) or {}
+        try:
+            loaded = yaml.safe_load(Path(args.config_file).read_text()) or {}
+        except OSError as error:
+            raise ValueError(f"--config-file: cannot read {args.config_file}: {error.strerror}") from None
+        except yaml.YAMLError as error:
+            raise ValueError(f"--config-file: {args.config_file} is not valid YAML: "
+                             f"{str(error).splitlines()[0]}") from None
         if not isinstance(loaded, dict):
             raise ValueError(f"{args.config_file}: expected a mapping of option: value")
         file_values = loaded
@@ -195,7 +220,8 @@ def _convert(name: str, raw: Any, default: Any) -> Any:
             return float(raw)
         return str(raw)
     except (TypeError, ValueError):
-        raise ValueError(f"option {name}: cannot read {raw!r} as {type(default).__name__}") from None
+        kind = {"bool": "true/false", "int": "a whole number", "float": "a number"}.get(type(default).__name__, "text")
+        raise ValueError(f"--{name.replace('_', '-')}: cannot read {raw!r} as {kind}") from None
 
 
 def make_fetcher(conf: Settings, timeout: float, max_bytes: int):  # -> fetch.Fetcher

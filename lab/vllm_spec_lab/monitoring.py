@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -30,6 +29,7 @@ from urllib.request import Request, urlopen
 
 import yaml
 
+from . import processes
 from .server import free_port
 
 PROMETHEUS_BIN = "/usr/bin/prometheus"
@@ -69,34 +69,37 @@ def is_ready(url: str) -> bool:
 
 
 class _Server:
-    """A child process with a temp folder, a port and a readiness URL."""
+    """A child process with a temp folder, a port and a readiness URL; it never outlives this
+    program (`processes.spawn`). Its log is `log_path` (default: inside the temp folder)."""
 
     name = "server"
 
-    def __init__(self) -> None:
+    def __init__(self, log_path: Path | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._tmp = tempfile.TemporaryDirectory(prefix=f"vse-{self.name}-")
-        self.dir = Path(self._tmp.name)
+        self._tmp = processes.TempDir(f"vse-{self.name}-")
+        self.dir = self._tmp.path
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = self.dir / "server.log"
+        self.log_path = log_path or self.dir / "server.log"
 
     def _command(self) -> list[str]:
         raise NotImplementedError
 
     def start(self, timeout: float = 30.0) -> None:
-        log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(self._command(), stdout=log, stderr=subprocess.STDOUT)
-        log.close()  # the child holds its own descriptor
+        self.proc = processes.spawn(self._command(), self.log_path)
         try:
             wait_until(self._ready_or_dead, timeout)
-        except TimeoutError:
+        except BaseException as error:
+            log_text = self.log()  # before stop() removes the folder it may live in
             self.stop()
-            raise RuntimeError(f"{self.name} not ready within {timeout}s:\n{self.log()}") from None
-        if self.proc.poll() is not None:
+            if isinstance(error, TimeoutError):
+                raise RuntimeError(f"{self.name} not ready within {timeout}s:\n{log_text}") from None
+            raise
+        code = self.proc.poll()
+        if code is not None:
             log_text = self.log()
             self.stop()
-            raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{log_text}")
+            raise RuntimeError(f"{self.name} exited with {code}:\n{log_text}")
 
     def _ready_or_dead(self) -> bool:
         assert self.proc is not None
@@ -106,13 +109,9 @@ class _Server:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            processes.stop(proc)
         self._tmp.cleanup()
 
     def __enter__(self):
@@ -141,8 +140,9 @@ class Prometheus(_Server):
         scrape_interval: str = "1s",
         evaluation_interval: str = "1s",
         extra_args: Iterable[str] = (),
+        log_path: Path | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(log_path)
         self.config_path = self.dir / "prometheus.yml"
         config: dict[str, Any] = {
             "global": {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval,
@@ -206,8 +206,8 @@ class Alertmanager(_Server):
 
     name = "alertmanager"
 
-    def __init__(self, config_text: str) -> None:
-        super().__init__()
+    def __init__(self, config_text: str, log_path: Path | None = None) -> None:
+        super().__init__(log_path)
         self.config_path = self.dir / "alertmanager.yml"
         self.config_path.write_text(config_text)
 

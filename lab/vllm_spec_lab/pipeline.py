@@ -7,11 +7,8 @@ generated files, so what runs here is what ships, only faster.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -20,10 +17,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from vllm_spec_exporter import advisor
 from vllm_spec_exporter.mixin import alerts
 from vllm_spec_exporter.mixin.config import MixinConfig
 
-from . import default_cache_dir
+from . import default_cache_dir, processes
 from .monitoring import (
     ALERTMANAGER_BIN,
     PROMETHEUS_BIN,
@@ -59,19 +57,37 @@ FAST_ALERTS: dict[str, Any] = {
 class StackOptions:
     target: str | None = None  # an existing vLLM; None starts one on the CPU
     monitoring: bool = True  # Prometheus + Alertmanager, when their binaries are installed
-    exporter_interval: float = 1.0
+    # Whole-poll deadline. vLLM's API server answers /metrics from the same event loop that streams
+    # tokens: under the demo's load on a shared 2-core machine (load average 15) one answer took
+    # up to 0.45 s (p99 0.35 s, 165 samples), and the 0.8 s automatic timeout of a 1 s interval
+    # showed as SpecDecodeVllmUnreachable blips. A 2 s interval allows a 1.9 s deadline (the
+    # exporter requires timeout < interval), four times the worst seen; Prometheus scrapes every
+    # 2 s anyway, so nothing is lost.
+    exporter_interval: float = 2.0
+    exporter_timeout: float = 1.9
     exporter_window: float = 20.0
     alert_overrides: dict[str, Any] = field(default_factory=lambda: dict(FAST_ALERTS))
-    workdir: Path | None = None
+    workdir: Path | None = None  # configs and data; None: a temporary folder, removed by stop()
+    log_dir: Path | None = None  # every server's log; None: the workdir
+    speculative_config: dict[str, Any] = field(default_factory=lambda: dict(NGRAM_SPEC_CONFIG))
+    # INFO keeps vLLM's log small (DEBUG wrote 26 MB in 6 min). Tests that wait for the idle
+    # engine's stats lines (VllmServer.wait_for_stats_log) need DEBUG.
+    vllm_log_level: str = "INFO"
 
 
 class LocalStack:
     def __init__(self, options: StackOptions, progress: Callable[[str], None] = print) -> None:
         self.options = options
         self.progress = progress
-        self._tmp = None if options.workdir else tempfile.TemporaryDirectory(prefix="vllm-spec-demo-")
-        self.dir = Path(options.workdir or self._tmp.name)  # type: ignore[union-attr]
+        self._tmp = None if options.workdir else processes.TempDir("vllm-spec-demo-")
+        self.dir = Path(options.workdir or self._tmp.path)  # type: ignore[union-attr]
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir = Path(options.log_dir or self.dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        # The advisor's cost must match the drafter: n-gram lookup is free (0), so its speed-up
+        # never shows below 1x. For a server we did not start the method is unknown: the default.
+        self.draft_cost = (advisor.draft_cost_for(options.speculative_config.get("method"))
+                           if options.target is None else advisor.UNKNOWN_METHOD_DRAFT_COST)
         self.vllm: VllmServer | None = None
         self.target = options.target
         self.exporter_proc: subprocess.Popen[bytes] | None = None
@@ -81,6 +97,7 @@ class LocalStack:
         self.prometheus: Prometheus | None = None
         self.config: MixinConfig | None = None
         self.missing_tools: list[str] = []
+        self._alert_names: dict[str, str] | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self) -> LocalStack:
@@ -105,6 +122,12 @@ class LocalStack:
         if self._tmp is not None:
             self._tmp.cleanup()
 
+    def log_paths(self) -> dict[str, Path]:
+        """Every log this stack writes, by server (files that exist)."""
+        names = {"vLLM": "vllm.log", "exporter": "exporter.log", "Prometheus": "prometheus.log",
+                 "Alertmanager": "alertmanager.log"}
+        return {name: self.log_dir / file for name, file in names.items() if (self.log_dir / file).exists()}
+
     def __enter__(self) -> LocalStack:
         return self.start()
 
@@ -121,10 +144,13 @@ class LocalStack:
         python = ensure_vllm_venv(cache, progress=lambda m: self.progress("      " + m))
         self.progress("[2/4] tiny random-weight model (built locally in seconds, cached)")
         model_dir, _draft = ensure_tiny_models(python, cache)
-        self.progress("[3/4] starting vLLM with n-gram speculative decoding, k=4 (~30-60 s on 2 cores)")
-        self.vllm = VllmServer(python, model_dir, speculative_config=NGRAM_SPEC_CONFIG, served_model_name=MODEL_NAME,
-                               log_path=self.dir / "vllm.log",
-                               extra_env={"VLLM_LOGGING_LEVEL": "DEBUG", "VLLM_LOG_STATS_INTERVAL": "5"})
+        spec = self.options.speculative_config
+        self.progress(f"[3/4] starting vLLM with {spec['method']} speculative decoding, "
+                      f"k={spec['num_speculative_tokens']} (~30-60 s on 2 cores)")
+        self.vllm = VllmServer(python, model_dir, speculative_config=spec, served_model_name=MODEL_NAME,
+                               log_path=self.log_dir / "vllm.log",
+                               extra_env={"VLLM_LOGGING_LEVEL": self.options.vllm_log_level,
+                                          "VLLM_LOG_STATS_INTERVAL": "5"})
         self.vllm.start()
         self.target = self.vllm.url
         self.progress(f"      vLLM ready at {self.target} after {self.vllm.startup_seconds:.0f} s")
@@ -140,25 +166,19 @@ class LocalStack:
         self.exporter_url = f"http://127.0.0.1:{port}"
         cmd = [sys.executable, "-m", "vllm_spec_exporter.cli", "serve", "--target", str(self.target),
                "--listen", f"127.0.0.1:{port}", "--interval", str(self.options.exporter_interval),
-               "--window", str(self.options.exporter_window), "--min-draft-tokens", "20"]
-        log = (self.dir / "exporter.log").open("wb")
-        self.exporter_proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
+               "--timeout", str(self.options.exporter_timeout), "--window", str(self.options.exporter_window),
+               "--min-draft-tokens", "20", "--draft-cost-ratio", str(self.draft_cost)]
+        log_path = self.log_dir / "exporter.log"
+        self.exporter_proc = processes.spawn(cmd, log_path)
         wait_until(lambda: self.exporter_proc.poll() is not None or is_ready(self.exporter_url + "/healthz"), 20)
         if self.exporter_proc.poll() is not None:
-            raise RuntimeError("exporter failed to start:\n" + (self.dir / "exporter.log").read_text())
-        self.progress(f"      exporter serving {self.exporter_url}/metrics")
+            raise RuntimeError("exporter failed to start:\n" + log_path.read_text())
+        self.progress(f"      exporter serving {self.exporter_url}/metrics (draft cost {self.draft_cost:g})")
 
     def _stop_exporter(self) -> None:
-        proc = self.exporter_proc
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-        self.exporter_proc = None
+        proc, self.exporter_proc = self.exporter_proc, None
+        if proc is not None:
+            processes.stop(proc)
 
     # --- Prometheus, Alertmanager, webhook ------------------------------------------------------
     def _start_monitoring(self) -> None:
@@ -185,7 +205,8 @@ class LocalStack:
             path = self.dir / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(rendered[rel])
-        self.alertmanager = Alertmanager(rendered[alerts.ALERTMANAGER_FILE])
+        self.alertmanager = Alertmanager(rendered[alerts.ALERTMANAGER_FILE],
+                                         log_path=self.log_dir / "alertmanager.log")
         self.alertmanager.start()
         exporter_address = urlsplit(self.exporter_url).netloc
         vllm_address = urlsplit(str(self.target)).netloc
@@ -193,9 +214,27 @@ class LocalStack:
             scrape_targets={EXPORTER_JOB: [exporter_address], VLLM_JOB: [vllm_address]},
             rule_files=[self.dir / alerts.RULES_FILE, self.dir / alerts.ALERTS_FILE],
             alertmanager_url=self.alertmanager.url, scrape_interval="2s", evaluation_interval="2s",
+            log_path=self.log_dir / "prometheus.log",
         )
         self.prometheus.start()
         self.progress(f"      Prometheus {self.prometheus.url}   Alertmanager {self.alertmanager.url}")
+        self._settle_monitoring()
+
+    def _settle_monitoring(self, timeout: float = 30.0) -> None:
+        """Wait until Prometheus has scraped both jobs and evaluated the rules on that data. Before
+        the first scrape `absent(up{job=...})` is true, so SpecDecodeExporterAbsent would show as
+        pending for a few seconds: a start-up artefact, not a finding."""
+        prometheus = self.prometheus
+        assert prometheus is not None
+
+        def settled() -> bool:
+            try:
+                return prometheus.targets_up() and not any(
+                    a["labels"].get("alertname") == "SpecDecodeExporterAbsent" for a in prometheus.alerts())
+            except OSError:
+                return False
+
+        wait_until(settled, timeout, interval=0.5)
 
     def _stop_prometheus(self) -> None:
         if self.prometheus is not None:
@@ -214,22 +253,47 @@ class LocalStack:
 
     # --- reading the state ----------------------------------------------------------------------
     def notifications(self) -> list[dict[str, Any]]:
-        """Pages and chat messages received: [{"path", "alertname", "status", "time", "body"}]."""
+        """Pages and chat messages received, in one shape whatever the receiver:
+        [{"channel": "pager" | "chat", "status": "firing" | "resolved", "alertname", "summary",
+          "title" (the receiver's own headline), "time" (unix seconds), "body"}]."""
         if self.webhook is None:
             return []
         out = []
         for request in self.webhook.received():
-            body = request["body"]
-            if request["path"] == "/pager":
+            body = request["body"] if isinstance(request["body"], dict) else {}
+            if request["path"] == "/pager":  # PagerDuty Events v2
                 status = "resolved" if body.get("event_action") == "resolve" else "firing"
-                name = str(body.get("payload", {}).get("summary", ""))
-            else:
-                title = str((body.get("attachments") or [{}])[0].get("title", ""))
+                title = summary = str(body.get("payload", {}).get("summary", ""))
+                runbook = str(body.get("payload", {}).get("custom_details", {}).get("runbook_url", ""))
+            else:  # Slack-style chat webhook: "[FIRING] Name: summary"
+                attachment = (body.get("attachments") or [{}])[0]
+                title = str(attachment.get("title", ""))
                 status = "resolved" if title.startswith("[RESOLVED]") else "firing"
-                name = title
-            out.append({"path": request["path"], "status": status, "title": name, "time": request["time"],
-                        "body": body})
+                summary = title.split(": ", 1)[1] if ": " in title else title
+                runbook = str(attachment.get("title_link", ""))
+            out.append({"channel": request["path"].strip("/"), "status": status,
+                        "alertname": self._alert_by_runbook(runbook), "summary": summary, "title": title,
+                        "time": request["time"], "body": body})
         return out
+
+    def _alert_by_runbook(self, runbook_url: str) -> str:
+        """Both receivers link the alert's runbook, whose anchor is the alert name in lower case."""
+        anchor = runbook_url.rsplit("#", 1)[-1]
+        if self._alert_names is None and self.prometheus is not None:
+            self._alert_names = {rule["name"].lower(): rule["name"] for group in self.prometheus.rule_groups()
+                                 for rule in group["rules"] if rule.get("type") == "alerting"}
+        return (self._alert_names or {}).get(anchor, anchor or "?")
+
+    def alert_states(self) -> dict[str, str]:
+        """Active alerts in Prometheus: {alertname: "pending" | "firing"} (firing wins)."""
+        if self.prometheus is None:
+            return {}
+        states: dict[str, str] = {}
+        for alert in self.prometheus.alerts():
+            name = alert["labels"]["alertname"]
+            if states.get(name) != "firing":
+                states[name] = alert["state"]
+        return states
 
     def firing_alerts(self) -> list[str]:
         if self.prometheus is None:
@@ -239,13 +303,27 @@ class LocalStack:
 
 class TrafficDriver:
     """Keeps sending requests at the current temperature from a background thread (bounded: stops
-    by itself after `max_seconds`, and on stop())."""
+    by itself after `max_seconds`, and on stop()).
 
-    def __init__(self, base_url: str, model: str, max_seconds: float = 1800.0, concurrency: int = 2) -> None:
+    Requests go in batches of `concurrency`. With `counters` (a reader of vLLM's own spec counters,
+    e.g. `lab.server.spec_counters`), each batch is bracketed by two reads and its draft and
+    accepted tokens are added to `tally[phase]`, the phase being the one current when the batch
+    began: exact per-phase acceptance, free of the exporter's window and of the previous phase's
+    requests still in flight at a phase change.
+    """
+
+    DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
+    ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+
+    def __init__(self, base_url: str, model: str, max_seconds: float = 1800.0, concurrency: int = 2,
+                 counters: Callable[[str], dict[str, float]] | None = None) -> None:
         self.base_url, self.model = base_url, model
         self.temperature: float | None = None  # None: idle
+        self.phase = ""  # the name batches are tallied under
         self.concurrency = concurrency
         self.busy = False  # a batch of requests is in flight
+        self.tally: dict[str, dict[str, float]] = {}  # phase -> {"drafted", "accepted", "requests"}
+        self._counters = counters
         self._stop = threading.Event()
         self._deadline = time.monotonic() + max_seconds
         self._thread = threading.Thread(target=self._run, name="traffic", daemon=True)
@@ -254,9 +332,17 @@ class TrafficDriver:
         self._thread.start()
         return self
 
+    def _read_counters(self) -> dict[str, float] | None:
+        if self._counters is None:
+            return None
+        try:
+            return self._counters(self.base_url)
+        except Exception:  # a busy or stopping server: this batch goes unmeasured
+            return None
+
     def _run(self) -> None:
         while not self._stop.is_set() and time.monotonic() < self._deadline:
-            temperature = self.temperature
+            temperature, phase_name = self.temperature, self.phase
             if temperature is None:
                 self._stop.wait(0.5)
                 continue
@@ -264,9 +350,16 @@ class TrafficDriver:
                           max_seconds=30, concurrency=self.concurrency, max_tokens=96)
             self.busy = True
             try:
-                run_phase(self.base_url, self.model, phase)
+                before = self._read_counters()
+                result = run_phase(self.base_url, self.model, phase)
+                after = self._read_counters() if before is not None else None
             finally:
                 self.busy = False
+            if before is not None and after is not None:
+                entry = self.tally.setdefault(phase_name, {"drafted": 0.0, "accepted": 0.0, "requests": 0.0})
+                entry["drafted"] += after.get(self.DRAFTED, 0.0) - before.get(self.DRAFTED, 0.0)
+                entry["accepted"] += after.get(self.ACCEPTED, 0.0) - before.get(self.ACCEPTED, 0.0)
+                entry["requests"] += result.requests_ok
 
     def pause(self, timeout: float = 60.0) -> None:
         """Stop sending and wait until the requests in flight have finished."""
@@ -275,9 +368,14 @@ class TrafficDriver:
         while self.busy and time.monotonic() < deadline:
             time.sleep(0.1)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop sending; wait up to `timeout` for the thread (0: do not wait; `join` later)."""
         self._stop.set()
-        self._thread.join(60)
+        self.join(timeout)
+
+    def join(self, timeout: float) -> None:
+        if timeout > 0 and self._thread.is_alive():
+            self._thread.join(timeout)
 
 
 def exporter_snapshot(exporter_url: str) -> dict[str, dict[tuple, float]]:

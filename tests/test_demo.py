@@ -125,6 +125,7 @@ import sys, time
 from vllm_spec_lab.pipeline import LocalStack, StackOptions
 with LocalStack(StackOptions()) as stack:
     print("STACK-IS-UP", flush=True)
+    sys.stdin.readline()  # the test has recorded the process tree
     if sys.argv[1] == "raise":
         raise RuntimeError("a test failed")
     time.sleep(600)
@@ -136,12 +137,14 @@ def test_local_stack_leaves_nothing_behind(sandbox, ending):
     """LocalStack as the tests use it: an exception unwinds it; a killed test process (the parent
     dies) is cleaned up by the parent-death signal and the warden."""
     env, tmp = sandbox
-    proc = subprocess.Popen([sys.executable, "-c", DRIVER, ending], env=env, stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER, ending], env=env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         read_until(proc.stdout.fileno(), b"STACK-IS-UP")
         tree = descendants(proc.pid)
         assert len(tree) >= expected_tree_size(), tree
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
         if ending == "SIGKILL":
             proc.kill()
         proc.wait(timeout=60)

@@ -28,7 +28,7 @@ def test_promtool_check_rules_on_committed_files() -> None:
     promtool = require_binary(PROMTOOL_BIN)
     result = run_tool([promtool, "check", "rules", alerts.RULES_FILE, alerts.ALERTS_FILE], cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 16 rules found" in result.stdout
+    assert "SUCCESS: 32 rules found" in result.stdout  # 16 dashboard records + 4 windows x 4 evidence
     assert "SUCCESS: 8 rules found" in result.stdout
 
 
@@ -40,7 +40,7 @@ def test_promtool_check_rules_on_prometheusrule_spec(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(spec))
     result = run_tool([promtool, "check", "rules", str(path)])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 24 rules found" in result.stdout
+    assert "SUCCESS: 40 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:

@@ -149,8 +149,10 @@ when a committed file differs from a fresh generation.
 
 | File | What it is |
 |---|---|
-| `prometheus_rules.yaml` | Recording rules (`{rules.RECORDING_GROUP}`): rates, acceptance ratio, mean \
-acceptance length, per-position acceptance, per server and per model. Load with `rule_files:`. |
+| `prometheus_rules.yaml` | Recording rules: `{rules.RECORDING_GROUP}` (rates, acceptance ratio, mean \
+acceptance length, per-position acceptance, per server and per model; the dashboards read them) and \
+`{rules.EVIDENCE_GROUP}` (drafts, acceptance and its confidence bounds per alert window; the acceptance \
+alerts read them). Load with `rule_files:`. |
 | `prometheus_alerts.yaml` | Alerting rules (`{rules.ACCEPTANCE_GROUP}`, `{rules.EXPORTER_GROUP}`). They \
 read the recording rules, so load both files. |
 | `prometheusrule.yaml` | The same groups, byte for byte, as a Prometheus Operator `PrometheusRule` for \
@@ -258,7 +260,7 @@ no `for`, so evidence and duration accrue in parallel, not one after the other):
 |---|---|---|---|
 | fast (busy servers) | `{fast_long}` | `{fast_short}` | {sustained} |
 | slow (≈ 1 draft/s) | `{slow_long}` | `{slow_short}`; ignored while the last `{fast_short}` proves acceptance \
-above the threshold | the same |
+above the threshold | `{cfg.acceptance_slow_for}` (both) |
 
 There is no `keep_firing_for`: an alert resolves as soon as the short window no longer proves
 acceptance low (about a minute at high traffic), and it ends with its series — an instant

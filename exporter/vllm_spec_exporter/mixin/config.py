@@ -76,14 +76,19 @@ class MixinConfig:
     # so recovery at high traffic ends the alert just as fast.
     acceptance_slow_long_window: str = "10m"
     acceptance_slow_short_window: str = "4m"
-    # How long the short window must have proven acceptance low (max_over_time over it) before
-    # the alert fires: what keeps a dip of 2 minutes (a batch of odd prompts) from alerting, since
-    # a dip and a collapse look the same for their first minutes. It runs alongside the long
-    # window, not after it. No keep_firing_for: an alert ends as soon as the short window stops
-    # proving it, or when its series vanish. Warning waits longer: its threshold is nearer
-    # healthy acceptance, so dips cross it for longer, and its target is 10 minutes, not 3.
-    acceptance_low_for: str = "2m30s"
-    acceptance_critical_for: str = "2m"
+    # How long the fast tier's short window must have proven acceptance low (max_over_time)
+    # before the alert fires: what keeps a dip of 2 minutes (a batch of odd prompts) from
+    # alerting, since a dip and a collapse look the same until then. The short window stretches
+    # a dip by up to its own length, less the deeper the dip: 2m30s (critical) and 3m (warning)
+    # keep any 2-minute dip, even to 0 %, from a healthy level of 55 % or more quiet, and page a
+    # busy collapse in about 3 minutes. It runs alongside the long window, not after it. No
+    # keep_firing_for: an alert ends as soon as the short window stops proving it, or when its
+    # series vanish.
+    acceptance_low_for: str = "3m"
+    acceptance_critical_for: str = "2m30s"
+    # The same for the slow tier (both alerts): its short window is longer, so it stretches a
+    # dip more; dip length + slow short window keeps busy servers' dips out of it too.
+    acceptance_slow_for: str = "6m"
     # Target down / not scraped for this long before alerting.
     target_down_for: str = "5m"
     # Spec decoding silently stopped (output flows, no drafts) for this long. Long, because an
@@ -182,7 +187,7 @@ class MixinConfig:
         if self.acceptance_overdispersion < 1:
             raise ValueError(f"acceptance_overdispersion must be >= 1 (1 = binomial over drafts), got "
                              f"{self.acceptance_overdispersion}")
-        for key in ("acceptance_low_for", "acceptance_critical_for"):
+        for key in ("acceptance_low_for", "acceptance_critical_for", "acceptance_slow_for"):
             if _seconds(getattr(self, key)) <= 0:
                 raise ValueError(f"{key} must be longer than 0s (a max_over_time range), got {getattr(self, key)!r}")
         for tier in ("fast", "slow"):
@@ -208,7 +213,7 @@ class MixinConfig:
 _DURATION = re.compile(r"(?:\d+y)?(?:\d+w)?(?:\d+d)?(?:\d+h)?(?:\d+m)?(?:\d+s)?(?:\d+ms)?")
 _DURATION_KEYS = (
     "rate_window", "acceptance_low_for", "acceptance_critical_for",
-    "acceptance_fast_long_window", "acceptance_fast_short_window",
+    "acceptance_slow_for", "acceptance_fast_long_window", "acceptance_fast_short_window",
     "acceptance_slow_long_window", "acceptance_slow_short_window",
     "target_down_for", "spec_decode_stopped_for", "spec_decode_missing_for", "reset_window",
     "alertmanager_group_wait", "alertmanager_group_interval", "alertmanager_repeat_interval",

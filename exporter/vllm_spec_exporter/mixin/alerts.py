@@ -209,13 +209,15 @@ label `confidence="{cfg.confidence_label}"` on the bounds.
 ## Tests and timing
 
 - `tests/promtool/*.yaml`: `promtool test rules` scenarios against the committed (default) rules —
-  healthy, sudden collapse and recovery, slow decline, flapping around 50 %, idle, trickle
-  traffic, vLLM restart mid-window and during a collapse, spec decoding off, metrics renamed,
-  vLLM unreachable, exporter down or absent, crash loop. Every alert fires where it should, stays
-  quiet where it should, and is checked at its `for` boundary with exact labels and annotations;
-  every recording rule has a `promql_expr_test`.
+  healthy, sudden collapse and recovery, 2-minute dips (also to 0 % from 55 %), low-traffic
+  collapse and recovery, little evidence, idle, pod deleted while firing, one bad server with
+  engines summed, vLLM restart during a collapse and when healthy, spec decoding off, metrics
+  renamed, vLLM unreachable, exporter down or absent, crash loop. Every alert fires where it
+  should, stays quiet where it should, and is checked at its boundary with exact labels and
+  annotations; every recording rule has a `promql_expr_test`.
 - `tests/test_alerts_promtool.py` runs them (plus `promtool check rules`, `amtool check-config`)
-  and re-runs them against deliberately wrong configs, which must fail.
+  and re-runs them against deliberately wrong configs (shorter held times, no overdispersion,
+  lower confidence, other windows, thresholds), which must fail.
 - `tests/test_alerts_lint.py`: mixtool-style lint (names, lengths, severities, summary and
   description style, runbook anchors, dashboard variables and panel names).
 - `tests/test_alerts_alertmanager.py`: this `alertmanager.yml` in a real Alertmanager — routing,

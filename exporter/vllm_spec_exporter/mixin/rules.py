@@ -144,9 +144,11 @@ def wilson_bound(cfg: MixinConfig, e: EvidenceNames, side: str) -> str:
     z, phi = cfg.confidence_z, cfg.acceptance_overdispersion
     z2 = z * z
     p, d = e.ratio, e.drafts
-    return (f"(\n  {p}\n  + {z2 * phi / 2:.10g} / {d}\n"
-            f"  {side} {z:.10g} * sqrt({phi:g} * {p} * (1 - {p}) / {d} + {z2 * phi * phi / 4:.10g} / {d} ^ 2)\n)\n"
-            f"/\n(1 + {z2 * phi:.10g} / {d})")
+    bound = (f"(\n  {p}\n  + {z2 * phi / 2:.10g} / {d}\n"
+             f"  {side} {z:.10g} * sqrt({phi:g} * {p} * (1 - {p}) / {d} + {z2 * phi * phi / 4:.10g} / {d} ^ 2)\n)\n"
+             f"/\n(1 + {z2 * phi:.10g} / {d})")
+    # Mathematically within [0, 1]; the clamp only removes float rounding (-1e-12 at p = 0).
+    return f"clamp_min(\n{bound},\n0\n)" if side == "-" else f"clamp_max(\n{bound},\n1\n)"
 
 
 def evidence_rules(cfg: MixinConfig) -> list[dict[str, Any]]:

@@ -228,7 +228,28 @@ label `confidence="{cfg.confidence_label}"` on the bounds.
   computation, and the trial count (drafts, not tokens) checked on real vLLM 0.32 captures.
 - `bench/alert_quality.py`: the scenario benchmark below.
 
+### Alert quality (bench/alert_quality.py)
+
 {quality_section()}
+
+**Where the targets conflict, and what the defaults chose.** (Figures from the table above.)
+
+- *Page fast* vs *a dip of up to 2 minutes never pages*: a dip and a collapse look the same for
+  their first minutes, and the short window stretches a dip by up to its own length (most when the
+  healthy level is close to the threshold). Held times of 2m30s (critical) and 3m (warning) keep
+  every 2-minute dip quiet, even one to 0 % from a healthy 55 % (`tests/promtool`), and page a busy
+  collapse at 3m00s — the edge of the 3-minute target, not lower. A held time of 2m would page
+  ~30 s sooner but pages on that dip.
+- *Zero false alerts on overdispersed night traffic at 55 %* vs *warn within 10 minutes on any
+  sustained fall below 50 %*: the two sit 5 points either side of the warning line, and at night a
+  window holds only a handful of requests. The defaults (98 %, overdispersion 8) give 0 pages and
+  2 warnings per simulated night, and page a 1 draft/s collapse in 8m45s; the price is the warning
+  on falls that stay close to 50 % at moderate traffic (10 drafts/s: to 42 % after 36 min, to 45 %
+  never, where the previous rules warned in 3-5 min but also paged 52 times a night). Pages were
+  chosen over warnings. Lower `acceptance_confidence` or `acceptance_overdispersion` (e.g. 95 % /
+  4) to warn on such falls in ~10 min, at ~20 warnings and 2 pages per such night.
+- A collapse at 0.2 drafts/s (0.8 draft tokens/s) never alerts: 12 effective trials per 5 minutes
+  cannot prove it at 98 %. That is the confidence bound doing its job at that traffic.
 
 ## Config knobs
 

@@ -55,7 +55,7 @@ FAST_ALERTS: dict[str, Any] = {
     "acceptance_slow_short_window": "20s",
     "acceptance_overdispersion": 1.0,
     "acceptance_low_for": "6s",
-    "acceptance_critical_for": "20s",
+    "acceptance_critical_for": "30s",
     "target_down_for": "20s",
     "alertmanager_group_wait": "1s",
     "alertmanager_group_interval": "2s",

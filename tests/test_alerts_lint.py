@@ -26,7 +26,8 @@ ALERT_NAME = re.compile(r"^([A-Z]+[a-z0-9]+)+$")
 RECORD_NAME = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
 PROMQL_KEYWORDS = {
     "sum", "rate", "increase", "absent", "and", "or", "unless", "by", "without", "ignoring", "on",
-    "group_left", "group_right", "max", "min", "avg", "count", "time", "changes", "sqrt", "group", "clamp_min", "clamp_max",
+    "group_left", "group_right", "max", "min", "avg", "count", "time", "changes", "sqrt", "group",
+    "clamp_min", "clamp_max",
     "max_over_time",
 }
 

@@ -21,9 +21,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from support.prom import PROMTOOL_BIN, require_binary, run_tool
+from support.prom import require_binary, run_tool
 from vllm_spec_exporter.mixin import alerts, rules
 from vllm_spec_exporter.mixin.config import MixinConfig, duration_seconds
+from vllm_spec_lab.monitoring import PROMTOOL_BIN
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.32.0"
 LABELS = 'job="vllm-spec-exporter",instance="10.0.0.7:9400",model_name="llama"'

@@ -39,9 +39,12 @@ JOB = "vllm-spec-exporter"
 # Seconds instead of minutes; everything else (expressions, routing, inhibition) as shipped.
 FAST = {
     "rate_window": "20s",
+    "acceptance_fast_long_window": "20s",
+    "acceptance_fast_short_window": "5s",
+    "acceptance_slow_long_window": "40s",
+    "acceptance_slow_short_window": "10s",
     "acceptance_low_for": "10s",
     "acceptance_critical_for": "10s",
-    "acceptance_keep_firing_for": "10s",
     "target_down_for": "10s",
     "alertmanager_group_wait": "1s",
     "alertmanager_group_interval": "1s",
@@ -95,12 +98,14 @@ def test_collapse_pages_and_recovery_resolves(exporter_url: tuple[str, FakeVllm]
             assert page["routing_key"] == "integration-key"
             assert page["payload"]["summary"] == "Speculative decoding acceptance is below 40%. (tiny-llama)"
             details = page["payload"]["custom_details"]
-            assert f"model tiny-llama on {exporter_address} were accepted" in details["description"]
+            assert f"model tiny-llama on {exporter_address} is below 40%" in details["description"]
             assert details["runbook_url"].endswith("/docs/runbooks.md#specdecodeacceptancecritical")
             [alert] = prom.firing(rules.ACCEPTANCE_CRITICAL)
             assert alert["labels"] == {"alertname": rules.ACCEPTANCE_CRITICAL, "severity": "critical",
-                                       "job": JOB, "instance": exporter_address, "model_name": "tiny-llama"}
-            # 20 s window crossing 40 % (~12 s) + for 10 s + evaluation and group_wait (~3 s)
+                                       "job": JOB, "instance": exporter_address, "model_name": "tiny-llama",
+                                       "confidence": cfg.confidence_label}
+            # 20 s window crossing 40 % (~12 s), alongside 5 s window + 10 s sustained; + evaluation
+            # and group_wait (~3 s)
             assert time_to_page < 60, time_to_page
 
             # Recovery: the page resolves.

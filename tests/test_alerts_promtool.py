@@ -28,7 +28,7 @@ def test_promtool_check_rules_on_committed_files() -> None:
     promtool = require_binary(PROMTOOL_BIN)
     result = run_tool([promtool, "check", "rules", alerts.RULES_FILE, alerts.ALERTS_FILE], cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 16 rules found" in result.stdout
+    assert "SUCCESS: 32 rules found" in result.stdout  # 16 dashboard records + 4 windows x 4 evidence
     assert "SUCCESS: 8 rules found" in result.stdout
 
 
@@ -40,7 +40,7 @@ def test_promtool_check_rules_on_prometheusrule_spec(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(spec))
     result = run_tool([promtool, "check", "rules", str(path)])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 24 rules found" in result.stdout
+    assert "SUCCESS: 40 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:
@@ -77,16 +77,22 @@ def _run_scenarios_against(cfg: MixinConfig, tmp_path: Path) -> str:
 @pytest.mark.parametrize(
     ("overrides", "expected_failure"),
     [
-        # A `for` one minute shorter pages at 12m instead of 13m in the collapse scenario.
-        ({"acceptance_critical_for": "0s"}, "name: sudden collapse and recovery"),
-        # Without the volume guard trickle traffic pages.
-        ({"min_draft_tokens_per_second": 0.0}, "name: trickle traffic"),
-        # Without hysteresis the long-dips flapping scenario resolves in between.
-        ({"acceptance_keep_firing_for": "0s"}, "name: flapping around 50 percent, long dips"),
-        # A 1m `for` on the warning fires on every short dip.
-        ({"acceptance_low_for": "1m"}, "name: flapping around 50 percent, short dips"),
+        # A shorter held time cannot tell a 2-minute dip (to 0 % from 55 %) from a collapse.
+        ({"acceptance_critical_for": "2m"}, "name: two-minute dip to zero from 55 percent never pages"),
+        ({"acceptance_low_for": "2m30s"}, "name: two-minute dip to zero from 55 percent never pages"),
+        ({"acceptance_slow_for": "4m"}, "name: two-minute dip to zero from 55 percent never pages"),
+        # Binomial counting (no overdispersion) or a low confidence page on thin evidence.
+        ({"acceptance_overdispersion": 1.0}, "name: little evidence never pages"),
+        ({"acceptance_confidence": 0.6}, "name: little evidence never pages"),
+        # Window drift: a longer evidence window pages later, a longer short window resolves later,
+        # the slow tier decides the low-traffic case.
+        ({"acceptance_fast_long_window": "10m"}, "name: sudden collapse and recovery"),
+        ({"acceptance_fast_short_window": "2m"}, "name: sudden collapse and recovery"),
+        ({"acceptance_slow_long_window": "20m"}, "name: low-traffic collapse and recovery"),
+        ({"acceptance_slow_short_window": "8m"}, "name: low-traffic collapse and recovery"),
         # Threshold drift shows in values and annotations.
-        ({"acceptance_warning_threshold": 0.45}, "name: slow decline across the thresholds"),
+        ({"acceptance_warning_threshold": 0.45}, "name: sudden collapse and recovery"),
+        ({"acceptance_critical_threshold": 0.3}, "name: sudden collapse and recovery"),
         ({"spec_decode_missing_for": "5m"}, "name: spec decoding turned off"),
         ({"counter_resets_threshold": 2}, "name: vllm restarting repeatedly"),
         ({"target_down_for": "3m"}, "name: vllm unreachable"),

@@ -305,9 +305,15 @@ def test_shared_panels_are_identical_on_both_dashboards(overview: dict, fleet: d
     ours = {p["title"]: p for p in dashboard_files.iter_panels(fleet)}
     theirs = {p["title"]: p for p in dashboard_files.iter_panels(overview)}
     shared = ["Speed-up (est.)", "Targets down", "Firing alerts", "Firing spec-decode alerts",
-              "Acceptance rate by instance", "Acceptance rate by model"]
+              "Acceptance rate by model"]
     for title in shared:
         assert comparable(ours[title]) == comparable(theirs[title]), title
+    # The overview's per-instance panel adds the alerts' confidence band to the fleet's series.
+    by_instance = "Acceptance rate by instance"
+    assert theirs[by_instance]["targets"][0]["expr"] == ours[by_instance]["targets"][0]["expr"]
+    bounds = [t["expr"] for t in theirs[by_instance]["targets"][1:]]
+    evidence = rules.evidence_names(MixinConfig().acceptance_fast_long_window)
+    assert [b.split("{")[0] for b in bounds] == [evidence.upper, evidence.lower]
     fleet_tile, overview_tile = ours["Fleet acceptance rate"], theirs["Acceptance rate"]
     assert fleet_tile["targets"] == overview_tile["targets"]
     assert fleet_tile["fieldConfig"] == overview_tile["fieldConfig"]

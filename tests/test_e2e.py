@@ -132,7 +132,7 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
         assert not prom.firing(low) and not prom.firing(critical)
         print(f"\nreal pipeline: healthy acceptance {healthy_acceptance:.1%}; "
               f"time to page {time_to_page:.0f} s, time to resolve {time_to_resolve:.0f} s "
-              f"(rate window 30 s, for 10 s, keep_firing_for 15 s, 2 s scrape/eval)")
+              f"(lab/pipeline.py FAST_ALERTS: evidence windows 30 s / 10 s, 2 s scrape/eval)")
     finally:
         traffic.stop()
         stack.stop()

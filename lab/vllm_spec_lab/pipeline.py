@@ -40,13 +40,20 @@ EXPORTER_JOB = "vllm-spec-exporter"
 VLLM_JOB = "vllm"
 MODEL_NAME = "tiny-llama"
 
-# Seconds instead of minutes. The warning waits less than the critical alert so that a collapse
-# shows SpecDecodeAcceptanceLow at the webhook before the critical alert inhibits it.
+# Seconds instead of minutes (2 s scrape and evaluation), so that the demo's critical page arrives
+# within its 90 s degraded phase and resolves in the healthy one. The warning needs less
+# sustained evidence than the critical alert so that a collapse shows SpecDecodeAcceptanceLow at
+# the webhook before the critical alert inhibits it. The tiny CPU model's requests are alike (one
+# prompt mix per phase), so no overdispersion allowance: drafts are the trials.
 FAST_ALERTS: dict[str, Any] = {
     "rate_window": "30s",
-    "acceptance_low_for": "10s",
-    "acceptance_critical_for": "60s",
-    "acceptance_keep_firing_for": "15s",
+    "acceptance_fast_long_window": "30s",
+    "acceptance_fast_short_window": "10s",
+    "acceptance_slow_long_window": "60s",
+    "acceptance_slow_short_window": "20s",
+    "acceptance_overdispersion": 1.0,
+    "acceptance_low_for": "6s",
+    "acceptance_critical_for": "30s",
     "target_down_for": "20s",
     "alertmanager_group_wait": "1s",
     "alertmanager_group_interval": "2s",

@@ -11,6 +11,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import yaml
@@ -43,21 +44,51 @@ class MixinConfig:
     acceptance_raise_k_threshold: float = 0.7
 
     # --- Windows and durations -------------------------------------------------------------
-    # rate() window for the recording rules the alerts read. Shorter pages sooner but follows
-    # bursty traffic more closely; must cover >= 4 scrape intervals of the exporter job.
+    # rate() window of the dashboards' recording rules (rates, ratios, per position). The alerts
+    # use their own windows below. Must cover >= 4 scrape intervals of the exporter job.
     rate_window: str = "2m"
-    # How long acceptance must stay below the warning threshold before SpecDecodeAcceptanceLow fires.
-    acceptance_low_for: str = "2m"
-    # How long below the critical threshold before SpecDecodeAcceptanceCritical pages. 1m on top
-    # of the 2m rate window pages about 2 minutes after a sudden collapse (bench/alert_timing.py)
-    # while a dip of a minute or less never pages.
-    acceptance_critical_for: str = "1m"
-    # Hysteresis: keep a firing acceptance alert for this long after the value recovers, so
-    # acceptance wobbling around the threshold does not resolve and re-page (Prometheus >= 2.42).
-    acceptance_keep_firing_for: str = "5m"
-    # Minimum draft tokens per second (averaged over rate_window) before acceptance alerts may
-    # fire: idle or trickle traffic never pages. 1 tok/s over 2m = 120 draft tokens.
-    min_draft_tokens_per_second: float = 1.0
+
+    # --- Acceptance alerts: a decision on evidence ------------------------------------------
+    # An acceptance alert fires only when the counters *prove* acceptance is below its threshold:
+    # the upper Wilson score bound of acceptance, at this one-sided confidence, is below it ("we
+    # are 95 % sure acceptance is below 50 %"). Higher confidence = fewer false alerts at low
+    # traffic and slower pages there; at high traffic the bound is close to the measured ratio
+    # and the level hardly matters. 98 % is GitLab's metrics-catalog level; with the
+    # overdispersion below it keeps overdispersed night traffic at 55 % free of pages
+    # (bench/alert_quality.py measures both sides).
+    acceptance_confidence: float = 0.98
+    # Trials behind the bound: drafts, not draft tokens (token i+1 is only accepted if token i
+    # was, so the tokens of one draft are not independent). Requests also differ from each other
+    # (prompt mix), which spreads acceptance beyond a binomial at low traffic: the bound counts
+    # drafts / acceptance_overdispersion independent trials (a variance inflation factor, 1 = pure
+    # binomial over drafts). Real vLLM output needs ~1.8 for the prefix structure alone
+    # (tests/test_alerts_statistics.py); the rest covers prompt mix: requests whose own
+    # acceptance spreads ±0.2 and run ~100 drafts each inflate the variance ~10x at low traffic.
+    acceptance_overdispersion: float = 8.0
+    # Two tiers, each a long evidence window AND a short "is it still bad now?" window (SRE
+    # Workbook multi-window alerting). An alert fires when either tier's two bounds are below the
+    # threshold. Fast tier: enough evidence at high traffic within minutes; its short window ends
+    # the alert within about a minute of recovery.
+    acceptance_fast_long_window: str = "5m"
+    acceptance_fast_short_window: str = "1m"
+    # Slow tier: low traffic (about 1 draft/s) collects enough evidence over these windows. While
+    # the fast short window proves acceptance is back above the threshold, this tier is ignored,
+    # so recovery at high traffic ends the alert just as fast.
+    acceptance_slow_long_window: str = "10m"
+    acceptance_slow_short_window: str = "4m"
+    # How long the fast tier's short window must have proven acceptance low (max_over_time)
+    # before the alert fires: what keeps a dip of 2 minutes (a batch of odd prompts) from
+    # alerting, since a dip and a collapse look the same until then. The short window stretches
+    # a dip by up to its own length, less the deeper the dip: 2m30s (critical) and 3m (warning)
+    # keep any 2-minute dip, even to 0 %, from a healthy level of 55 % or more quiet, and page a
+    # busy collapse in about 3 minutes. It runs alongside the long window, not after it. No
+    # keep_firing_for: an alert ends as soon as the short window stops proving it, or when its
+    # series vanish.
+    acceptance_low_for: str = "3m"
+    acceptance_critical_for: str = "2m30s"
+    # The same for the slow tier (both alerts): its short window is longer, so it stretches a
+    # dip more; dip length + slow short window keeps busy servers' dips out of it too.
+    acceptance_slow_for: str = "6m"
     # Target down / not scraped for this long before alerting.
     target_down_for: str = "5m"
     # Spec decoding silently stopped (output flows, no drafts) for this long. Long, because an
@@ -148,8 +179,32 @@ class MixinConfig:
                 raise ValueError(f"{key} must be a Prometheus duration like 90s, 2m or 1h30m, got {value!r}")
         if not self.warning_severity or not self.critical_severity:
             raise ValueError("warning_severity and critical_severity must not be empty")
-        if self.min_draft_tokens_per_second < 0 or self.min_generation_tokens_per_second < 0:
-            raise ValueError("minimum token rates must be >= 0")
+        if self.min_generation_tokens_per_second < 0:
+            raise ValueError("min_generation_tokens_per_second must be >= 0")
+        if not 0.5 < self.acceptance_confidence < 1:
+            raise ValueError("acceptance_confidence must be between 0.5 and 1 (e.g. 0.95), got "
+                             f"{self.acceptance_confidence}")
+        if self.acceptance_overdispersion < 1:
+            raise ValueError(f"acceptance_overdispersion must be >= 1 (1 = binomial over drafts), got "
+                             f"{self.acceptance_overdispersion}")
+        for key in ("acceptance_low_for", "acceptance_critical_for", "acceptance_slow_for"):
+            if _seconds(getattr(self, key)) <= 0:
+                raise ValueError(f"{key} must be longer than 0s (a max_over_time range), got {getattr(self, key)!r}")
+        for tier in ("fast", "slow"):
+            long_, short = (getattr(self, f"acceptance_{tier}_{w}_window") for w in ("long", "short"))
+            if _seconds(short) >= _seconds(long_):
+                raise ValueError(f"acceptance_{tier}_short_window ({short}) must be shorter than "
+                                 f"acceptance_{tier}_long_window ({long_})")
+
+    @property
+    def confidence_z(self) -> float:
+        """One-sided standard normal quantile of acceptance_confidence (1.645 for 95 %)."""
+        return NormalDist().inv_cdf(self.acceptance_confidence)
+
+    @property
+    def confidence_label(self) -> str:
+        """`95%`: the `confidence` label of the bound recording rules (GitLab metrics-catalog style)."""
+        return f"{self.acceptance_confidence * 100:g}%"
         if self.counter_resets_threshold < 1:
             raise ValueError("counter_resets_threshold must be >= 1")
 
@@ -157,10 +212,24 @@ class MixinConfig:
 # Prometheus durations as rule files accept them (units largest first, no fractions).
 _DURATION = re.compile(r"(?:\d+y)?(?:\d+w)?(?:\d+d)?(?:\d+h)?(?:\d+m)?(?:\d+s)?(?:\d+ms)?")
 _DURATION_KEYS = (
-    "rate_window", "acceptance_low_for", "acceptance_critical_for", "acceptance_keep_firing_for",
+    "rate_window", "acceptance_low_for", "acceptance_critical_for",
+    "acceptance_slow_for", "acceptance_fast_long_window", "acceptance_fast_short_window",
+    "acceptance_slow_long_window", "acceptance_slow_short_window",
     "target_down_for", "spec_decode_stopped_for", "spec_decode_missing_for", "reset_window",
     "alertmanager_group_wait", "alertmanager_group_interval", "alertmanager_repeat_interval",
 )
+
+
+_UNIT_SECONDS = {"y": 365 * 86400, "w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
+
+
+def _seconds(duration: str) -> float:
+    """Seconds of a Prometheus duration already checked against _DURATION."""
+    return sum(float(value) * _UNIT_SECONDS[unit] for value, unit in re.findall(r"(\d+)(ms|[ywdhms])", duration))
+
+
+def duration_seconds(duration: str) -> float:
+    return _seconds(duration)
 
 
 def _coerce(key: str, raw: Any, current: Any) -> Any:

@@ -51,10 +51,11 @@ from .promql import (
     VLLM_INTER_TOKEN_LATENCY,
     VLLM_TIME_PER_OUTPUT_TOKEN,
     Queries,
+    join_matchers,
     legend_label,
+    selector,
 )
 from .shared_panels import (
-    acceptance_by_instance,
     acceptance_by_model,
     acceptance_series,
     acceptance_stat,
@@ -139,7 +140,7 @@ def acceptance_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         dashboard_models.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]}),
         dashboard_models.DynamicConfigValue(id_val="custom.fillOpacity", value=0),
     ]), 12, 8)
-    layout.add(acceptance_by_instance(cfg, q), 12, 8)
+    layout.add(acceptance_with_bound_by_instance(cfg, q), 12, 8)
     layout.add(acceptance_series(
         cfg,
         "Acceptance rate by engine",
@@ -401,3 +402,28 @@ def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         no_value=NO_EXPORTER,
     ).links(runbook_links(cfg, rules.METRICS_MISSING)), 8, 6)
     layout.add(firing_alerts_table(cfg, q), 24, 5)
+
+
+def acceptance_with_bound_by_instance(cfg: MixinConfig, q: Queries):
+    """The fleet's per-server acceptance panel plus the Wilson bounds the acceptance alerts read
+    (fast tier's evidence window), per server and model: the page fires when the dashed upper
+    line stays under a threshold line, so panel and page agree."""
+    evidence = rules.evidence_names(cfg.acceptance_fast_long_window)
+    server_model = join_matchers(q.sel.target, 'model_name=~"$model_name"')
+    bound_legend = legend_label(cfg.instance_label) + " {{model_name}} "
+    conf = cfg.confidence_label
+    return acceptance_series(
+        cfg,
+        "Acceptance rate by instance",
+        "Accepted / drafted tokens per vLLM server. " + threshold_note(cfg)
+        + " One server below the others points at its config (draft model, k) or its traffic. "
+        f"Dashed: the {conf} confidence band over the last {cfg.acceptance_fast_long_window} per "
+        f"server and model, the bound the acceptance alerts use. Upper line under a threshold line = "
+        f"we are {conf} sure acceptance is below it; a wide band = little traffic, little evidence.",
+        [Query(q.acceptance((cfg.instance_label,)), legend_label(cfg.instance_label)),
+         Query(selector(evidence.upper, server_model), bound_legend + "upper bound"),
+         Query(selector(evidence.lower, server_model), bound_legend + "lower bound")],
+    ).override_by_regexp(".* (upper|lower) bound$", [
+        dashboard_models.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [4, 4]}),
+        dashboard_models.DynamicConfigValue(id_val="custom.fillOpacity", value=0),
+    ])

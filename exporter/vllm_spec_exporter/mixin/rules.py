@@ -11,7 +11,13 @@ Recording rules follow Prometheus' `level:metric:operations` convention
 
 Ratios always divide separately aggregated numerators and denominators (never an average of
 ratios), and the denominator is guarded with `> 0` so idle servers give no sample instead of NaN.
-The alerts read the `instance_model` records; all inputs are the exporter's colon-free counters.
+All inputs are the exporter's colon-free counters.
+
+The acceptance alerts read a second family, the *evidence* records, one set per alert window:
+drafts (the trials) and the acceptance ratio over the window from `increase()`, and the Wilson
+score bounds `:confidence_upper_<w>` / `:confidence_lower_<w>` with a `confidence` label
+(GitLab metrics-catalog style). An alert fires when the upper bound is below its threshold in a
+long and a short window of one tier, i.e. when the counters prove acceptance is low.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ TRAFFIC_ALERTS = (ACCEPTANCE_LOW, ACCEPTANCE_CRITICAL, DRAFTS_STOPPED)
 TARGET_DOWN_ALERTS = (VLLM_UNREACHABLE, EXPORTER_DOWN)
 
 RECORDING_GROUP = "vllm-spec-decode.rules"
+EVIDENCE_GROUP = "vllm-spec-decode.evidence"
 ACCEPTANCE_GROUP = "vllm-spec-decode.alerts"
 EXPORTER_GROUP = "vllm-spec-exporter.alerts"
 
@@ -94,6 +101,91 @@ def record_names(cfg: MixinConfig) -> RecordNames:
                 f"{level}_position:vllm_spec_decode_accepted_by_position_per_drafts:ratio_rate{w}",
         }
     return RecordNames(**names)
+
+
+@dataclass(frozen=True)
+class EvidenceNames:
+    """Evidence records of one window `w` (per server and model)."""
+
+    window: str
+    drafts: str  # drafts in the window: the trial count behind the bound
+    ratio: str  # accepted / proposed draft tokens in the window
+    upper: str  # Wilson upper bound of acceptance (label confidence)
+    lower: str  # Wilson lower bound
+
+
+def evidence_names(window: str) -> EvidenceNames:
+    return EvidenceNames(
+        window=window,
+        drafts=f"instance_model:vllm_spec_decode_drafts:increase{window}",
+        ratio=f"instance_model:vllm_spec_decode_accepted_per_draft_tokens:ratio_increase{window}",
+        upper=f"instance_model:vllm_spec_decode_acceptance:confidence_upper_{window}",
+        lower=f"instance_model:vllm_spec_decode_acceptance:confidence_lower_{window}",
+    )
+
+
+def alert_windows(cfg: MixinConfig) -> list[str]:
+    """Every window the acceptance alerts use, each once, in tier order."""
+    windows = (cfg.acceptance_fast_long_window, cfg.acceptance_fast_short_window,
+               cfg.acceptance_slow_long_window, cfg.acceptance_slow_short_window)
+    return list(dict.fromkeys(windows))
+
+
+def wilson_bound(cfg: MixinConfig, e: EvidenceNames, side: str) -> str:
+    """PromQL for the Wilson score bound of acceptance over `e.window` (side "+" upper, "-" lower).
+
+    With p the ratio, n = drafts / acceptance_overdispersion the effective trials and z the
+    one-sided quantile of acceptance_confidence:
+        bound = (p + z²/2n ± z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n)
+    Written over the raw drafts D (n = D/φ) so every constant is folded in at generation time:
+        bound = (p + (z²φ/2)/D ± z·sqrt(φ·p(1-p)/D + (z²φ²/4)/D²)) / (1 + (z²φ)/D)
+    Only `sqrt`, `^` and arithmetic: valid on every Prometheus (and Thanos/Mimir ruler).
+    """
+    z, phi = cfg.confidence_z, cfg.acceptance_overdispersion
+    z2 = z * z
+    p, d = e.ratio, e.drafts
+    bound = (f"(\n  {p}\n  + {z2 * phi / 2:.10g} / {d}\n"
+             f"  {side} {z:.10g} * sqrt({phi:g} * {p} * (1 - {p}) / {d} + {z2 * phi * phi / 4:.10g} / {d} ^ 2)\n)\n"
+             f"/\n(1 + {z2 * phi:.10g} / {d})")
+    # Mathematically within [0, 1]; the clamp only removes float rounding (-1e-12 at p = 0).
+    return f"clamp_min(\n{bound},\n0\n)" if side == "-" else f"clamp_max(\n{bound},\n1\n)"
+
+
+def evidence_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
+    """Drafts, ratio and both Wilson bounds for every alert window, per server and model."""
+    sel = _selector(cfg)
+    confidence = {"confidence": cfg.confidence_label}
+    rules: list[dict[str, Any]] = []
+    for window in alert_windows(cfg):
+        e = evidence_names(window)
+        # increase(), not rate(): the bound needs counts. `> 0` drops windows without drafts, so
+        # an idle server has no bound at all (no evidence never fires) instead of a NaN.
+        rules.append({"record": e.drafts,
+                      "expr": f"sum without (engine) (increase({DRAFTS}{sel}[{window}])) > 0"})
+        rules.append({"record": e.ratio, "expr": (
+            f"sum without (engine) (increase({ACCEPTED}{sel}[{window}]))\n/\n"
+            f"(sum without (engine) (increase({DRAFT_TOKENS}{sel}[{window}])) > 0)")})
+        rules.append({"record": e.upper, "expr": wilson_bound(cfg, e, "+"), "labels": dict(confidence)})
+        rules.append({"record": e.lower, "expr": wilson_bound(cfg, e, "-"), "labels": dict(confidence)})
+    return rules
+
+
+def evidence_meanings(cfg: MixinConfig) -> dict[str, str]:
+    """Record name -> one-line meaning (alerts/README.md)."""
+    conf = cfg.confidence_label
+    meanings: dict[str, str] = {}
+    for window in alert_windows(cfg):
+        e = evidence_names(window)
+        meanings |= {
+            e.drafts: f"Per server and model. Drafts over the last {window} (the trials behind the bound); "
+                      "absent without drafts.",
+            e.ratio: f"Per server and model. Acceptance over the last {window}: accepted / proposed draft tokens.",
+            e.upper: f"Per server and model. Upper Wilson bound of acceptance over {window}, label "
+                     f"confidence=\"{conf}\": acceptance is below it with {conf} confidence.",
+            e.lower: f"Per server and model. Lower Wilson bound over {window}: acceptance is above it with "
+                     f"{conf} confidence.",
+        }
+    return meanings
 
 
 def _selector(cfg: MixinConfig) -> str:
@@ -161,13 +253,11 @@ def _dashboard_link(cfg: MixinConfig, variables: tuple[str, ...]) -> str:
 
 
 def _alert(cfg: MixinConfig, name: str, expr: str, severity: str, summary: str, description: str,
-           for_: str | None = None, keep_firing_for: str | None = None,
+           for_: str | None = None,
            dashboard_variables: tuple[str, ...] = SERVER_VARIABLES) -> dict[str, Any]:
     rule: dict[str, Any] = {"alert": name, "expr": expr}
     if for_ and for_ not in ("0s", "0m"):
         rule["for"] = for_
-    if keep_firing_for and keep_firing_for not in ("0s", "0m"):
-        rule["keep_firing_for"] = keep_firing_for
     rule["labels"] = dict(sorted({**cfg.extra_alert_labels, "severity": severity}.items()))
     rule["annotations"] = {
         "dashboard_url": _dashboard_link(cfg, dashboard_variables),
@@ -178,25 +268,67 @@ def _alert(cfg: MixinConfig, name: str, expr: str, severity: str, summary: str, 
     return rule
 
 
+def acceptance_condition(cfg: MixinConfig, threshold: float, sustained: str) -> str:
+    """"The counters prove acceptance < threshold, and have for `sustained`", as PromQL.
+
+    fast tier:  upper(fast long) < T  and  max_over_time(upper(fast short)[sustained]) < T
+    slow tier: (upper(slow long) < T  and  max_over_time(upper(slow short)[slow_for]) < T)
+               unless lower(fast short) > T
+    then `and` the server's draft counter still exists.
+
+    The long window is the evidence; the short window says "still bad now" and, held over
+    `sustained`, tells a dip from a collapse (both look the same for their first minutes). The
+    `for` is not on the whole expression, so the evidence window and the duration run in
+    parallel: a collapse pages after max(evidence, short window + sustained), not their sum. One
+    recovered short window ends the alert at once (max_over_time sees it), with no lag.
+    The `unless` lets a high-traffic recovery (the last fast short window alone proves
+    acceptance is back above T) end the alert without waiting for the slow windows. The last
+    clause ends the alert when the series vanish (pod deleted, model unloaded): range windows
+    keep returning old samples for a whole window after a target is gone, an instant selector
+    stops at once (stale marker). The left-most bound is the alert's $value.
+    """
+    t = f"{threshold:g}"
+    fl, fs, sl, ss = (evidence_names(w) for w in (
+        cfg.acceptance_fast_long_window, cfg.acceptance_fast_short_window,
+        cfg.acceptance_slow_long_window, cfg.acceptance_slow_short_window))
+    def held(short: EvidenceNames, sustained: str, indent: str) -> str:
+        # Below T at every evaluation in the last `sustained`, and already `sustained` ago: a
+        # series younger than that (a new pod) waits the full time too. The `offset` term also
+        # keeps the check the same on Prometheus 3.x, whose left-open range drops the start.
+        return (f"max_over_time({short.upper}[{sustained}]) < {t}\n{indent}and\n"
+                f"{indent}  {short.upper} offset {sustained} < {t}")
+
+    return (
+        f"(\n"
+        f"  (\n    {fl.upper} < {t}\n  and\n    {held(fs, sustained, '  ')}\n  )\n"
+        f"or\n"
+        f"  (\n    (\n      {sl.upper} < {t}\n    and\n      {held(ss, cfg.acceptance_slow_for, '    ')}\n    )\n"
+        f"  unless\n    {fs.lower} > {t}\n  )\n"
+        f")\n"
+        f"and ignoring (confidence)\n"
+        f"  group without (engine) ({DRAFTS}{_selector(cfg)})"
+    )
+
+
 def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
     n = record_names(cfg)
     inst = _label_template(cfg.instance_label)
-    volume_guard = f"{n.draft_tokens_rate} >= {cfg.min_draft_tokens_per_second:g}"
     w = cfg.rate_window
+    conf = cfg.confidence_label
+    fast, slow = cfg.acceptance_fast_long_window, cfg.acceptance_slow_long_window
 
     def acceptance(name: str, threshold: float, severity: str, for_: str, consequence: str) -> dict[str, Any]:
         return _alert(
             cfg, name,
-            # The volume guard keeps idle and trickle traffic (a handful of drafts) from alerting.
-            expr=f"(\n  {n.acceptance_ratio} < {threshold:g}\n)\nand\n(\n  {volume_guard}\n)",
+            expr=acceptance_condition(cfg, threshold, for_),
             severity=severity,
             summary=f"Speculative decoding acceptance is below {_percent(threshold)}.",
             description=(
-                "Only {{ $value | humanizePercentage }} of the draft tokens proposed for model "
-                "{{ $labels.model_name }} on " + inst + f" were accepted over the last {w}, below "
-                f"the {_percent(threshold)} threshold. {consequence}"
+                f"We are {conf} sure that acceptance of the draft tokens proposed for model "
+                "{{ $labels.model_name }} on " + inst + f" is below {_percent(threshold)}: over the "
+                f"last {fast} (or {slow} at low traffic) it is at most "
+                "{{ $value | humanizePercentage }}, and still low now. " + consequence
             ),
-            for_=for_, keep_firing_for=cfg.acceptance_keep_firing_for,
             dashboard_variables=SERVER_MODEL_VARIABLES,
         )
 
@@ -293,8 +425,11 @@ def exporter_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
 
 
 def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
-    # One group: rules in a group run in order, so the fleet rules see this cycle's server rules.
-    return [{"name": RECORDING_GROUP, "rules": recording_rules(cfg)}]
+    # Rules in a group run in order, so the fleet rules see this cycle's server rules and the
+    # bounds this cycle's drafts and ratios. The evidence records are their own group: they feed
+    # the acceptance alerts only, and both groups stay small (mixtool's lint: <= 20 rules).
+    return [{"name": RECORDING_GROUP, "rules": recording_rules(cfg)},
+            {"name": EVIDENCE_GROUP, "rules": evidence_rules(cfg)}]
 
 
 def alert_groups(cfg: MixinConfig) -> list[dict[str, Any]]:

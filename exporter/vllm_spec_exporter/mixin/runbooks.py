@@ -30,17 +30,48 @@ def _promql(*lines: str) -> str:
     return "\n".join(f"   {line}" for line in ("```promql", *lines, "```"))
 
 
+def acceptance_meaning(cfg: MixinConfig, threshold: float, for_: str) -> str:
+    """What an acceptance alert proves, in on-call words, and how to read its bound."""
+    conf, t = cfg.confidence_label, _pct(threshold)
+    fast = rules.evidence_names(cfg.acceptance_fast_long_window)
+    evidence = rules.evidence_names(cfg.acceptance_slow_long_window)
+    return (
+        f"**We are {conf} sure that acceptance on this server and model is below {t}, and it is "
+        f"still below now.** The alert does not fire because a ratio dipped: it fires because the "
+        f"counters hold enough drafts to prove it. The number in the alert is the *upper "
+        f"confidence bound*: the highest acceptance the data still allow. \"Upper bound 31 %\" "
+        f"means acceptance is at most 31 % ({conf} sure) — the measured value is lower.\n\n"
+        f"How it decides: over the last {cfg.acceptance_fast_long_window} *and* the last "
+        f"{cfg.acceptance_fast_short_window} (busy servers), or over the last "
+        f"{cfg.acceptance_slow_long_window} *and* the last {cfg.acceptance_slow_short_window} "
+        f"(quiet servers, about 1 draft/s), the upper bound stayed below {t} — the short window's "
+        f"for {for_} (busy) or {cfg.acceptance_slow_for} (quiet), so a dip of a minute or two "
+        f"never alerts.\n\n"
+        f"Reading it at low traffic: few drafts give a wide bound, so a quiet server alerts only "
+        f"on a clear, lasting drop, and a page at night is as trustworthy as one at noon. Idle or "
+        f"trickle traffic never alerts (no evidence, no bound). The alert ends on its own as soon "
+        f"as the last {cfg.acceptance_fast_short_window} (busy) or "
+        f"{cfg.acceptance_slow_short_window} (quiet) no longer shows low acceptance, and at once "
+        f"when the server's series disappear (pod deleted: the down/absent alerts take over). "
+        f"The bound itself: `{fast.upper}` and `{evidence.upper}`; the overview dashboard's "
+        f"acceptance panel draws the same bound."
+    )
+
+
 def runbooks(cfg: MixinConfig) -> dict[str, Runbook]:
     n = rules.record_names(cfg)
     sel = "{" + cfg.exporter_selector + "}"
     inst = cfg.instance_label
-    w = cfg.rate_window
     dash = f"`{rules.dashboard_url(cfg)}`"
     one_server = f'{{{inst}="<instance>", model_name="<model>"}}'
     one_model = '{model_name="<model>"}'
     # the exporter's own series (context gauges) of one server and model
     exporter_server = "{" + cfg.exporter_selector + f', {inst}="<instance>", model_name="<model>"}}'
 
+    evidence_queries = [
+        name for window in (cfg.acceptance_fast_long_window, cfg.acceptance_slow_long_window)
+        for e in (rules.evidence_names(window),) for name in (e.upper, e.lower, e.drafts)
+    ]
     acceptance_diagnosis = f"""\
 1. Open the overview dashboard ({dash}; the alert's `dashboard_url` opens it on this server and
    model). Compare the **Acceptance rate** panel with the **Acceptance by draft position** panel
@@ -50,7 +81,11 @@ def runbooks(cfg: MixinConfig) -> dict[str, Runbook]:
    - position 0 is fine but later positions collapse → k is too large for this traffic;
    - acceptance fell when running requests rose → batching pressure; speculation pays least at
      high concurrency.
-2. Is it one server or the whole model? Compare the server with the fleet:
+2. How strong is the evidence? The bounds and the drafts behind them, fast and slow tier (a
+   wide gap between lower and upper bound = few drafts; the alert needed the upper one under
+   the threshold):
+{_promql(*(f"{name}{one_server}" for name in evidence_queries))}
+   Is it one server or the whole model? Compare the server with the fleet:
 {_promql(n.acceptance_ratio + one_model, n.fleet_acceptance_ratio + one_model)}
 3. Per-position acceptance (share of drafts whose token at that position was accepted):
 {_promql(f"{n.position_acceptance_ratio}{one_server}")}
@@ -86,14 +121,7 @@ the next few minutes.
 
     return {
         rules.ACCEPTANCE_LOW: Runbook(
-            meaning=(
-                f"Over the last {w}, fewer than {_pct(cfg.acceptance_warning_threshold)} of the draft "
-                f"tokens one vLLM server proposed for one model were accepted by the target model, for "
-                f"at least {cfg.acceptance_low_for}, while at least {cfg.min_draft_tokens_per_second:g} "
-                "draft tokens/s flowed (idle and trickle traffic never alert). The alert keeps firing "
-                f"for {cfg.acceptance_keep_firing_for} after acceptance recovers, so a value wobbling "
-                "around the threshold does not notify again and again."
-            ),
+            meaning=acceptance_meaning(cfg, cfg.acceptance_warning_threshold, cfg.acceptance_low_for),
             impact=(
                 "Every verification step spends target-model compute on the rejected draft tokens. At "
                 "this acceptance a k=3..5 drafter returns little of that work: inter-token latency and "
@@ -105,13 +133,8 @@ the next few minutes.
             mitigation=acceptance_mitigation,
         ),
         rules.ACCEPTANCE_CRITICAL: Runbook(
-            meaning=(
-                f"Acceptance on one server and model has been below "
-                f"{_pct(cfg.acceptance_critical_threshold)} over the last {w} for at least "
-                f"{cfg.acceptance_critical_for}, with at least {cfg.min_draft_tokens_per_second:g} "
-                f"draft tokens/s. It supersedes {rules.ACCEPTANCE_LOW} (Alertmanager inhibits the "
-                "warning while this fires)."
-            ),
+            meaning=acceptance_meaning(cfg, cfg.acceptance_critical_threshold, cfg.acceptance_critical_for)
+            + f" It supersedes {rules.ACCEPTANCE_LOW} (Alertmanager inhibits the warning while this fires).",
             impact=(
                 "Speculation is now a net loss: most draft tokens are rejected, so each step pays the "
                 "drafter and the verification of k tokens for little more than one emitted token. "

@@ -238,6 +238,10 @@ def test_invalid_config_is_rejected() -> None:
         DEFAULT.with_overrides({"acceptance_low_for": "two minutes"})
     with pytest.raises(ValueError, match="critical_threshold"):
         DEFAULT.with_overrides({"acceptance_critical_threshold": 0.6})
+    with pytest.raises(ValueError, match="counter_resets_threshold"):
+        DEFAULT.with_overrides({"counter_resets_threshold": 0})
+    with pytest.raises(ValueError, match="acceptance_overdispersion"):
+        DEFAULT.with_overrides({"acceptance_overdispersion": 0.5})
 
 
 # --- links into the dashboards ---------------------------------------------------------------

@@ -195,6 +195,8 @@ class MixinConfig:
             if _seconds(short) >= _seconds(long_):
                 raise ValueError(f"acceptance_{tier}_short_window ({short}) must be shorter than "
                                  f"acceptance_{tier}_long_window ({long_})")
+        if self.counter_resets_threshold < 1:
+            raise ValueError("counter_resets_threshold must be >= 1")
 
     @property
     def confidence_z(self) -> float:
@@ -205,8 +207,6 @@ class MixinConfig:
     def confidence_label(self) -> str:
         """`95%`: the `confidence` label of the bound recording rules (GitLab metrics-catalog style)."""
         return f"{self.acceptance_confidence * 100:g}%"
-        if self.counter_resets_threshold < 1:
-            raise ValueError("counter_resets_threshold must be >= 1")
 
 
 # Prometheus durations as rule files accept them (units largest first, no fractions).

@@ -30,7 +30,7 @@ from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
 from vllm_spec_lab.venv import VllmVenvError, ensure_vllm_venv
 
 pytestmark = [pytest.mark.vllm, pytest.mark.prometheus]
-PHASE_SECONDS = 120
+PHASE_SECONDS = 90  # the default: the page must land in the degraded phase, the resolve in the healthy one
 COLUMNS, ROWS = 160, 60
 
 

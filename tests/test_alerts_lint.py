@@ -193,7 +193,7 @@ def test_overrides_change_thresholds_labels_and_links() -> None:
         "runbook_url_pattern": "https://runbooks.example/%s", "grafana_url": "https://grafana.example/",
         "fleet_labels": ["cluster", "job"],
     })
-    files = generate.render_all(cfg)
+    files = {**rule_files.render(cfg), **alertmanager.render(cfg), **runbooks.render(cfg)}
     by_name = {a["alert"]: a for g in yaml.safe_load(files[rule_files.ALERTS_FILE])["groups"] for a in g["rules"]}
     low, critical = by_name[alert_rules.ACCEPTANCE_LOW], by_name[alert_rules.ACCEPTANCE_CRITICAL]
     assert "confidence_upper_5m < 0.6\n" in low["expr"] and "< 0.45\n" in critical["expr"]

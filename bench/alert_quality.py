@@ -39,7 +39,7 @@ from pathlib import Path
 
 import yaml
 
-from vllm_spec_exporter.mixin import alerts, rules
+from vllm_spec_exporter.mixin import alert_rules, generate, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +48,7 @@ STEP_S = 15  # scrape and evaluation interval
 PREVIOUS_COMMIT = "8d08869"
 JOB = "vllm-spec-exporter"
 RULE_SETS = ("new", "previous", "baseline")
-ACCEPTANCE = (rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL)
+ACCEPTANCE = (alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL)
 
 Mean = Callable[[float], float]  # t (s) -> value
 
@@ -164,13 +164,13 @@ def scenarios() -> list[Scenario]:
                  onset=30 * M, vanish=50 * M),
         Scenario("spec decoding silently off", 1.5,
                  (p("a", const(0.75), const(HIGH), spec_off_at=30 * M),), benign=False,
-                 onset=30 * M, expect=(rules.DRAFTS_STOPPED,), note="acceptance alerts must stay quiet"),
+                 onset=30 * M, expect=(alert_rules.DRAFTS_STOPPED,), note="acceptance alerts must stay quiet"),
         Scenario("vLLM down while critical fires", 1.5,
                  (p("a", step(0.75, 0.05, 30 * M), const(HIGH), target_down_at=50 * M),), benign=False,
-                 onset=30 * M, vanish=50 * M, expect=(rules.VLLM_UNREACHABLE,)),
+                 onset=30 * M, vanish=50 * M, expect=(alert_rules.VLLM_UNREACHABLE,)),
         Scenario("exporter down while critical fires", 1.5,
                  (p("a", step(0.75, 0.05, 30 * M), const(HIGH), exporter_down_at=50 * M),), benign=False,
-                 onset=30 * M, vanish=50 * M, expect=(rules.EXPORTER_DOWN,)),
+                 onset=30 * M, vanish=50 * M, expect=(alert_rules.EXPORTER_DOWN,)),
     ]
 
 
@@ -316,10 +316,10 @@ def test_file(scenario: Scenario, rules_dir: Path) -> dict:
     steps = range(1, int(scenario.hours * H / STEP_S) + 1)
     checks = [{"eval_time": f"{s * STEP_S}s", "alertname": name} for s in steps for name in names]
     return {
-        "rule_files": [str(rules_dir / alerts.RULES_FILE), str(rules_dir / alerts.ALERTS_FILE)],
+        "rule_files": [str(rules_dir / rule_files.RULES_FILE), str(rules_dir / rule_files.ALERTS_FILE)],
         "evaluation_interval": f"{STEP_S}s",
         # every group of the rule set, recording groups first (as listed in the files)
-        "group_eval_order": [g["name"] for rel in (alerts.RULES_FILE, alerts.ALERTS_FILE)
+        "group_eval_order": [g["name"] for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE)
                              for g in yaml.safe_load((rules_dir / rel).read_text())["groups"]],
         "tests": [{"interval": f"{STEP_S}s", "input_series": series, "alert_rule_test": checks}],
     }
@@ -331,10 +331,10 @@ def test_file(scenario: Scenario, rules_dir: Path) -> dict:
 
 def write_rule_sets(workdir: Path, cfg: MixinConfig) -> dict[str, Path]:
     dirs = {name: workdir / name for name in RULE_SETS}
-    new = alerts.render(cfg)
+    new = generate.render_all(cfg)
     for name in RULE_SETS:
         (dirs[name] / "alerts").mkdir(parents=True)
-    for rel in (alerts.RULES_FILE, alerts.ALERTS_FILE):
+    for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE):
         (dirs["new"] / rel).write_text(new[rel])
         try:
             old = subprocess.run(["git", "show", f"{PREVIOUS_COMMIT}:{rel}"], cwd=ROOT, capture_output=True,
@@ -342,20 +342,20 @@ def write_rule_sets(workdir: Path, cfg: MixinConfig) -> dict[str, Path]:
         except (subprocess.CalledProcessError, FileNotFoundError) as error:
             raise SystemExit(f"cannot read the previous rules from git ({PREVIOUS_COMMIT}:{rel}): {error}") from error
         (dirs["previous"] / rel).write_text(old)
-    (dirs["baseline"] / alerts.RULES_FILE).write_text(new[alerts.RULES_FILE])
-    groups = yaml.safe_load(new[alerts.ALERTS_FILE])
+    (dirs["baseline"] / rule_files.RULES_FILE).write_text(new[rule_files.RULES_FILE])
+    groups = yaml.safe_load(new[rule_files.ALERTS_FILE])
     sel = "{" + cfg.exporter_selector + "}"
-    ratio = (f"sum without (engine) (rate({rules.ACCEPTED}{sel}[5m]))\n/\n"
-             f"sum without (engine) (rate({rules.DRAFT_TOKENS}{sel}[5m]))")
-    thresholds = {rules.ACCEPTANCE_LOW: cfg.acceptance_warning_threshold,
-                  rules.ACCEPTANCE_CRITICAL: cfg.acceptance_critical_threshold}
+    ratio = (f"sum without (engine) (rate({alert_rules.ACCEPTED}{sel}[5m]))\n/\n"
+             f"sum without (engine) (rate({alert_rules.DRAFT_TOKENS}{sel}[5m]))")
+    thresholds = {alert_rules.ACCEPTANCE_LOW: cfg.acceptance_warning_threshold,
+                  alert_rules.ACCEPTANCE_CRITICAL: cfg.acceptance_critical_threshold}
     for group in groups["groups"]:
         for rule in group["rules"]:
             if rule.get("alert") in thresholds:
                 rule["expr"] = f"(\n{ratio}\n) < {thresholds[rule['alert']]:g}"
                 rule["for"] = "10m"
                 rule.pop("keep_firing_for", None)
-    (dirs["baseline"] / alerts.ALERTS_FILE).write_text(yaml.safe_dump(groups, sort_keys=False))
+    (dirs["baseline"] / rule_files.ALERTS_FILE).write_text(yaml.safe_dump(groups, sort_keys=False))
     return dirs
 
 
@@ -418,7 +418,7 @@ def malign_figures(s: Scenario, timeline: Timeline) -> dict[str, str]:
     bad = s.bad_instance
     out: dict[str, str] = {}
     assert s.onset is not None
-    for label, name in (("warn", rules.ACCEPTANCE_LOW), ("page", rules.ACCEPTANCE_CRITICAL)):
+    for label, name in (("warn", alert_rules.ACCEPTANCE_LOW), ("page", alert_rules.ACCEPTANCE_CRITICAL)):
         runs = _runs(timeline, name, bad)
         before = [r for r in runs if r[0] < s.onset]
         after = [r for r in runs if r[1] > s.onset]
@@ -443,7 +443,8 @@ def malign_figures(s: Scenario, timeline: Timeline) -> dict[str, str]:
 def benign_figures(s: Scenario, timeline: Timeline) -> tuple[float, float]:
     """(pages per day, warnings per day)."""
     days = s.hours / 24
-    return (len(_runs(timeline, rules.ACCEPTANCE_CRITICAL)) / days, len(_runs(timeline, rules.ACCEPTANCE_LOW)) / days)
+    return (len(_runs(timeline, alert_rules.ACCEPTANCE_CRITICAL)) / days,
+            len(_runs(timeline, alert_rules.ACCEPTANCE_LOW)) / days)
 
 
 def render_tables(results: dict[tuple[str, str], Timeline], all_scenarios: list[Scenario]) -> str:
@@ -491,7 +492,7 @@ def _promtool_version() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help=f"store the tables in {alerts.QUALITY_TABLE}")
+    parser.add_argument("--write", action="store_true", help=f"store the tables in {rule_files.QUALITY_TABLE}")
     parser.add_argument("--only", default="", help="run scenarios whose name contains this text")
     parser.add_argument("--rules", default=",".join(RULE_SETS), help="comma-separated rule sets to run")
     parser.add_argument("--jobs", type=int, default=2)
@@ -525,8 +526,8 @@ def main() -> int:
     if args.write:
         if args.only or args.sets:
             raise SystemExit("--write needs every scenario and the default config (drop --only/--set)")
-        alerts.QUALITY_TABLE.write_text(table)
-        print(f"wrote {alerts.QUALITY_TABLE.relative_to(ROOT)}; now run `vllm-spec-exporter generate`")
+        rule_files.QUALITY_TABLE.write_text(table)
+        print(f"wrote {rule_files.QUALITY_TABLE.relative_to(ROOT)}; now run `vllm-spec-exporter generate`")
     return 0
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from support.prom import require_binary
-from vllm_spec_exporter.mixin import alerts, rules
+from vllm_spec_exporter.mixin import alert_rules, alertmanager, generate
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, Alertmanager, WebhookReceiver, wait_until
 
@@ -46,7 +46,7 @@ def stack(tmp_path: Path):
             "chat_webhook_url_file": str(url_file),
             "alertmanager_group_wait": "1s", "alertmanager_group_interval": "1s",
         })
-        with Alertmanager(alerts.render(cfg)[alerts.ALERTMANAGER_FILE]) as am:
+        with Alertmanager(generate.render_all(cfg)[alertmanager.ALERTMANAGER_FILE]) as am:
             yield am, hook
 
 
@@ -61,8 +61,8 @@ def _chats(hook: WebhookReceiver) -> list[str]:
 
 def test_critical_pages_and_warning_goes_to_chat(stack) -> None:
     am, hook = stack
-    am.post_alerts([_alert(rules.ACCEPTANCE_CRITICAL, "critical", "10.0.0.1:9400"),
-                    _alert(rules.ACCEPTANCE_LOW, "warning", "10.0.0.2:9400")])
+    am.post_alerts([_alert(alert_rules.ACCEPTANCE_CRITICAL, "critical", "10.0.0.1:9400"),
+                    _alert(alert_rules.ACCEPTANCE_LOW, "warning", "10.0.0.2:9400")])
     wait_until(lambda: hook.received("/pager") and hook.received("/chat"), 30)
     page = hook.received("/pager")[0]["body"]
     assert page["routing_key"] == ROUTING_KEY  # read from routing_key_file
@@ -82,35 +82,35 @@ def test_critical_pages_and_warning_goes_to_chat(stack) -> None:
 def test_target_down_inhibits_acceptance_alerts_on_that_server_only(stack) -> None:
     am, hook = stack
     # Sources first: inhibition needs the source alert present when the target is notified.
-    am.post_alerts([_alert(rules.VLLM_UNREACHABLE, "warning", "10.0.0.3:9400", model=None),
-                    _alert(rules.EXPORTER_DOWN, "warning", "10.0.0.5:9400", model=None)])
-    wait_until(lambda: len(am.alerts(alertname=rules.VLLM_UNREACHABLE)) == 1, 10)
+    am.post_alerts([_alert(alert_rules.VLLM_UNREACHABLE, "warning", "10.0.0.3:9400", model=None),
+                    _alert(alert_rules.EXPORTER_DOWN, "warning", "10.0.0.5:9400", model=None)])
+    wait_until(lambda: len(am.alerts(alertname=alert_rules.VLLM_UNREACHABLE)) == 1, 10)
     am.post_alerts([
-        _alert(rules.ACCEPTANCE_CRITICAL, "critical", "10.0.0.3:9400"),  # inhibited: vLLM unreachable
-        _alert(rules.DRAFTS_STOPPED, "warning", "10.0.0.5:9400"),  # inhibited: exporter down
-        _alert(rules.ACCEPTANCE_CRITICAL, "critical", "10.0.0.4:9400"),  # other server: pages
+        _alert(alert_rules.ACCEPTANCE_CRITICAL, "critical", "10.0.0.3:9400"),  # inhibited: vLLM unreachable
+        _alert(alert_rules.DRAFTS_STOPPED, "warning", "10.0.0.5:9400"),  # inhibited: exporter down
+        _alert(alert_rules.ACCEPTANCE_CRITICAL, "critical", "10.0.0.4:9400"),  # other server: pages
     ])
     wait_until(lambda: any("10.0.0.4:9400" in p for p in _pages(hook)), 30)
-    wait_until(lambda: any(rules.VLLM_UNREACHABLE in c for c in _chats(hook)), 30)
+    wait_until(lambda: any(alert_rules.VLLM_UNREACHABLE in c for c in _chats(hook)), 30)
     time.sleep(3)  # several group_interval cycles: an inhibited alert would have been sent by now
     assert not any("10.0.0.3:9400" in p for p in _pages(hook))
-    assert not any(rules.DRAFTS_STOPPED in c for c in _chats(hook))
+    assert not any(alert_rules.DRAFTS_STOPPED in c for c in _chats(hook))
     states = {(a["labels"]["alertname"], a["labels"]["instance"]): a["status"]
               for a in am.alerts()}
-    assert states[(rules.ACCEPTANCE_CRITICAL, "10.0.0.3:9400")]["state"] == "suppressed"
-    assert states[(rules.ACCEPTANCE_CRITICAL, "10.0.0.3:9400")]["inhibitedBy"]
-    assert states[(rules.DRAFTS_STOPPED, "10.0.0.5:9400")]["state"] == "suppressed"
-    assert states[(rules.ACCEPTANCE_CRITICAL, "10.0.0.4:9400")]["state"] == "active"
+    assert states[(alert_rules.ACCEPTANCE_CRITICAL, "10.0.0.3:9400")]["state"] == "suppressed"
+    assert states[(alert_rules.ACCEPTANCE_CRITICAL, "10.0.0.3:9400")]["inhibitedBy"]
+    assert states[(alert_rules.DRAFTS_STOPPED, "10.0.0.5:9400")]["state"] == "suppressed"
+    assert states[(alert_rules.ACCEPTANCE_CRITICAL, "10.0.0.4:9400")]["state"] == "active"
 
 
 def test_critical_supersedes_warning_for_the_same_server_and_model(stack) -> None:
     am, hook = stack
-    am.post_alerts([_alert(rules.ACCEPTANCE_CRITICAL, "critical", "10.0.0.6:9400")])
-    wait_until(lambda: len(am.alerts(alertname=rules.ACCEPTANCE_CRITICAL)) == 1, 10)
-    am.post_alerts([_alert(rules.ACCEPTANCE_LOW, "warning", "10.0.0.6:9400"),
-                    _alert(rules.ACCEPTANCE_LOW, "warning", "10.0.0.6:9400", model="qwen")])
+    am.post_alerts([_alert(alert_rules.ACCEPTANCE_CRITICAL, "critical", "10.0.0.6:9400")])
+    wait_until(lambda: len(am.alerts(alertname=alert_rules.ACCEPTANCE_CRITICAL)) == 1, 10)
+    am.post_alerts([_alert(alert_rules.ACCEPTANCE_LOW, "warning", "10.0.0.6:9400"),
+                    _alert(alert_rules.ACCEPTANCE_LOW, "warning", "10.0.0.6:9400", model="qwen")])
     wait_until(lambda: any("qwen" in c for c in _chats(hook)), 30)  # other model: not inhibited
     time.sleep(3)
-    low_messages = [c for c in _chats(hook) if rules.ACCEPTANCE_LOW in c]
+    low_messages = [c for c in _chats(hook) if alert_rules.ACCEPTANCE_LOW in c]
     assert len(low_messages) == 1 and "qwen" in low_messages[0]
     assert any("10.0.0.6:9400" in p for p in _pages(hook))

@@ -19,7 +19,7 @@ import pytest
 from support.exporter import ExporterProcess
 from support.fakevllm import FakeVllm
 from support.prom import require_binary
-from vllm_spec_exporter.mixin import alerts, rules
+from vllm_spec_exporter.mixin import alert_rules, alertmanager, generate, recording_rules, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab.monitoring import (
     ALERTMANAGER_BIN,
@@ -73,21 +73,21 @@ def test_collapse_pages_and_recovery_resolves(exporter_url: tuple[str, FakeVllm]
             "pager_events_url": f"{hook.url}/pager",
             "chat_webhook_url_file": str(tmp_path / "chat-url"),
         })
-        for rel, text in alerts.render(cfg).items():
+        for rel, text in generate.render_all(cfg).items():
             (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / rel).write_text(text)
-        ratio = rules.record_names(cfg).acceptance_ratio
+        ratio = recording_rules.record_names(cfg).acceptance_ratio
 
-        with Alertmanager((tmp_path / alerts.ALERTMANAGER_FILE).read_text()) as am, Prometheus(
+        with Alertmanager((tmp_path / alertmanager.ALERTMANAGER_FILE).read_text()) as am, Prometheus(
             scrape_targets={JOB: [exporter_address]},
-            rule_files=[tmp_path / alerts.RULES_FILE, tmp_path / alerts.ALERTS_FILE],
+            rule_files=[tmp_path / rule_files.RULES_FILE, tmp_path / rule_files.ALERTS_FILE],
             alertmanager_url=am.url,
         ) as prom:
             # Healthy: the recording rule sees ~80 % and nothing pages.
             healthy = wait_until(lambda: (v := prom.query_value(ratio)) is not None and v > 0.7 and v, 60)
             assert healthy == pytest.approx(0.8, abs=0.05)
             time.sleep(5)
-            assert not prom.firing(rules.ACCEPTANCE_CRITICAL) and not hook.received("/pager")
+            assert not prom.firing(alert_rules.ACCEPTANCE_CRITICAL) and not hook.received("/pager")
 
             # Collapse to 10 %: a page must arrive.
             collapse_at = time.monotonic()
@@ -100,8 +100,8 @@ def test_collapse_pages_and_recovery_resolves(exporter_url: tuple[str, FakeVllm]
             details = page["payload"]["custom_details"]
             assert f"model tiny-llama on {exporter_address} is below 40%" in details["description"]
             assert details["runbook_url"].endswith("/docs/runbooks.md#specdecodeacceptancecritical")
-            [alert] = prom.firing(rules.ACCEPTANCE_CRITICAL)
-            assert alert["labels"] == {"alertname": rules.ACCEPTANCE_CRITICAL, "severity": "critical",
+            [alert] = prom.firing(alert_rules.ACCEPTANCE_CRITICAL)
+            assert alert["labels"] == {"alertname": alert_rules.ACCEPTANCE_CRITICAL, "severity": "critical",
                                        "job": JOB, "instance": exporter_address, "model_name": "tiny-llama",
                                        "confidence": cfg.confidence_label}
             # 20 s window crossing 40 % (~12 s), alongside 5 s window + 10 s sustained; + evaluation
@@ -113,9 +113,9 @@ def test_collapse_pages_and_recovery_resolves(exporter_url: tuple[str, FakeVllm]
             fake.drive(50, 0.8)
             wait_until(lambda: any(r["body"]["event_action"] == "resolve" for r in hook.received("/pager")), 90)
             time_to_resolve = time.monotonic() - recover_at
-            assert not prom.firing(rules.ACCEPTANCE_CRITICAL)
+            assert not prom.firing(alert_rules.ACCEPTANCE_CRITICAL)
             # The critical alert never goes to chat; the warning never pages.
-            assert not any(rules.ACCEPTANCE_CRITICAL in str(r["body"]) for r in hook.received("/chat"))
+            assert not any(alert_rules.ACCEPTANCE_CRITICAL in str(r["body"]) for r in hook.received("/chat"))
             assert all(r["body"]["payload"]["summary"].startswith("Speculative decoding acceptance is below 40%")
                        for r in hook.received("/pager"))
             print(f"time to page {time_to_page:.1f}s, time to resolve {time_to_resolve:.1f}s (fast config)")

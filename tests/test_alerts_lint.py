@@ -16,12 +16,21 @@ import pytest
 import yaml
 
 from vllm_spec_exporter import schema
-from vllm_spec_exporter.mixin import alertmanager, alerts, rules, runbooks
+from vllm_spec_exporter.mixin import (
+    alert_rules,
+    alertmanager,
+    config,
+    generate,
+    recording_rules,
+    rule_files,
+    runbooks,
+    yaml_text,
+)
 from vllm_spec_exporter.mixin.config import MixinConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = MixinConfig()
-FILES = alerts.render(DEFAULT)
+FILES = generate.render_all(DEFAULT)
 ALERT_NAME = re.compile(r"^([A-Z]+[a-z0-9]+)+$")
 RECORD_NAME = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
 PROMQL_KEYWORDS = {
@@ -37,7 +46,7 @@ def _groups(path: str) -> list[dict]:
 
 
 def _alerts() -> list[dict]:
-    return [r for g in _groups(alerts.ALERTS_FILE) for r in g["rules"]]
+    return [r for g in _groups(rule_files.ALERTS_FILE) for r in g["rules"]]
 
 
 def _github_anchors(markdown: str) -> set[str]:
@@ -71,24 +80,24 @@ def test_committed_files_equal_a_fresh_generation() -> None:
 
 
 def test_generation_is_deterministic() -> None:
-    assert alerts.render(MixinConfig()) == FILES
+    assert generate.render_all(MixinConfig()) == FILES
 
 
 def test_prometheusrule_carries_byte_identical_groups() -> None:
-    text = FILES[alerts.PROMETHEUS_RULE_FILE]
+    text = FILES[rule_files.PROMETHEUS_RULE_FILE]
     spec_block = text.split("\nspec:\n", 1)[1]
     dedented = "".join(line[2:] if line.strip() else line for line in spec_block.splitlines(keepends=True))
-    rules_text = FILES[alerts.RULES_FILE].removeprefix(alerts.HEADER).removeprefix("groups:\n")
-    alerts_text = FILES[alerts.ALERTS_FILE].removeprefix(alerts.HEADER).removeprefix("groups:\n")
+    rules_text = FILES[rule_files.RULES_FILE].removeprefix(yaml_text.CONFIG_HEADER).removeprefix("groups:\n")
+    alerts_text = FILES[rule_files.ALERTS_FILE].removeprefix(yaml_text.CONFIG_HEADER).removeprefix("groups:\n")
     assert dedented == "groups:\n" + rules_text + alerts_text
     doc = yaml.safe_load(text)
     assert doc["kind"] == "PrometheusRule" and doc["apiVersion"] == "monitoring.coreos.com/v1"
-    assert doc["spec"]["groups"] == _groups(alerts.RULES_FILE) + _groups(alerts.ALERTS_FILE)
+    assert doc["spec"]["groups"] == _groups(rule_files.RULES_FILE) + _groups(rule_files.ALERTS_FILE)
 
 
 # --- mixtool-style lint ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("path", [alerts.RULES_FILE, alerts.ALERTS_FILE])
+@pytest.mark.parametrize("path", [rule_files.RULES_FILE, rule_files.ALERTS_FILE])
 def test_group_names_and_sizes(path: str) -> None:
     for group in _groups(path):
         assert len(group["name"]) <= 40, group["name"]
@@ -119,7 +128,7 @@ def test_alert_conventions(alert: dict) -> None:
 
 @pytest.mark.parametrize("alert", _alerts(), ids=lambda a: a["alert"])
 def test_runbook_anchor_exists_with_all_sections(alert: dict) -> None:
-    runbook = (ROOT / alerts.RUNBOOKS_FILE).read_text()
+    runbook = (ROOT / runbooks.RUNBOOKS_FILE).read_text()
     anchor = alert["annotations"]["runbook_url"].rsplit("#", 1)[1]
     assert anchor in _github_anchors(runbook)
     section = runbook.split(f"\n## {alert['alert']}\n", 1)[1].split("\n## ", 1)[0]
@@ -131,17 +140,17 @@ def test_runbook_anchor_exists_with_all_sections(alert: dict) -> None:
 
 def test_acceptance_descriptions_humanize_the_ratio() -> None:
     by_name = {a["alert"]: a for a in _alerts()}
-    for name in (rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL):
+    for name in (alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL):
         description = by_name[name]["annotations"]["description"]
         assert "{{ $value | humanizePercentage }}" in description
         assert "{{ $labels.model_name }}" in description and "{{ $labels.instance }}" in description
 
 
 def test_recording_rule_names_and_inputs() -> None:
-    recorded = [r["record"] for g in _groups(alerts.RULES_FILE) for r in g["rules"]]
+    recorded = [r["record"] for g in _groups(rule_files.RULES_FILE) for r in g["rules"]]
     assert len(recorded) == len(set(recorded))
-    dashboard_records = {r["record"] for r in rules.recording_rules(DEFAULT)}
-    windows = rules.alert_windows(DEFAULT)
+    dashboard_records = {r["record"] for r in recording_rules.recording_rules(DEFAULT)}
+    windows = recording_rules.alert_windows(DEFAULT)
     for name in recorded:
         assert RECORD_NAME.match(name), name
         if name in dashboard_records:
@@ -151,7 +160,7 @@ def test_recording_rule_names_and_inputs() -> None:
         if ":ratio_" in name:
             assert "_per_" in name, f"{name}: ratios join their two metrics with _per_"
     known = schema.exposed_names() | set(recorded) | {"up"}
-    everything = _groups(alerts.RULES_FILE) + _groups(alerts.ALERTS_FILE)
+    everything = _groups(rule_files.RULES_FILE) + _groups(rule_files.ALERTS_FILE)
     for rule in (r for g in everything for r in g["rules"]):
         expr = re.sub(r'"[^"]*"', '""', rule["expr"])  # drop label values
         expr = re.sub(r"\{[^}]*\}|\[[^\]]*\]", "", expr)  # matchers, ranges
@@ -162,8 +171,8 @@ def test_recording_rule_names_and_inputs() -> None:
 
 
 def test_ratios_divide_by_guarded_denominators() -> None:
-    guarded = {r["record"] for g in _groups(alerts.RULES_FILE) for r in g["rules"] if r["expr"].endswith("> 0")}
-    for rule in (r for g in _groups(alerts.RULES_FILE) for r in g["rules"]):
+    guarded = {r["record"] for g in _groups(rule_files.RULES_FILE) for r in g["rules"] if r["expr"].endswith("> 0")}
+    for rule in (r for g in _groups(rule_files.RULES_FILE) for r in g["rules"]):
         if ":confidence_" in rule["record"]:
             # Wilson bounds divide by the drafts record only, itself filtered with `> 0`.
             divisors = set(re.findall(r"/ ([a-z_:0-9]+)", rule["expr"]))
@@ -184,44 +193,45 @@ def test_overrides_change_thresholds_labels_and_links() -> None:
         "runbook_url_pattern": "https://runbooks.example/%s", "grafana_url": "https://grafana.example/",
         "fleet_labels": ["cluster", "job"],
     })
-    files = alerts.render(cfg)
-    by_name = {a["alert"]: a for g in yaml.safe_load(files[alerts.ALERTS_FILE])["groups"] for a in g["rules"]}
-    low, critical = by_name[rules.ACCEPTANCE_LOW], by_name[rules.ACCEPTANCE_CRITICAL]
+    files = {**rule_files.render(cfg), **alertmanager.render(cfg), **runbooks.render(cfg)}
+    by_name = {a["alert"]: a for g in yaml.safe_load(files[rule_files.ALERTS_FILE])["groups"] for a in g["rules"]}
+    low, critical = by_name[alert_rules.ACCEPTANCE_LOW], by_name[alert_rules.ACCEPTANCE_CRITICAL]
     assert "confidence_upper_5m < 0.6\n" in low["expr"] and "< 0.45\n" in critical["expr"]
     assert '{namespace="llm",container="spec"}' in low["expr"]  # the presence check uses the selector
     assert critical["labels"] == {"severity": "page", "team": "llm"}
     assert low["annotations"]["summary"] == "Speculative decoding acceptance is below 60%."
     assert low["annotations"]["runbook_url"] == "https://runbooks.example/specdecodeacceptancelow"
     assert low["annotations"]["dashboard_url"].startswith("https://grafana.example/d/vllm-spec-overview?var-job=")
-    assert '{namespace="llm",container="spec"}' in files[alerts.RULES_FILE]
-    assert "cluster_job_model:vllm_spec_decode_accepted_per_draft_tokens:ratio_rate5m" in files[alerts.RULES_FILE]
-    assert "sum by (cluster, job, model_name)" in files[alerts.RULES_FILE]
-    am = yaml.safe_load(files[alerts.ALERTMANAGER_FILE])
+    assert '{namespace="llm",container="spec"}' in files[rule_files.RULES_FILE]
+    assert "cluster_job_model:vllm_spec_decode_accepted_per_draft_tokens:ratio_rate5m" in files[rule_files.RULES_FILE]
+    assert "sum by (cluster, job, model_name)" in files[rule_files.RULES_FILE]
+    am = yaml.safe_load(files[alertmanager.ALERTMANAGER_FILE])
     assert am["route"]["routes"][0] == {"matchers": ['severity="page"'], "receiver": alertmanager.PAGER_RECEIVER}
-    assert "`0.6`" not in files[alerts.README_FILE]  # README documents defaults, not overrides
-    assert "60%" in files[alerts.RUNBOOKS_FILE]
+    assert "`0.6`" not in files[rule_files.README_FILE]  # README documents defaults, not overrides
+    assert "60%" in files[runbooks.RUNBOOKS_FILE]
 
 
 def test_alertmanager_routes_and_inhibitions() -> None:
-    am = yaml.safe_load(FILES[alerts.ALERTMANAGER_FILE])
+    am = yaml.safe_load(FILES[alertmanager.ALERTMANAGER_FILE])
     routes = {tuple(r["matchers"]): r["receiver"] for r in am["route"]["routes"]}
     assert routes == {('severity="critical"',): "spec-decode-pager", ('severity="warning"',): "spec-decode-chat"}
     assert am["route"]["receiver"] == "spec-decode-chat"  # unmatched alerts never page
     assert "model_name" in am["route"]["group_by"]
     target_down = am["inhibit_rules"][0]
     assert "SpecDecodeVllmUnreachable" in target_down["source_matchers"][0]
-    for name in rules.TRAFFIC_ALERTS:
+    for name in alert_rules.TRAFFIC_ALERTS:
         assert name in target_down["target_matchers"][0]
     assert target_down["equal"] == ["instance", "job"]
     receivers = {r["name"]: r for r in am["receivers"]}
     assert "routing_key_file" in receivers["spec-decode-pager"]["pagerduty_configs"][0]
     assert "api_url_file" in receivers["spec-decode-chat"]["slack_configs"][0]
-    assert "routing_key:" not in FILES[alerts.ALERTMANAGER_FILE] and "api_url:" not in FILES[alerts.ALERTMANAGER_FILE]
+    am_text = FILES[alertmanager.ALERTMANAGER_FILE]
+    assert "routing_key:" not in am_text and "api_url:" not in am_text
 
 
 def test_readme_lists_every_knob_with_its_comment() -> None:
-    readme = FILES[alerts.README_FILE]
-    knobs = alerts.config_knobs()
+    readme = FILES[rule_files.README_FILE]
+    knobs = config.knobs()
     assert {name for _, name, _, _ in knobs} == set(MixinConfig.__dataclass_fields__)
     for _section, name, _default, comment in knobs:
         assert comment, f"config knob {name} has no comment in mixin/config.py"
@@ -230,7 +240,24 @@ def test_readme_lists_every_knob_with_its_comment() -> None:
 
 
 def test_every_alert_has_a_runbook() -> None:
-    assert set(runbooks.runbooks(DEFAULT)) == {a["alert"] for a in _alerts()}
+    """One section per alert in the runbook template, each with the four parts, and no section
+    for an alert that does not exist."""
+    text = runbooks.markdown(DEFAULT)
+    sections = dict(re.findall(r"\n## (\S+)\n(.*?)(?=\n## |\Z)", text, re.S))
+    assert set(sections) == {a["alert"] for a in _alerts()}
+    for name, body in sections.items():
+        parts = re.findall(r"^### (.+)$", body, re.M)
+        assert parts == ["Meaning", "Impact", "Diagnosis", "Mitigation"], name
+
+
+def test_templates_fail_loudly_on_a_missing_value() -> None:
+    from vllm_spec_exporter.mixin import templates
+
+    assert "target_down_for" in templates.placeholders("runbooks.md")
+    values = runbooks.values(DEFAULT)
+    del values["target_down_for"]
+    with pytest.raises(KeyError, match="target_down_for"):
+        templates.fill("runbooks.md", values)
 
 
 def test_invalid_config_is_rejected() -> None:
@@ -273,6 +300,6 @@ def test_dashboard_links_select_existing_variables() -> None:
 
 def test_panels_named_in_runbooks_exist() -> None:
     titles = _panel_titles(_overview_dashboard()["panels"])
-    named = set(re.findall(r"\*\*([^*]+)\*\* panel", FILES[alerts.RUNBOOKS_FILE]))
+    named = set(re.findall(r"\*\*([^*]+)\*\* panel", FILES[runbooks.RUNBOOKS_FILE]))
     assert len(named) >= 8
     assert named <= titles, f"runbooks name panels the dashboard does not have: {named - titles}"

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from support.prom import require_binary, run_tool
-from vllm_spec_exporter.mixin import alerts
+from vllm_spec_exporter.mixin import alertmanager, generate, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab.monitoring import AMTOOL_BIN, PROMTOOL_BIN
 
@@ -26,7 +26,7 @@ PROMTOOL_TESTS = sorted((ROOT / "tests" / "promtool").glob("*.yaml"))
 
 def test_promtool_check_rules_on_committed_files() -> None:
     promtool = require_binary(PROMTOOL_BIN)
-    result = run_tool([promtool, "check", "rules", alerts.RULES_FILE, alerts.ALERTS_FILE], cwd=ROOT)
+    result = run_tool([promtool, "check", "rules", rule_files.RULES_FILE, rule_files.ALERTS_FILE], cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 32 rules found" in result.stdout  # 16 dashboard records + 4 windows x 4 evidence
     assert "SUCCESS: 8 rules found" in result.stdout
@@ -35,7 +35,7 @@ def test_promtool_check_rules_on_committed_files() -> None:
 def test_promtool_check_rules_on_prometheusrule_spec(tmp_path: Path) -> None:
     # promtool reads plain rule files; the PrometheusRule's spec is exactly one.
     promtool = require_binary(PROMTOOL_BIN)
-    spec = yaml.safe_load((ROOT / alerts.PROMETHEUS_RULE_FILE).read_text())["spec"]
+    spec = yaml.safe_load((ROOT / rule_files.PROMETHEUS_RULE_FILE).read_text())["spec"]
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     result = run_tool([promtool, "check", "rules", str(path)])
@@ -53,14 +53,14 @@ def test_promtool_unit_tests_pass() -> None:
 
 def test_amtool_check_config_on_committed_file() -> None:
     amtool = require_binary(AMTOOL_BIN)
-    result = run_tool([amtool, "check-config", alerts.ALERTMANAGER_FILE], cwd=ROOT)
+    result = run_tool([amtool, "check-config", alertmanager.ALERTMANAGER_FILE], cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 inhibit rules" in result.stdout and "2 receivers" in result.stdout
 
 
 def _run_scenarios_against(cfg: MixinConfig, tmp_path: Path) -> str:
     """Render `cfg` into tmp/alerts and run the committed scenarios (tmp/tests/promtool) on it."""
-    for rel, text in alerts.render(cfg).items():
+    for rel, text in generate.render_all(cfg).items():
         target = tmp_path / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)

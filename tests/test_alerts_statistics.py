@@ -22,7 +22,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from support.prom import require_binary, run_tool
-from vllm_spec_exporter.mixin import alerts, rules
+from vllm_spec_exporter.mixin import generate, recording_rules, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig, duration_seconds
 from vllm_spec_lab.monitoring import PROMTOOL_BIN
 
@@ -31,7 +31,7 @@ LABELS = 'job="vllm-spec-exporter",instance="10.0.0.7:9400",model_name="llama"'
 
 
 def wilson(p: float, drafts: float, cfg: MixinConfig, sign: int) -> float:
-    """Textbook Wilson score bound, written independently of rules.wilson_bound."""
+    """Textbook Wilson score bound, written independently of recording_rules.wilson_bound."""
     n = drafts / cfg.acceptance_overdispersion
     z = NormalDist().inv_cdf(cfg.acceptance_confidence)
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
@@ -47,11 +47,11 @@ CASES = [(100, 400, 300), (4, 16, 9), (1, 3, 1), (10, 40, 40), (10, 40, 0)]
 @pytest.mark.parametrize("overrides", [{}, {"acceptance_confidence": 0.99, "acceptance_overdispersion": 1.0}])
 def test_promql_wilson_bound_matches_independent_computation(overrides: dict, tmp_path: Path) -> None:
     cfg = MixinConfig().with_overrides(overrides)
-    for rel, text in alerts.render(cfg).items():
+    for rel, text in generate.render_all(cfg).items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     window = cfg.acceptance_fast_long_window
-    e = rules.evidence_names(window)
+    e = recording_rules.evidence_names(window)
     steps = int(duration_seconds(window) // 15)
     tests = []
     for drafts, tokens, accepted in CASES:
@@ -69,15 +69,15 @@ def test_promql_wilson_bound_matches_independent_computation(overrides: dict, tm
         tests.append({"interval": "15s", "input_series": series, "promql_expr_test": exp})
     path = tmp_path / "wilson_test.yaml"
     path.write_text(yaml.safe_dump({
-        "rule_files": [str(tmp_path / alerts.RULES_FILE)], "evaluation_interval": "15s", "tests": tests}))
+        "rule_files": [str(tmp_path / rule_files.RULES_FILE)], "evaluation_interval": "15s", "tests": tests}))
     result = run_tool([require_binary(PROMTOOL_BIN), "test", "rules", str(path)])
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_no_drafts_gives_no_bound() -> None:
     # `> 0` on the drafts record: no evidence means no bound series at all, never a 0 % or NaN.
-    expr = next(r["expr"] for r in rules.evidence_rules(MixinConfig())
-                if r["record"] == rules.evidence_names("5m").drafts)
+    expr = next(r["expr"] for r in recording_rules.evidence_rules(MixinConfig())
+                if r["record"] == recording_rules.evidence_names("5m").drafts)
     assert expr.endswith("> 0")
 
 

@@ -38,7 +38,7 @@ import pytest
 import yaml
 
 from support.compose import compose_binary, env_example, write_env
-from vllm_spec_exporter.mixin import alerts
+from vllm_spec_exporter.mixin import alertmanager, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.links import fleet_uid, overview_uid
 from vllm_spec_exporter.settings import DEFAULT_PORT
@@ -465,7 +465,7 @@ def test_prometheus_scrapes_the_jobs_the_rules_select(file: str, resolved: dict)
     # Rule files are the generated ones, mounted read-only where rule_files points.
     mounted = {str(Path("/etc/prometheus") / r) for r in prom_config["rule_files"]}
     assert {str(_bind_source(prom, target).relative_to(ROOT)) for target in mounted} == \
-        {alerts.RULES_FILE, alerts.ALERTS_FILE}
+        {rule_files.RULES_FILE, rule_files.ALERTS_FILE}
     (am_target,) = prom_config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
     assert am_target == "alertmanager:9093" and "alertmanager" in config["services"]
 
@@ -488,7 +488,7 @@ def test_alertmanager_config_passes_amtool(file: str, resolved: dict) -> None:
     amtool = _tool(AMTOOL, "apt-get install prometheus-alertmanager")
     am = resolved[file]["services"]["alertmanager"]
     source = _bind_source(am, _flag(am, "--config.file"))
-    assert str(source.relative_to(ROOT)) == alerts.ALERTMANAGER_FILE
+    assert str(source.relative_to(ROOT)) == alertmanager.ALERTMANAGER_FILE
     result = _run([amtool, "check-config", str(source)])
     assert result.returncode == 0, result.stdout + result.stderr
 

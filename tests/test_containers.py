@@ -46,7 +46,7 @@ from support.docker import (
     PrivateDockerd,
     ensure_standin_images,
 )
-from vllm_spec_exporter.mixin import alerts
+from vllm_spec_exporter.mixin import alertmanager, generate, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.settings import DEFAULT_PORT
 from vllm_spec_lab import default_cache_dir
@@ -327,12 +327,12 @@ class MonitoringStack:
         # mount follows the inode) before the SIGHUP reload the README documents.
         self.rules_dir = workdir / "rules"
         self.rules_dir.mkdir()
-        for rel in (alerts.RULES_FILE, alerts.ALERTS_FILE):
+        for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE):
             (self.rules_dir / Path(rel).name).write_text((ROOT / rel).read_text())
         # Never the committed Alertmanager file: its pager URL is PagerDuty's public endpoint. The
         # same generator with the pager pointed at the local webhook and the fast group timings.
         self.fast = MixinConfig().with_overrides({**FAST_ALERTS, "pager_events_url": f"{webhook_url}/pager"})
-        (workdir / "alertmanager.yml").write_text(alerts.render(self.fast)[alerts.ALERTMANAGER_FILE])
+        (workdir / "alertmanager.yml").write_text(generate.render_all(self.fast)[alertmanager.ALERTMANAGER_FILE])
         (workdir / "targets").mkdir()
         (workdir / "targets" / "vllm.yml").write_text(
             yaml.safe_dump([{"targets": [f"host.docker.internal:{vllm_port}"]}]))  # as compose/README.md says
@@ -442,7 +442,8 @@ def test_monitoring_stack_pages_on_degraded_real_traffic_and_leaves_nothing(
 
 
 def _check_stack_serves_our_config(stack: MonitoringStack) -> None:
-    committed = set().union(*(_rule_names((ROOT / rel).read_text()) for rel in (alerts.RULES_FILE, alerts.ALERTS_FILE)))
+    committed = set().union(*(_rule_names((ROOT / rel).read_text())
+                              for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE)))
 
     def loaded_rules() -> list[dict[str, Any]]:
         groups = http_get_json(f"{stack.prometheus_url}/api/v1/rules")["data"]["groups"]
@@ -466,7 +467,7 @@ def _check_stack_serves_our_config(stack: MonitoringStack) -> None:
     # Alertmanager runs our routing: the committed route tree and inhibitions (timings are the fast ones).
     status = http_get_json(f"{stack.alertmanager_url}/api/v2/status")
     loaded = yaml.safe_load(status["config"]["original"])
-    committed_am = yaml.safe_load((ROOT / alerts.ALERTMANAGER_FILE).read_text())
+    committed_am = yaml.safe_load((ROOT / alertmanager.ALERTMANAGER_FILE).read_text())
     assert _without_timings(loaded["route"]) == _without_timings(committed_am["route"])
     assert loaded["inhibit_rules"] == committed_am["inhibit_rules"]
     assert [r["name"] for r in loaded["receivers"]] == [r["name"] for r in committed_am["receivers"]]
@@ -481,8 +482,8 @@ def _reload_fast_rules_and_page(engine: PrivateDockerd, stack: MonitoringStack, 
                 for group in groups for rule in group["rules"]]
 
     committed_rules = loaded()
-    rendered = alerts.render(stack.fast)
-    for rel in (alerts.RULES_FILE, alerts.ALERTS_FILE):
+    rendered = generate.render_all(stack.fast)
+    for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE):
         assert rendered[rel] != (ROOT / rel).read_text(), "the fast config renders the same rules"
         path = stack.rules_dir / Path(rel).name
         with path.open("r+") as handle:  # in place: the container's bind mount sees the same inode

@@ -25,7 +25,7 @@ import yaml
 
 from support.grafana import expand_variables
 from vllm_spec_exporter import schema
-from vllm_spec_exporter.mixin import dashboard_files, links, promql, rules
+from vllm_spec_exporter.mixin import alert_rules, dashboard_files, links, promql, recording_rules
 from vllm_spec_exporter.mixin import fleet as fleet_dashboard
 from vllm_spec_exporter.mixin import overview as overview_dashboard
 from vllm_spec_exporter.mixin.config import MixinConfig
@@ -312,7 +312,7 @@ def test_shared_panels_are_identical_on_both_dashboards(overview: dict, fleet: d
     by_instance = "Acceptance rate by instance"
     assert theirs[by_instance]["targets"][0]["expr"] == ours[by_instance]["targets"][0]["expr"]
     bounds = [t["expr"] for t in theirs[by_instance]["targets"][1:]]
-    evidence = rules.evidence_names(MixinConfig().acceptance_fast_long_window)
+    evidence = recording_rules.evidence_names(MixinConfig().acceptance_fast_long_window)
     assert [b.split("{")[0] for b in bounds] == [evidence.upper, evidence.lower]
     fleet_tile, overview_tile = ours["Fleet acceptance rate"], theirs["Acceptance rate"]
     assert fleet_tile["targets"] == overview_tile["targets"]
@@ -576,12 +576,12 @@ def test_runbook_links_both_ways(overview: dict, cfg: MixinConfig) -> None:
     index = cfg.runbook_url_pattern.split("#")[0]
     assert any(link["url"] == index for link in model["links"])
     acceptance_links = [link["url"] for link in _panel(model, "Acceptance rate")["links"]]
-    assert cfg.runbook_url_pattern % rules.ACCEPTANCE_LOW.lower() in acceptance_links
+    assert cfg.runbook_url_pattern % alert_rules.ACCEPTANCE_LOW.lower() in acceptance_links
     # ...and back: the alerts' dashboard_url points at this dashboard's uid.
-    assert rules.dashboard_url(cfg) == links.dashboard_url(cfg)
+    assert links.dashboard_url(cfg) == links.dashboard_url(cfg)
     assert links.dashboard_url(cfg).endswith("/d/" + model["uid"])
     linked = {link["url"] for p in dashboard_files.iter_panels(model) for link in p.get("links", [])}
-    for alert in rules.TRAFFIC_ALERTS + rules.TARGET_DOWN_ALERTS:
+    for alert in alert_rules.TRAFFIC_ALERTS + alert_rules.TARGET_DOWN_ALERTS:
         assert cfg.runbook_url_pattern % alert.lower() in linked, alert
 
 
@@ -606,11 +606,11 @@ def test_fleet_and_overview_link_both_ways(overview: dict, fleet: dict, cfg: Mix
     index = cfg.runbook_url_pattern.split("#")[0]
     assert any(link["url"] == index for link in fleet["links"])
     linked = {link["url"] for p in dashboard_files.iter_panels(fleet) for link in p.get("links", [])}
-    for alert in (rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL, rules.METRICS_MISSING,
-                  rules.VLLM_UNREACHABLE, rules.EXPORTER_DOWN):
+    for alert in (alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL, alert_rules.METRICS_MISSING,
+                  alert_rules.VLLM_UNREACHABLE, alert_rules.EXPORTER_DOWN):
         assert cfg.runbook_url_pattern % alert.lower() in linked, alert
     # The alerts' dashboard_url stays the overview's, where a page is read.
-    assert rules.dashboard_url(cfg).endswith("/d/" + overview["uid"])
+    assert links.dashboard_url(cfg).endswith("/d/" + overview["uid"])
 
 
 def test_merged_tables_are_consistent(fleet: dict) -> None:

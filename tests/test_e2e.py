@@ -19,7 +19,7 @@ import pytest
 from support.fakevllm import wait_until
 from support.grafana import expand_variables
 from support.prom import require_binary
-from vllm_spec_exporter.mixin import dashboard_files, overview, rules
+from vllm_spec_exporter.mixin import alert_rules, dashboard_files, overview
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
 from vllm_spec_lab.pipeline import (
     MODEL_NAME,
@@ -75,7 +75,7 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
     traffic = TrafficDriver(stack.target, MODEL_NAME).start()
     try:
         prom = stack.prometheus
-        low, critical = rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL
+        low, critical = alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL
 
         # --- Phase 1: healthy. Bracketed by idle points so vLLM's log gives an exact oracle.
         before = spec_counters(stack.target)

@@ -32,7 +32,7 @@ from jsonschema.exceptions import best_match
 
 from support.exporter import SCRIPT, free_port
 from vllm_spec_exporter import cli, settings
-from vllm_spec_exporter.mixin import alerts, dashboard_files, generate, kubernetes
+from vllm_spec_exporter.mixin import dashboard_files, generate, kubernetes, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +126,7 @@ def test_committed_files_equal_a_fresh_render() -> None:
 def test_copies_in_the_base_are_byte_identical_to_the_rendered_artifacts() -> None:
     cfg = MixinConfig().with_overrides({"exporter_selector": 'job="x"', "acceptance_warning_threshold": 0.6})
     files = kubernetes_files(cfg)
-    assert files[kubernetes.PROMETHEUS_RULE_FILE] == alerts.render(cfg)[alerts.PROMETHEUS_RULE_FILE]
+    assert files[kubernetes.PROMETHEUS_RULE_FILE] == generate.render_all(cfg)[rule_files.PROMETHEUS_RULE_FILE]
     assert files[kubernetes.DASHBOARDS_CONFIGMAP_FILE] == dashboard_files.render(cfg)[dashboard_files.CONFIGMAP_PATH]
 
 
@@ -272,12 +272,12 @@ def test_operator_schemas_reject_broken_objects(built: Objects, kind: str, break
 
 def test_prometheusrule_groups_are_exactly_the_promtool_tested_files(built: Objects) -> None:
     promtool_groups: list[dict[str, Any]] = []
-    for rel in (alerts.RULES_FILE, alerts.ALERTS_FILE):
+    for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE):
         promtool_groups += yaml.safe_load((ROOT / rel).read_text())["groups"]
     # ... and these are the files the promtool unit tests load.
     loaded = {name for test_file in (ROOT / "tests" / "promtool").glob("*.yaml")
               for name in yaml.safe_load(test_file.read_text())["rule_files"]}
-    assert loaded == {f"../../{alerts.RULES_FILE}", f"../../{alerts.ALERTS_FILE}"}
+    assert loaded == {f"../../{rule_files.RULES_FILE}", f"../../{rule_files.ALERTS_FILE}"}
     assert built["PrometheusRule"]["spec"]["groups"] == promtool_groups
     committed = yaml.safe_load((ROOT / kubernetes.PROMETHEUS_RULE_FILE).read_text())
     assert committed["spec"]["groups"] == promtool_groups

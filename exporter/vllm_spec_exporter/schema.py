@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .names import POSITION_LABELS, SCRAPE_ERROR_REASONS, SERIES_LABELS, MetricName
 
-__all__ = ["ALL", "BY_NAME", "CONTEXT", "COUNTERS", "DERIVED", "HEALTH", "Metric", "exposed_names", "served"]
+__all__ = ["ALL", "BY_NAME", "CONTEXT", "COUNTERS", "DERIVED", "HEALTH", "Metric", "exposed_names"]
 
 
 @dataclass(frozen=True)
@@ -189,14 +189,6 @@ HEALTH = (
 
 ALL = DERIVED + COUNTERS + CONTEXT + HEALTH
 BY_NAME = {m.name: m for m in ALL}
-
-
-def served(name: str) -> str:
-    """`name` if the exporter serves it, else KeyError naming the schema (for names that arrive as
-    text, e.g. from a query under test)."""
-    if name not in BY_NAME:
-        raise KeyError(f"{name} is not served by the exporter (vllm_spec_exporter/schema.py)")
-    return name
 
 
 def exposed_names() -> set[str]:

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from vllm_spec_exporter import advisor
-from vllm_spec_exporter.mixin import alerts
+from vllm_spec_exporter.mixin import alertmanager, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
 
 from . import default_cache_dir, processes
@@ -207,19 +207,19 @@ class LocalStack:
             "pager_events_url": f"{self.webhook.url}/pager",
             "chat_webhook_url_file": str(secrets / "chat-url"),
         })
-        rendered = alerts.render(self.config)
-        for rel in (alerts.RULES_FILE, alerts.ALERTS_FILE, alerts.ALERTMANAGER_FILE):
+        rendered = {**rule_files.render(self.config), **alertmanager.render(self.config)}
+        for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE, alertmanager.ALERTMANAGER_FILE):
             path = self.dir / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(rendered[rel])
-        self.alertmanager = Alertmanager(rendered[alerts.ALERTMANAGER_FILE],
+        self.alertmanager = Alertmanager(rendered[alertmanager.ALERTMANAGER_FILE],
                                          log_path=self.log_dir / "alertmanager.log")
         self.alertmanager.start()
         exporter_address = urlsplit(self.exporter_url).netloc
         vllm_address = urlsplit(str(self.target)).netloc
         self.prometheus = Prometheus(
             scrape_targets={EXPORTER_JOB: [exporter_address], VLLM_JOB: [vllm_address]},
-            rule_files=[self.dir / alerts.RULES_FILE, self.dir / alerts.ALERTS_FILE],
+            rule_files=[self.dir / rule_files.RULES_FILE, self.dir / rule_files.ALERTS_FILE],
             alertmanager_url=self.alertmanager.url, scrape_interval="2s", evaluation_interval="2s",
             log_path=self.log_dir / "prometheus.log",
         )

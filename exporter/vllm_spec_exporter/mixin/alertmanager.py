@@ -9,15 +9,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import rules
+from . import alert_rules
 from .config import MixinConfig
+from .yaml_text import CONFIG_HEADER, dump_yaml
 
+__all__ = ["ALERTMANAGER_FILE", "CHAT_RECEIVER", "PAGER_RECEIVER", "alertmanager_config", "render"]
+
+ALERTMANAGER_FILE = "alerts/alertmanager.yml"
 PAGER_RECEIVER = "spec-decode-pager"
 CHAT_RECEIVER = "spec-decode-chat"
 
 
 def _alternatives(names: tuple[str, ...]) -> str:
     return "|".join(names)
+
+
+def render(cfg: MixinConfig) -> dict[str, str]:
+    return {ALERTMANAGER_FILE: CONFIG_HEADER + dump_yaml(alertmanager_config(cfg))}
 
 
 def alertmanager_config(cfg: MixinConfig) -> dict[str, Any]:
@@ -38,14 +46,14 @@ def alertmanager_config(cfg: MixinConfig) -> dict[str, Any]:
             # A server vLLM that cannot be read (or an exporter Prometheus cannot scrape) explains
             # any acceptance symptom on the same server: page for the cause only.
             {
-                "source_matchers": [f'alertname=~"{_alternatives(rules.TARGET_DOWN_ALERTS)}"'],
-                "target_matchers": [f'alertname=~"{_alternatives(rules.TRAFFIC_ALERTS)}"'],
+                "source_matchers": [f'alertname=~"{_alternatives(alert_rules.TARGET_DOWN_ALERTS)}"'],
+                "target_matchers": [f'alertname=~"{_alternatives(alert_rules.TRAFFIC_ALERTS)}"'],
                 "equal": target_labels,
             },
             # The critical acceptance alert supersedes the warning for the same server and model.
             {
-                "source_matchers": [f'alertname="{rules.ACCEPTANCE_CRITICAL}"'],
-                "target_matchers": [f'alertname="{rules.ACCEPTANCE_LOW}"'],
+                "source_matchers": [f'alertname="{alert_rules.ACCEPTANCE_CRITICAL}"'],
+                "target_matchers": [f'alertname="{alert_rules.ACCEPTANCE_LOW}"'],
                 "equal": sorted({*target_labels, "model_name"}),
             },
         ],

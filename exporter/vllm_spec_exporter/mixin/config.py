@@ -7,151 +7,290 @@ Every knob says what it is and when to change it (node-mixin style).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
+
+__all__ = ["Knob", "MixinConfig", "duration_seconds", "knobs", "load_config"]
+
+
+def knob(section: str, default: Any, doc: str) -> Any:
+    """A config field with its documentation: what it is and when to change it (node-mixin style).
+
+    The doc travels with the field (dataclass metadata), so alerts/README.md's knob table is read
+    from the fields themselves. Mutable defaults (dicts) are copied for every instance.
+    """
+    metadata = {"section": section, "doc": doc}
+    if isinstance(default, dict):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+# Sections of the config (the README's knob table groups by them).
+SELECTORS = "Selectors"
+THRESHOLDS = "Acceptance thresholds"
+WINDOWS = "Windows and durations"
+EVIDENCE = "Acceptance alerts: a decision on evidence"
+LABELS = "Labels, links"
+ALERTMANAGER = "Alertmanager (alerts/alertmanager.yml)"
+DASHBOARDS = "Dashboards"
+
+# Documentation shared by consecutive knobs.
+_FAST_TIER_DOC = (
+    'Two tiers, each a long evidence window AND a short "is it still bad now?" window (SRE Workbook multi-window '
+    "alerting). An alert fires when either tier's two bounds are below the threshold. Fast tier: enough evidence at "
+    "high traffic within minutes; its short window ends the alert within about a minute of recovery."
+)
+_SLOW_TIER_DOC = (
+    "Slow tier: low traffic (about 1 draft/s) collects enough evidence over these windows. While the fast short "
+    "window proves acceptance is back above the threshold, this tier is ignored, so recovery at high traffic ends the"
+    " alert just as fast."
+)
+_SUSTAINED_DOC = (
+    "How long the fast tier's short window must have proven acceptance low (max_over_time) before the alert fires: "
+    "what keeps a dip of 2 minutes (a batch of odd prompts) from alerting, since a dip and a collapse look the same "
+    "until then. The short window stretches a dip by up to its own length, less the deeper the dip: 2m30s (critical) "
+    "and 3m (warning) keep any 2-minute dip, even to 0 %, from a healthy level of 55 % or more quiet, and page a busy"
+    " collapse in about 3 minutes. It runs alongside the long window, not after it. No keep_firing_for: an alert ends"
+    " as soon as the short window stops proving it, or when its series vanish."
+)
+_SEVERITY_DOC = (
+    "Severity names, configurable like node-mixin's nodeCriticalSeverity: set critical_severity=\"warning\" where one "
+    "server's speculation collapsing should not page."
+)
+_GROUP_TIMING_DOC = (
+    "Wait before the first notification of a new group (collects servers failing together), between updates of a "
+    "group, and before re-sending an unchanged firing group."
+)
+_PAGER_DOC = (
+    "Pager receiver (critical): PagerDuty Events API v2. The routing key is read from this file so the config holds "
+    "no secret. Point pager_events_url at a compatible gateway if you use one."
+)
+_CHAT_DOC = (
+    "Chat receiver (warning): a Slack-compatible incoming-webhook URL read from this file (Alertmanager 0.25 supports"
+    " *_file for Slack's URL but not yet for generic webhooks)."
+)
+_REFRESH_DOC = "Auto-refresh interval and default time range of the dashboards."
 
 
 @dataclass(frozen=True)
 class MixinConfig:
+    """Every threshold, window, selector and name the generated artifacts use, and nothing else.
+
+    Invariants (checked by `validate`, which `with_overrides` and `load_config` always run):
+    0 < critical <= warning < 1; every duration is a Prometheus duration; the runbook URL pattern
+    holds `%s`; severities are non-empty. Immutable: a change is a new config (`with_overrides`).
+    Each field is a `knob` carrying its own documentation.
+    """
+
     # --- Selectors -------------------------------------------------------------------------
-    # PromQL label matchers (without braces) that pick the exporter's series. Point this at your
-    # own scrape job, e.g. 'job="my-vllm-sidecars"' or 'namespace="llm",container="spec-exporter"'.
-    exporter_selector: str = 'job="vllm-spec-exporter"'
-    # Matchers for vLLM's own /metrics (latency histograms, `up` of the server itself). Only the
-    # dashboards' context panels use it; alerts rely on the exporter.
-    vllm_selector: str = 'job="vllm"'
-    # Labels that identify one server in aggregations. Keep `instance` unless your relabelling
-    # puts the pod name elsewhere (e.g. 'pod').
-    instance_label: str = "instance"
-    # Labels kept (besides model_name) when the fleet-level recording rules sum over servers.
-    # Add 'cluster' (multi-cluster) or 'namespace' so separate fleets are not merged. The fleet
-    # rules' level prefix is derived from them: ("job",) gives `job_model:...`.
-    fleet_labels: tuple[str, ...] = ("job",)
+    exporter_selector: str = knob(
+        SELECTORS, 'job="vllm-spec-exporter"',
+        "PromQL label matchers (without braces) that pick the exporter's series. Point this at your own scrape job, "
+        "e.g. 'job=\"my-vllm-sidecars\"' or 'namespace=\"llm\",container=\"spec-exporter\"'.",
+    )
+    vllm_selector: str = knob(
+        SELECTORS, 'job="vllm"',
+        "Matchers for vLLM's own /metrics (latency histograms, `up` of the server itself). Only the dashboards' "
+        "context panels use it; alerts rely on the exporter.",
+    )
+    instance_label: str = knob(
+        SELECTORS, "instance",
+        "Labels that identify one server in aggregations. Keep `instance` unless your relabelling puts the pod name "
+        "elsewhere (e.g. 'pod').",
+    )
+    fleet_labels: tuple[str, ...] = knob(
+        SELECTORS, ("job",),
+        "Labels kept (besides model_name) when the fleet-level recording rules sum over servers. Add 'cluster' "
+        "(multi-cluster) or 'namespace' so separate fleets are not merged. The fleet rules' level prefix is derived "
+        'from them: ("job",) gives `job_model:...`.',
+    )
 
     # --- Acceptance thresholds -------------------------------------------------------------
-    # Below ~50 % acceptance the target model verifies more rejected tokens than speculation saves
-    # for typical k=3..5 drafters; this is the warning line, drawn on every dashboard panel.
-    acceptance_warning_threshold: float = 0.5
-    # Below ~40 % speculation costs more latency and compute than it saves: page someone.
-    acceptance_critical_threshold: float = 0.4
-    # Above this, the dashboards suggest trying a larger k (per-position panel, advisor).
-    acceptance_raise_k_threshold: float = 0.7
+    acceptance_warning_threshold: float = knob(
+        THRESHOLDS, 0.5,
+        "Below ~50 % acceptance the target model verifies more rejected tokens than speculation saves for typical "
+        "k=3..5 drafters; this is the warning line, drawn on every dashboard panel.",
+    )
+    acceptance_critical_threshold: float = knob(
+        THRESHOLDS, 0.4,
+        "Below ~40 % speculation costs more latency and compute than it saves: page someone.",
+    )
+    acceptance_raise_k_threshold: float = knob(
+        THRESHOLDS, 0.7,
+        "Above this, the dashboards suggest trying a larger k (per-position panel, advisor).",
+    )
 
     # --- Windows and durations -------------------------------------------------------------
-    # rate() window of the dashboards' recording rules (rates, ratios, per position). The alerts
-    # use their own windows below. Must cover >= 4 scrape intervals of the exporter job.
-    rate_window: str = "2m"
+    rate_window: str = knob(
+        WINDOWS, "2m",
+        "rate() window of the dashboards' recording rules (rates, ratios, per position). The alerts use their own "
+        "windows below. Must cover >= 4 scrape intervals of the exporter job.",
+    )
 
     # --- Acceptance alerts: a decision on evidence ------------------------------------------
-    # An acceptance alert fires only when the counters *prove* acceptance is below its threshold:
-    # the upper Wilson score bound of acceptance, at this one-sided confidence, is below it ("we
-    # are 95 % sure acceptance is below 50 %"). Higher confidence = fewer false alerts at low
-    # traffic and slower pages there; at high traffic the bound is close to the measured ratio
-    # and the level hardly matters. 98 % is GitLab's metrics-catalog level; with the
-    # overdispersion below it keeps overdispersed night traffic at 55 % free of pages
-    # (bench/alert_quality.py measures both sides).
-    acceptance_confidence: float = 0.98
-    # Trials behind the bound: drafts, not draft tokens (token i+1 is only accepted if token i
-    # was, so the tokens of one draft are not independent). Requests also differ from each other
-    # (prompt mix), which spreads acceptance beyond a binomial at low traffic: the bound counts
-    # drafts / acceptance_overdispersion independent trials (a variance inflation factor, 1 = pure
-    # binomial over drafts). Real vLLM output needs ~1.8 for the prefix structure alone
-    # (tests/test_alerts_statistics.py); the rest covers prompt mix: requests whose own
-    # acceptance spreads ±0.2 and run ~100 drafts each inflate the variance ~10x at low traffic.
-    acceptance_overdispersion: float = 8.0
-    # Two tiers, each a long evidence window AND a short "is it still bad now?" window (SRE
-    # Workbook multi-window alerting). An alert fires when either tier's two bounds are below the
-    # threshold. Fast tier: enough evidence at high traffic within minutes; its short window ends
-    # the alert within about a minute of recovery.
-    acceptance_fast_long_window: str = "5m"
-    acceptance_fast_short_window: str = "1m"
-    # Slow tier: low traffic (about 1 draft/s) collects enough evidence over these windows. While
-    # the fast short window proves acceptance is back above the threshold, this tier is ignored,
-    # so recovery at high traffic ends the alert just as fast.
-    acceptance_slow_long_window: str = "10m"
-    acceptance_slow_short_window: str = "4m"
-    # How long the fast tier's short window must have proven acceptance low (max_over_time)
-    # before the alert fires: what keeps a dip of 2 minutes (a batch of odd prompts) from
-    # alerting, since a dip and a collapse look the same until then. The short window stretches
-    # a dip by up to its own length, less the deeper the dip: 2m30s (critical) and 3m (warning)
-    # keep any 2-minute dip, even to 0 %, from a healthy level of 55 % or more quiet, and page a
-    # busy collapse in about 3 minutes. It runs alongside the long window, not after it. No
-    # keep_firing_for: an alert ends as soon as the short window stops proving it, or when its
-    # series vanish.
-    acceptance_low_for: str = "3m"
-    acceptance_critical_for: str = "2m30s"
-    # The same for the slow tier (both alerts): its short window is longer, so it stretches a
-    # dip more; dip length + slow short window keeps busy servers' dips out of it too.
-    acceptance_slow_for: str = "6m"
-    # Target down / not scraped for this long before alerting.
-    target_down_for: str = "5m"
-    # Spec decoding silently stopped (output flows, no drafts) for this long. Long, because an
-    # n-gram drafter legitimately proposes nothing for a while on text without repeats.
-    spec_decode_stopped_for: str = "10m"
-    # Minimum output tokens/s for "spec decoding stopped" to be meaningful.
-    min_generation_tokens_per_second: float = 1.0
-    # The exporter reports `vllm_spec_decode_enabled 0` (no spec-decode metrics: speculation off,
-    # or a vLLM upgrade renamed them) for this long before SpecDecodeMetricsMissing fires. Long
-    # enough to ride out a rolling restart.
-    spec_decode_missing_for: str = "10m"
-    # Counter resets (vLLM restarts) within reset_window that count as a crash loop. Fires at once
-    # (no `for`): three restarts in the window are already sustained evidence.
-    counter_resets_threshold: int = 3
-    # Window for counting those resets; the alert resolves once the oldest leaves it.
-    reset_window: str = "30m"
+    acceptance_confidence: float = knob(
+        EVIDENCE, 0.98,
+        "An acceptance alert fires only when the counters *prove* acceptance is below its threshold: the upper Wilson"
+        ' score bound of acceptance, at this one-sided confidence, is below it ("we are 95 % sure acceptance is below'
+        ' 50 %"). Higher confidence = fewer false alerts at low traffic and slower pages there; at high traffic the '
+        "bound is close to the measured ratio and the level hardly matters. 98 % is GitLab's metrics-catalog level; "
+        "with the overdispersion below it keeps overdispersed night traffic at 55 % free of pages "
+        "(bench/alert_quality.py measures both sides).",
+    )
+    acceptance_overdispersion: float = knob(
+        EVIDENCE, 8.0,
+        "Trials behind the bound: drafts, not draft tokens (token i+1 is only accepted if token i was, so the tokens "
+        "of one draft are not independent). Requests also differ from each other (prompt mix), which spreads "
+        "acceptance beyond a binomial at low traffic: the bound counts drafts / acceptance_overdispersion independent"
+        " trials (a variance inflation factor, 1 = pure binomial over drafts). Real vLLM output needs ~1.8 for the "
+        "prefix structure alone (tests/test_alerts_statistics.py); the rest covers prompt mix: requests whose own "
+        "acceptance spreads ±0.2 and run ~100 drafts each inflate the variance ~10x at low traffic.",
+    )
+    acceptance_fast_long_window: str = knob(
+        EVIDENCE, "5m",
+        _FAST_TIER_DOC,
+    )
+    acceptance_fast_short_window: str = knob(
+        EVIDENCE, "1m",
+        _FAST_TIER_DOC,
+    )
+    acceptance_slow_long_window: str = knob(
+        EVIDENCE, "10m",
+        _SLOW_TIER_DOC,
+    )
+    acceptance_slow_short_window: str = knob(
+        EVIDENCE, "4m",
+        _SLOW_TIER_DOC,
+    )
+    acceptance_low_for: str = knob(
+        EVIDENCE, "3m",
+        _SUSTAINED_DOC,
+    )
+    acceptance_critical_for: str = knob(
+        EVIDENCE, "2m30s",
+        _SUSTAINED_DOC,
+    )
+    acceptance_slow_for: str = knob(
+        EVIDENCE, "6m",
+        "The same for the slow tier (both alerts): its short window is longer, so it stretches a dip more; dip length"
+        " + slow short window keeps busy servers' dips out of it too.",
+    )
+    target_down_for: str = knob(
+        EVIDENCE, "5m",
+        "Target down / not scraped for this long before alerting.",
+    )
+    spec_decode_stopped_for: str = knob(
+        EVIDENCE, "10m",
+        "Spec decoding silently stopped (output flows, no drafts) for this long. Long, because an n-gram drafter "
+        "legitimately proposes nothing for a while on text without repeats.",
+    )
+    min_generation_tokens_per_second: float = knob(
+        EVIDENCE, 1.0,
+        'Minimum output tokens/s for "spec decoding stopped" to be meaningful.',
+    )
+    spec_decode_missing_for: str = knob(
+        EVIDENCE, "10m",
+        "The exporter reports `vllm_spec_decode_enabled 0` (no spec-decode metrics: speculation off, or a vLLM "
+        "upgrade renamed them) for this long before SpecDecodeMetricsMissing fires. Long enough to ride out a rolling"
+        " restart.",
+    )
+    counter_resets_threshold: int = knob(
+        EVIDENCE, 3,
+        "Counter resets (vLLM restarts) within reset_window that count as a crash loop. Fires at once (no `for`): "
+        "three restarts in the window are already sustained evidence.",
+    )
+    reset_window: str = knob(
+        EVIDENCE, "30m",
+        "Window for counting those resets; the alert resolves once the oldest leaves it.",
+    )
 
     # --- Labels, links ---------------------------------------------------------------------
-    # Severity names, configurable like node-mixin's nodeCriticalSeverity: set
-    # critical_severity="warning" where one server's speculation collapsing should not page.
-    warning_severity: str = "warning"
-    critical_severity: str = "critical"
-    # Extra labels added to every alert (team, routing key). Never target labels.
-    extra_alert_labels: dict[str, str] = field(default_factory=dict)
-    # Where runbooks live; %s is the lower-cased alert name (GitHub anchor).
-    runbook_url_pattern: str = (
-        "https://github.com/vllm-spec-exporter/vllm-spec-exporter/blob/main/docs/runbooks.md#%s"
+    warning_severity: str = knob(
+        LABELS, "warning",
+        _SEVERITY_DOC,
     )
-    # Grafana base URL for dashboard links in alerts; empty gives a relative /d/<uid> link.
-    grafana_url: str = ""
+    critical_severity: str = knob(
+        LABELS, "critical",
+        _SEVERITY_DOC,
+    )
+    extra_alert_labels: dict[str, str] = knob(  # noqa: RUF009 (knob is a dataclasses.field with a default_factory)
+        LABELS, {},
+        "Extra labels added to every alert (team, routing key). Never target labels.",
+    )
+    runbook_url_pattern: str = knob(
+        LABELS, "https://github.com/vllm-spec-exporter/vllm-spec-exporter/blob/main/docs/runbooks.md#%s",
+        "Where runbooks live; %s is the lower-cased alert name (GitHub anchor).",
+    )
+    grafana_url: str = knob(
+        LABELS, "",
+        "Grafana base URL for dashboard links in alerts; empty gives a relative /d/<uid> link.",
+    )
 
     # --- Alertmanager (alerts/alertmanager.yml) ----------------------------------------------
-    # Labels that group alerts into one notification: one message per alert and model, listing
-    # every server affected.
-    alertmanager_group_by: tuple[str, ...] = ("alertname", "model_name")
-    # Wait before the first notification of a new group (collects servers failing together),
-    # between updates of a group, and before re-sending an unchanged firing group.
-    alertmanager_group_wait: str = "30s"
-    alertmanager_group_interval: str = "5m"
-    alertmanager_repeat_interval: str = "4h"
-    # Pager receiver (critical): PagerDuty Events API v2. The routing key is read from this file
-    # so the config holds no secret. Point pager_events_url at a compatible gateway if you use one.
-    pager_routing_key_file: str = "/etc/alertmanager/secrets/pagerduty-routing-key"
-    pager_events_url: str = "https://events.pagerduty.com/v2/enqueue"
-    # Chat receiver (warning): a Slack-compatible incoming-webhook URL read from this file
-    # (Alertmanager 0.25 supports *_file for Slack's URL but not yet for generic webhooks).
-    chat_webhook_url_file: str = "/etc/alertmanager/secrets/chat-webhook-url"
-    chat_channel: str = "#vllm-alerts"
-    # Labels on the Kubernetes PrometheusRule (alerts/prometheusrule.yaml); match them to your
-    # Prometheus Operator's ruleSelector (kube-prometheus-stack: release=<helm release>).
-    prometheus_rule_labels: dict[str, str] = field(
-        default_factory=lambda: {"app.kubernetes.io/name": "vllm-spec-exporter"}
+    alertmanager_group_by: tuple[str, ...] = knob(
+        ALERTMANAGER, ("alertname", "model_name"),
+        "Labels that group alerts into one notification: one message per alert and model, listing every server "
+        "affected.",
+    )
+    alertmanager_group_wait: str = knob(
+        ALERTMANAGER, "30s",
+        _GROUP_TIMING_DOC,
+    )
+    alertmanager_group_interval: str = knob(
+        ALERTMANAGER, "5m",
+        _GROUP_TIMING_DOC,
+    )
+    alertmanager_repeat_interval: str = knob(
+        ALERTMANAGER, "4h",
+        _GROUP_TIMING_DOC,
+    )
+    pager_routing_key_file: str = knob(
+        ALERTMANAGER, "/etc/alertmanager/secrets/pagerduty-routing-key",
+        _PAGER_DOC,
+    )
+    pager_events_url: str = knob(
+        ALERTMANAGER, "https://events.pagerduty.com/v2/enqueue",
+        _PAGER_DOC,
+    )
+    chat_webhook_url_file: str = knob(
+        ALERTMANAGER, "/etc/alertmanager/secrets/chat-webhook-url",
+        _CHAT_DOC,
+    )
+    chat_channel: str = knob(
+        ALERTMANAGER, "#vllm-alerts",
+        _CHAT_DOC,
+    )
+    prometheus_rule_labels: dict[str, str] = knob(  # noqa: RUF009 (knob is a dataclasses.field with a default_factory)
+        ALERTMANAGER, {"app.kubernetes.io/name": "vllm-spec-exporter"},
+        "Labels on the Kubernetes PrometheusRule (alerts/prometheusrule.yaml); match them to your Prometheus "
+        "Operator's ruleSelector (kube-prometheus-stack: release=<helm release>).",
     )
 
     # --- Dashboards ------------------------------------------------------------------------
-    # Stable dashboard UIDs start with this; the main one is `<prefix>-overview`, which every
-    # alert's dashboard_url links to.
-    dashboard_uid_prefix: str = "vllm-spec"
-    # Grafana tags on every dashboard (dashboard lists, links between them).
-    dashboard_tags: tuple[str, ...] = ("vllm", "speculative-decoding", "vllm-spec-exporter")
-    # Auto-refresh interval and default time range of the dashboards.
-    dashboard_refresh: str = "30s"
-    dashboard_time_from: str = "now-1h"
+    dashboard_uid_prefix: str = knob(
+        DASHBOARDS, "vllm-spec",
+        "Stable dashboard UIDs start with this; the main one is `<prefix>-overview`, which every alert's "
+        "dashboard_url links to.",
+    )
+    dashboard_tags: tuple[str, ...] = knob(
+        DASHBOARDS, ("vllm", "speculative-decoding", "vllm-spec-exporter"),
+        "Grafana tags on every dashboard (dashboard lists, links between them).",
+    )
+    dashboard_refresh: str = knob(
+        DASHBOARDS, "30s",
+        _REFRESH_DOC,
+    )
+    dashboard_time_from: str = knob(
+        DASHBOARDS, "now-1h",
+        _REFRESH_DOC,
+    )
 
     def with_overrides(self, overrides: dict[str, Any]) -> MixinConfig:
         """Return a copy with `overrides` applied; unknown keys and wrong types are errors."""
@@ -221,6 +360,28 @@ _DURATION_KEYS = (
 
 
 _UNIT_SECONDS = {"y": 365 * 86400, "w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
+
+
+class Knob(NamedTuple):
+    """One row of the knob table: section, key, default (as YAML), what it does."""
+
+    section: str
+    name: str
+    default: str
+    doc: str
+
+
+def knobs() -> list[Knob]:
+    """Every MixinConfig field with its default and documentation, in definition order."""
+    return [Knob(f.metadata["section"], f.name, _default_text(f), f.metadata["doc"])
+            for f in dataclasses.fields(MixinConfig)]
+
+
+def _default_text(f: dataclasses.Field[Any]) -> str:
+    value = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+    if isinstance(value, tuple):
+        value = list(value)
+    return yaml.safe_dump(value, default_flow_style=True, width=1_000_000).strip().removesuffix("...").strip()
 
 
 def _seconds(duration: str) -> float:

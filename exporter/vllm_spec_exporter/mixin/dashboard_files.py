@@ -150,8 +150,7 @@ def readme_markdown(cfg: MixinConfig, models: dict[str, dict]) -> str:
         "`.+`, refreshed on time-range change |"
         for variable in overview_model["templating"]["list"] if variable["type"] == "query"
     ]
-    return fill(
-        "dashboards-README.md",
+    return fill("dashboards-README.md", dict(
         overview_title=overview_model["title"],
         fleet_title=fleet_model["title"],
         overview_file=file_name(OVERVIEW_PATH),
@@ -166,7 +165,7 @@ def readme_markdown(cfg: MixinConfig, models: dict[str, dict]) -> str:
         variable_rows="\n".join(variable_rows),
         overview_panels="\n".join(_panel_tables(overview_model, "Top row (always visible)")).strip("\n"),
         fleet_panels="\n".join(_panel_tables(fleet_model, "Top row (always visible)")).strip("\n"),
-    )
+    ))
 
 
 def file_name(path: str) -> str:

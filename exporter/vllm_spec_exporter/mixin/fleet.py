@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
-from . import frame, links, rules
+from . import alert_rules, frame, links
 from .config import MixinConfig
 from .layout import Layout
 from .panels import (
@@ -88,14 +88,14 @@ def top_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
     servers = named_stat(
         "Servers by acceptance",
         f"How many servers (with draft traffic) are accepted at or above {warn}, between {crit} "
-        f"and {warn} (alert {rules.ACCEPTANCE_LOW}) and below {crit} (alert "
-        f"{rules.ACCEPTANCE_CRITICAL}), each server's acceptance summed over its models and "
+        f"and {warn} (alert {alert_rules.ACCEPTANCE_LOW}) and below {crit} (alert "
+        f"{alert_rules.ACCEPTANCE_CRITICAL}), each server's acceptance summed over its models and "
         "engines before dividing. Good: every server in the first band, the other two 0. "
         "'No traffic' means no server proposed draft tokens in the window.",
         [Query(q.servers_in_band(low, high), legend, instant=True) for legend, low, high, _ in bands],
         decimals=0,
         color_mode=BACKGROUND,
-    ).links(runbook_links(cfg, rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL))
+    ).links(runbook_links(cfg, alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL))
     for legend, _, high, color in bands:
         band_thresholds = count_thresholds(color) if high is not None else thresholds(color)
         servers = servers.override_by_name(legend, [dashboard_models.DynamicConfigValue(
@@ -105,13 +105,13 @@ def top_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
     layout.add(count_stat(
         "Spec decoding off",
         "Servers whose vLLM exposes no spec-decode metrics: speculation is not configured, or a "
-        "vLLM upgrade renamed the metrics (alert " + rules.METRICS_MISSING + "). Good is 0, "
+        "vLLM upgrade renamed the metrics (alert " + alert_rules.METRICS_MISSING + "). Good is 0, "
         "unless some servers are meant to run without speculation. The table 'Servers not "
         "speculating' names them.",
         [Query(q.spec_decode_off_servers(), "spec off")],
         color="orange",
         no_value=NO_EXPORTER,
-    ).links(runbook_links(cfg, rules.METRICS_MISSING)), 3, 5)
+    ).links(runbook_links(cfg, alert_rules.METRICS_MISSING)), 3, 5)
     layout.add(targets_down_stat(cfg, q), 3, 5)
     layout.add(firing_alerts_stat(cfg, q), 3, 5)
 
@@ -150,7 +150,7 @@ def servers_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         no_value=NO_EXPORTER,
     ).links([link("Overview", overview + "?${__all_variables}&${__url_time_range}",
                   "The overview dashboard with this selection and time range").target_blank(False),
-             *runbook_links(cfg, rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL)]), 24, 9)
+             *runbook_links(cfg, alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL)]), 24, 9)
     layout.add(bargauge_panel(
         "Acceptance by server",
         "Each server's acceptance now (accepted / drafted over its models and engines), lowest "
@@ -199,7 +199,8 @@ def models_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         labels={"model_name": "model"},
         sort_by="acceptance",
         no_value=NO_EXPORTER,
-    ).links(runbook_links(cfg, rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL)), 12, 8)  # 10: columns scrolled away
+    ).links(runbook_links(cfg, alert_rules.ACCEPTANCE_LOW,
+                          alert_rules.ACCEPTANCE_CRITICAL)), 12, 8)  # 10: columns scrolled away
     layout.add(acceptance_by_model(cfg, q), 12, 8)
 
 
@@ -216,5 +217,6 @@ def not_speculating_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         [Query(q.not_speculating(), table=True)],
         hidden_columns=("Time", "Value"),
         no_value="None: every server speculates",
-    ).links(runbook_links(cfg, rules.METRICS_MISSING, rules.VLLM_UNREACHABLE, rules.EXPORTER_DOWN)), 12, 6)
+    ).links(runbook_links(cfg, alert_rules.METRICS_MISSING, alert_rules.VLLM_UNREACHABLE,
+                          alert_rules.EXPORTER_DOWN)), 12, 6)
     layout.add(firing_alerts_table(cfg, q), 12, 5)

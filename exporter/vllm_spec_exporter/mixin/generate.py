@@ -16,12 +16,14 @@ from pathlib import Path
 
 import yaml
 
-from . import alerts, dashboard_files, docs, kubernetes
+from . import alertmanager, dashboard_files, docs, kubernetes, rule_files, runbooks
 from .config import MixinConfig, load_config
 
 RENDERERS: tuple[Callable[[MixinConfig], dict[str, str]], ...] = (
     docs.render,
-    alerts.render,
+    rule_files.render,
+    alertmanager.render,
+    runbooks.render,
     dashboard_files.render,
     kubernetes.render,
 )

@@ -20,10 +20,10 @@ from typing import Any
 
 from .. import __version__
 from ..settings import DEFAULT_PORT
-from . import alerts, dashboard_files, fleet, overview
-from .alerts import dump_yaml
+from . import dashboard_files, fleet, overview, rule_files
 from .config import MixinConfig
 from .templates import fill
+from .yaml_text import dump_yaml
 
 ROOT = "deploy/kubernetes"
 BASE = f"{ROOT}/base"
@@ -244,20 +244,19 @@ def _commented(comment: str, data: Any) -> str:
 def readme_text(cfg: MixinConfig) -> str:
     relabelings = target_relabelings(cfg)
     static = ", ".join(f'`{r["targetLabel"]}="{r["replacement"]}"`' for r in relabelings) or "none"
-    return fill(
-        "kubernetes-README.md",
+    return fill("kubernetes-README.md", dict(
         vllm_target=VLLM_TARGET, port=DEFAULT_PORT, port_name=PORT_NAME, scrape_interval=scrape_interval(cfg),
         container_name=CONTAINER_NAME, pod_label=POD_LABEL[0], pod_label_value=POD_LABEL[1],
         example_deployment=EXAMPLE_DEPLOYMENT, example_namespace=EXAMPLE_NAMESPACE,
         kube_prometheus_release=KUBE_PROMETHEUS_RELEASE, example_image=EXAMPLE_IMAGE, version=__version__,
         exporter_selector=cfg.exporter_selector, vllm_selector=cfg.vllm_selector, static_labels=static,
         overview_title=overview.TITLE, fleet_title=fleet.TITLE,
-    )
+    ))
 
 
 # Byte-identical copies (kustomize cannot load ../../alerts or ../../dashboards): {copy: original}.
 COPIES = {
-    PROMETHEUS_RULE_FILE: alerts.PROMETHEUS_RULE_FILE,
+    PROMETHEUS_RULE_FILE: rule_files.PROMETHEUS_RULE_FILE,
     DASHBOARDS_CONFIGMAP_FILE: dashboard_files.CONFIGMAP_PATH,
 }
 

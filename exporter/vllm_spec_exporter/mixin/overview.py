@@ -11,7 +11,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
 from ..names import MetricName
-from . import frame, links, rules
+from . import alert_rules, frame, links, recording_rules
 from .config import MixinConfig
 from .layout import Layout
 from .panels import (
@@ -117,7 +117,7 @@ def top_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
          Query(q.sum_rate(DRAFT_TOKENS), "drafted")],
         text_mode=VALUE_AND_NAME,
         decimals=1,
-    ).links(runbook_links(cfg, rules.DRAFTS_STOPPED)), 5, 5)
+    ).links(runbook_links(cfg, alert_rules.DRAFTS_STOPPED)), 5, 5)
     layout.add(targets_down_stat(cfg, q), 3, 5)
     layout.add(firing_alerts_stat(cfg, q), 3, 5)
 
@@ -353,7 +353,7 @@ def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
          Query(q.per_target("up"), f"{instance_legend} exporter scraped")],
         max_value=1,
         legend_calcs=("min", "lastNotNull"),
-    ).links(runbook_links(cfg, rules.VLLM_UNREACHABLE, rules.EXPORTER_DOWN)), 8, 8)
+    ).links(runbook_links(cfg, alert_rules.VLLM_UNREACHABLE, alert_rules.EXPORTER_DOWN)), 8, 8)
     layout.add(timeseries_panel(
         "Scrape errors by reason",
         "Failed or partly rejected polls of vLLM per second, by reason (timeout, connect, "
@@ -372,7 +372,7 @@ def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         [Query(q.counter_resets(), instance_legend)],
         bars=True,
         legend_calcs=("sum", "max"),
-    ).links(runbook_links(cfg, rules.VLLM_RESTARTING)), 8, 8)
+    ).links(runbook_links(cfg, alert_rules.VLLM_RESTARTING)), 8, 8)
     layout.add(timeseries_panel(
         "Age of the last successful poll",
         "Seconds since the exporter last read vLLM successfully, per server. Good: about one "
@@ -400,7 +400,7 @@ def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         renames={"Value #B": "spec decoding on"},
         merge=True,
         no_value=NO_EXPORTER,
-    ).links(runbook_links(cfg, rules.METRICS_MISSING)), 8, 6)
+    ).links(runbook_links(cfg, alert_rules.METRICS_MISSING)), 8, 6)
     layout.add(firing_alerts_table(cfg, q), 24, 5)
 
 
@@ -408,7 +408,7 @@ def acceptance_with_bound_by_instance(cfg: MixinConfig, q: Queries):
     """The fleet's per-server acceptance panel plus the Wilson bounds the acceptance alerts read
     (fast tier's evidence window), per server and model: the page fires when the dashed upper
     line stays under a threshold line, so panel and page agree."""
-    evidence = rules.evidence_names(cfg.acceptance_fast_long_window)
+    evidence = recording_rules.evidence_names(cfg.acceptance_fast_long_window)
     server_model = join_matchers(q.sel.target, 'model_name=~"$model_name"')
     bound_legend = legend_label(cfg.instance_label) + " {{model_name}} "
     conf = cfg.confidence_label

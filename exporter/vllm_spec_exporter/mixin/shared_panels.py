@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard, stat, table, timeseries
 
-from . import links, rules
+from . import alert_rules, links
 from .config import MixinConfig
 from .panels import NUMBER, SPEEDUP, Query, acceptance_thresholds, link, table_panel, thresholds
 from .presets import BACKGROUND, NO_EXPORTER, count_stat, ratio_series, ratio_stat, traffic_stat
@@ -44,13 +44,13 @@ def acceptance_stat(cfg: MixinConfig, q: Queries, title: str, scope: str) -> sta
         f"Share of draft tokens the target model accepted, {scope} "
         "(accepted / drafted, summed before dividing). Good: green, at or above "
         f"{warn}; speculation pays off. Orange below {warn}: the target verifies more rejected "
-        f"tokens than speculation saves (alert {rules.ACCEPTANCE_LOW}). Red below {crit}: "
-        f"speculation costs latency and compute (alert {rules.ACCEPTANCE_CRITICAL}). "
+        f"tokens than speculation saves (alert {alert_rules.ACCEPTANCE_LOW}). Red below {crit}: "
+        f"speculation costs latency and compute (alert {alert_rules.ACCEPTANCE_CRITICAL}). "
         '"No traffic" means no draft tokens in the window.',
         [Query(q.acceptance(), "acceptance")],
         thresholds_config=acceptance_thresholds(cfg),
         color_mode=BACKGROUND,
-    ).links(runbook_links(cfg, rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL))
+    ).links(runbook_links(cfg, alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL))
 
 
 def speedup_thresholds() -> dashboard.ThresholdsConfig:
@@ -82,7 +82,7 @@ def targets_down_stat(cfg: MixinConfig, q: Queries) -> stat.Panel:
         "other panel is then empty for that reason, not because of idle traffic.",
         [Query(q.targets_down(), "down")],
         no_value=NO_EXPORTER,
-    ).links(runbook_links(cfg, rules.VLLM_UNREACHABLE, rules.EXPORTER_DOWN, rules.EXPORTER_ABSENT))
+    ).links(runbook_links(cfg, alert_rules.VLLM_UNREACHABLE, alert_rules.EXPORTER_DOWN, alert_rules.EXPORTER_ABSENT))
 
 
 def firing_alerts_stat(cfg: MixinConfig, q: Queries) -> stat.Panel:
@@ -136,7 +136,7 @@ def acceptance_by_model(cfg: MixinConfig, q: Queries) -> timeseries.Panel:
         + " A step down at one moment points at a deploy or a prompt-mix change; a slow slide at "
         "a load increase.",
         [Query(q.acceptance(("model_name",)), "{{model_name}}")],
-    ).links(runbook_links(cfg, rules.ACCEPTANCE_LOW, rules.ACCEPTANCE_CRITICAL))
+    ).links(runbook_links(cfg, alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL))
 
 
 def acceptance_by_instance(cfg: MixinConfig, q: Queries) -> timeseries.Panel:

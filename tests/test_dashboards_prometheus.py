@@ -303,7 +303,7 @@ def test_tables_show_labels(stack: dict, model: dict) -> None:
     schema_panel = next(p for p in dashboard_files.iter_panels(model)
                         if p["title"] == "Detected schema and spec decoding")
     (info,) = run(stack["prom"], schema_panel["targets"][0]["expr"])
-    assert info["metric"]["schema"] == "v1"
+    assert info["metric"]["schema"] == "v1" and info["metric"]["engine_family"] == "vllm"
     assert info["metric"]["instance"] == stack["exporter_instance"]
     (enabled,) = run(stack["prom"], schema_panel["targets"][1]["expr"])
     assert float(enabled["value"][1]) == 1
@@ -315,7 +315,7 @@ def test_tables_show_labels(stack: dict, model: dict) -> None:
 def test_variables_offer_the_scraped_values(stack: dict, model: dict) -> None:
     """Run each variable's label_values() the way Grafana does (/api/v1/label/<l>/values?match[]=)."""
     prom: Prometheus = stack["prom"]
-    expected = {"job": ["vllm-spec-exporter"], "instance": [stack["exporter_instance"]],
+    expected = {"job": ["vllm-spec-exporter"], "engine_family": ["vllm"], "instance": [stack["exporter_instance"]],
                 "model_name": sorted(MODELS), "engine": sorted(ENGINES)}
     for variable in model["templating"]["list"]:
         if variable["type"] != "query":

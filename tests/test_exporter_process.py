@@ -28,11 +28,12 @@ def test_serves_every_derived_and_health_metric_and_no_colons():
         assert m["vllm_spec_decode_enabled"][()] == 1
         assert m["vllm_spec_decode_num_speculative_tokens"][SERIES] == 3
         served = set(m)
-        missing = schema.exposed_names() - served
+        # Every name but the other engines' own gauges (tests/test_engines.py serves those).
+        missing = schema.exposed_names() - served - {m.name for m in schema.ENGINE_GAUGES}
         assert not missing, missing
         assert not [name for name in served if ":" in name]
         info = m["vllm_spec_exporter_target_info"]
-        assert (("schema", "v1"), ("version", "")) in info
+        assert (("engine_family", "vllm"), ("schema", "v1"), ("version", "")) in info
 
 
 def test_target_down_omits_vllm_series_and_recovers():
@@ -63,7 +64,8 @@ def test_spec_decoding_off_reports_disabled_not_error():
         m = exporter.metrics()
         assert m["vllm_spec_exporter_target_up"][()] == 1
         assert "vllm_spec_decode_acceptance_ratio" not in m
-        assert (("schema", "none"), ("version", "")) in m["vllm_spec_exporter_target_info"]
+        assert (("engine_family", "vllm"), ("schema", "none"), ("version", "")) in m[
+            "vllm_spec_exporter_target_info"]
 
 
 def test_restart_is_counted_and_never_negative():

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vllm_spec_exporter.derive import derive
+from vllm_spec_exporter.engines import FOREIGN_KEY, NAMES, PREFIXES, EngineError
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import FAMILIES, ParseError, parse
 from vllm_spec_exporter.window import SeriesLimitError, WindowStore
@@ -22,8 +23,11 @@ from vllm_spec_exporter.window import SeriesLimitError, WindowStore
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "3400"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 
-prefixes = st.sampled_from(["vllm:", "vllm_", "ray_vllm:", "ray_vllm_", "vlm:", ""])
-families = st.sampled_from([*FAMILIES, "spec_decode_num_drafts_totally", "num_requests_waiting_by_reason"])
+prefixes = st.sampled_from(["vllm:", "vllm_", "ray_vllm:", "ray_vllm_", "vlm:", "", *PREFIXES])
+ENGINE_NAMES = sorted({name for names in NAMES.values() for name in names})
+families = st.sampled_from([*FAMILIES, *ENGINE_NAMES, "spec_decode_num_drafts_totally",
+                            "num_requests_waiting_by_reason"])
+KNOWN_KEYS = {*FAMILIES.values(), *(key for names in NAMES.values() for key in names.values()), FOREIGN_KEY}
 suffixes = st.sampled_from(["_total", "_created", "", "_bucket"])
 label_values = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=8)
 label_names = st.sampled_from(["model_name", "engine", "position", "le", "x", "bad name", ""])
@@ -61,14 +65,14 @@ def test_parse_returns_samples_or_a_parse_error(text):
         assert str(error)
         return
     for s in samples:
-        assert s.key in set(FAMILIES.values())
+        assert s.key in KNOWN_KEYS
         assert isinstance(s.value, float)
 
 
 @FUZZ
 @given(st.binary(max_size=400))
 def test_arbitrary_bytes_never_escape_as_other_errors(data):
-    with contextlib.suppress(ParseError):
+    with contextlib.suppress(ParseError, EngineError):
         normalise(parse(data.decode("utf-8", errors="replace")))
 
 

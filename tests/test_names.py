@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from vllm_spec_exporter import names, schema
+from vllm_spec_exporter import engines, names, schema
 from vllm_spec_exporter.names import CounterKey, Family, MetricName, SeriesKey
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import FAMILIES, parse
@@ -17,7 +17,11 @@ def test_every_served_name_has_exactly_one_schema_row() -> None:
 
 
 def test_every_family_is_parsed_and_every_parsed_family_is_named() -> None:
-    assert set(FAMILIES.values()) == set(Family)
+    # vLLM's names (parse.FAMILIES), the other engines' (engines.NAMES) and the one stand-in key
+    # for an unknown engine's spec-decode name.
+    other_engines = {key for names_of in engines.NAMES.values() for key in names_of.values()}
+    assert set(FAMILIES.values()) | other_engines | {Family.FOREIGN_SPEC} == set(Family)
+    assert set(FAMILIES.values()) <= set(Family) and other_engines <= set(Family)
 
 
 def test_served_names_follow_prometheus_naming() -> None:

@@ -82,9 +82,15 @@ def test_unwanted_families_that_share_a_prefix_are_ignored():
         '# TYPE vllm:num_requests_waiting_by_reason gauge\n'
         'vllm:num_requests_waiting_by_reason{reason="capacity"} 4\n'
         'vllm:spec_decode_num_drafts_totally_else 1\n'
-        'myvllm:spec_decode_num_drafts_total 9\n'
+        'myvllm_requests_total 9\n'
     )
     assert parse(text) == []
+
+
+def test_spec_names_of_an_unknown_engine_are_reported_not_dropped():
+    # Not vLLM's counter: an engine we do not know. normalise turns this into schema "unknown".
+    samples = parse('# TYPE myvllm:spec_decode_num_drafts_total counter\nmyvllm:spec_decode_num_drafts_total 9\n')
+    assert [(s.key, s.label_text) for s in samples] == [("foreign_spec", "myvllm:spec_decode_num_drafts_total")]
 
 
 def test_special_float_values_are_kept_for_normalise_to_judge():

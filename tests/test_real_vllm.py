@@ -47,7 +47,8 @@ def test_exporter_against_real_vllm(server):
         assert wait_until(lambda: exporter.metrics()["vllm_spec_exporter_target_up"][()] == 1, 15)
         m = exporter.metrics()
         assert m["vllm_spec_decode_enabled"][()] == 1
-        assert (("schema", "v1"), ("version", "0.32.0")) in m["vllm_spec_exporter_target_info"]
+        assert (("engine_family", "vllm"), ("schema", "v1"), ("version", "0.32.0")) in m[
+            "vllm_spec_exporter_target_info"]
 
         high = run_phase(server.url, server.model_name, high_acceptance_phase(max_requests=8, max_tokens=96))
         assert high.requests_ok == 8, high.errors

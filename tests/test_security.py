@@ -76,7 +76,9 @@ def test_no_request_parameter_changes_where_the_exporter_connects():
                 requests.get(exporter.url + path, timeout=5)
             time.sleep(1)
         assert elsewhere.requests == []
-        assert target.requests and all(r.startswith(b"GET /metrics ") or r.startswith(b"GET /version ")
+        # /version (vLLM), /props (llama.cpp's version), /v1/models (the model of unlabelled engines).
+        assert target.requests and all(r.startswith((b"GET /metrics ", b"GET /version ", b"GET /props ",
+                                                     b"GET /v1/models "))
                                        for r in target.requests)
 
 

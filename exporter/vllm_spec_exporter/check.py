@@ -17,6 +17,7 @@ from typing import Any
 
 from . import advisor, settings, terminal
 from .derive import SeriesFigures, derive_series, derive_v0, figures
+from .engines import COUNTER_SCHEMAS
 from .names import Schema
 from .normalise import Snapshot
 from .poller import Poller
@@ -138,6 +139,9 @@ def build_reports(poller: Poller, snap: Snapshot, min_draft_tokens: float,
 def verdict(schema: str, reports: list[ModelReport], threshold: float) -> tuple[int, str]:
     if schema == Schema.NONE:
         return EXIT_UNKNOWN, "SPEC DECODING OFF — the server exposes no speculative-decoding metrics"
+    if schema not in COUNTER_SCHEMAS and schema != Schema.V0:
+        return EXIT_UNKNOWN, (f"CANNOT JUDGE — schema {schema} has no acceptance counters "
+                              "(README: Engine support)")
     rates = {r.model: r.values.get("vllm_spec_decode_acceptance_ratio") for r in reports}
     judged = {m: a for m, a in rates.items() if a is not None}
     if not judged:
@@ -187,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
     reports = build_reports(poller, snap, args.min_draft_tokens, draft_cost)
     code, line = verdict(snap.schema, reports, args.threshold)
     data = to_json(fetcher.url, result.version, snap.schema, duration, polls, reports, line, code)
+    data["engine_family"] = snap.engine_family
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     _print(args, data, lambda: render_table(data, args.threshold, color))
     return code

@@ -8,9 +8,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from . import __version__
-from .names import SCRAPE_ERROR_REASONS, Family, MetricName, Schema
+from .names import SCRAPE_ERROR_REASONS, Family, MetricName
 from .poller import Poller, PollResult
-from .schema import BY_NAME, CONTEXT, COUNTERS, DERIVED
+from .schema import BY_NAME, CONTEXT, COUNTERS, DERIVED, ENGINE_GAUGES
 
 __all__ = ["SpecDecodeCollector"]
 
@@ -26,6 +26,12 @@ _CONTEXT_NAMES = {
     Family.REQUESTS_RUNNING: MetricName.REQUESTS_RUNNING,
     Family.REQUESTS_WAITING: MetricName.REQUESTS_WAITING,
     Family.KV_CACHE_USAGE: MetricName.KV_CACHE_USAGE_RATIO,
+}
+# The engine's own gauges (SGLang, TensorRT-LLM), served as they are: not windowed.
+_ENGINE_GAUGE_NAMES = {
+    Family.ENGINE_ACCEPTANCE_LENGTH: MetricName.ENGINE_ACCEPTANCE_LENGTH,
+    Family.ENGINE_ACCEPTANCE_RATE: MetricName.ENGINE_ACCEPTANCE_RATIO,
+    Family.ENGINE_DRAFT_OVERHEAD: MetricName.ENGINE_DRAFT_OVERHEAD_RATIO,
 }
 
 
@@ -70,16 +76,17 @@ class SpecDecodeCollector(Collector):
         for name, labels, value in result.derived:
             derived[name].add_metric(list(labels), value)
         yield from (f for f in derived.values() if f.samples)
-        if snap.schema == Schema.V1:
+        if snap.windowed:
             counters = {m.name: _counter(m.name) for m in COUNTERS}
             for (family, series, position), value in sorted(snap.exported_counters().items()):
                 labels = [*series, position] if position else list(series)
                 counters[_COUNTER_NAMES[family]].add_metric(labels, value)
             yield from (f for f in counters.values() if f.samples)
-        context = {m.name: _gauge(m.name) for m in CONTEXT}
+        context = {m.name: _gauge(m.name) for m in (*CONTEXT, *ENGINE_GAUGES)}
         for (family, series), value in sorted(snap.gauges.items()):
-            if family in _CONTEXT_NAMES:
-                context[_CONTEXT_NAMES[family]].add_metric(list(series), value)
+            name = _CONTEXT_NAMES.get(family) or _ENGINE_GAUGE_NAMES.get(family)
+            if name:
+                context[name].add_metric(list(series), value)
         yield from (f for f in context.values() if f.samples)
 
     def _health(self, result: PollResult) -> Iterator[Metric]:
@@ -87,9 +94,9 @@ class SpecDecodeCollector(Collector):
         up = _gauge(MetricName.TARGET_UP)
         up.add_metric([], 1.0 if result.target_up else 0.0)
         yield up
-        if result.target_up:
-            enabled = _gauge(MetricName.SPEC_DECODE_ENABLED)
-            enabled.add_metric([], 1.0 if result.schema != Schema.NONE else 0.0)
+        if result.target_up and result.snapshot is not None and result.snapshot.spec_enabled is not None:
+            enabled = _gauge(MetricName.SPEC_DECODE_ENABLED)  # omitted for a diffusion model: not "off"
+            enabled.add_metric([], 1.0 if result.snapshot.spec_enabled else 0.0)
             yield enabled
         duration = _gauge(MetricName.SCRAPE_DURATION_SECONDS)
         duration.add_metric([], result.duration_seconds)
@@ -105,7 +112,8 @@ class SpecDecodeCollector(Collector):
         resets.add_metric([], float(result.counter_resets))
         yield resets
         info = _info(MetricName.TARGET_INFO)
-        info.add_metric([], {"schema": result.schema, "version": result.version})
+        info.add_metric([], {"engine_family": result.engine_family, "schema": result.schema,
+                             "version": result.version})
         yield info
         window = _gauge(MetricName.CONFIG_WINDOW_SECONDS)
         window.add_metric([], poller.store.window_seconds)

@@ -65,8 +65,8 @@ def derive(store: WindowStore, snap: Snapshot, min_draft_tokens: float,
            draft_cost: float = DEFAULT_DRAFT_COST) -> list[Sample]:
     if snap.schema == Schema.V0:
         return derive_v0(snap)
-    if snap.schema != Schema.V1:
-        return []
+    if not snap.windowed:
+        return []  # no counters (SGLang's gauges, a diffusion model, no spec decoding)
     out: list[Sample] = []
     for series in snap.series_keys():
         fig = figures(store, snap, series)
@@ -105,6 +105,12 @@ def derive_series(series: SeriesKey, f: SeriesFigures, min_draft_tokens: float,
     if f.k:
         emit(MetricName.NUM_SPECULATIVE_TOKENS, float(f.k))
 
+    if T is None and D is not None and A is not None:
+        # No draft-token counter (TGI): only the mean acceptance length, guarded on steps, each of
+        # which carried at least one draft token.
+        if D > 0 and min_draft_tokens <= D:
+            emit(MetricName.MEAN_ACCEPTANCE_LENGTH, 1 + A / D)
+        return out
     enough = T is not None and T > 0 and min_draft_tokens <= T
     if not enough or A is None:
         return out
@@ -112,7 +118,7 @@ def derive_series(series: SeriesKey, f: SeriesFigures, min_draft_tokens: float,
     if G is not None:
         emit_ratio(MetricName.DRAFT_OUTPUT_RATIO, A, G)
     if D is None or D <= 0:
-        return out  # vLLM 0.8.3-0.8.4 had no drafts counter: acceptance only
+        return out  # no drafts counter (vLLM 0.8.3-0.8.4, TensorRT-LLM): acceptance only
     if D * max(f.k, 1) >= A or not f.k:
         emit(MetricName.MEAN_ACCEPTANCE_LENGTH, 1 + A / D)
     if D * f.k >= T or not f.k:

@@ -72,6 +72,8 @@ class Fetcher:
         self.url = metrics_url(target)
         parts = urlsplit(self.url)
         self.version_url = urlunsplit((parts.scheme, parts.netloc, "/version", "", ""))
+        self.models_url = urlunsplit((parts.scheme, parts.netloc, "/v1/models", "", ""))
+        self.props_url = urlunsplit((parts.scheme, parts.netloc, "/props", "", ""))
         self.timeout = timeout
         self.max_bytes = max_bytes
         self._worker: threading.Thread | None = None
@@ -93,15 +95,34 @@ class Fetcher:
         return body.decode("utf-8", errors="replace")
 
     def get_version(self) -> str:
-        """vLLM's version from GET /version, or "" when the server does not say."""
+        """The server's version: vLLM's GET /version, else llama.cpp's `build_info` from GET /props
+        (`b11434-…`), or "" when the server does not say."""
+        for url, key, limit in ((self.version_url, "version", 4096), (self.props_url, "build_info", 1 << 20)):
+            try:
+                raw = self._bounded(lambda url=url, limit=limit: self._get(url, limit), f"GET {url}",
+                                    min(self.timeout, 1.0))
+                body = json.loads(raw)
+            except (FetchError, ValueError):
+                continue
+            version = body.get(key, "") if isinstance(body, dict) else ""
+            if isinstance(version, str) and 0 < len(version) < 64:
+                return version
+        return ""
+
+    def get_model_name(self) -> str:
+        """The one model an OpenAI-compatible server lists at GET /v1/models, or "" (none, several,
+        or no such endpoint): for engines whose metrics carry no model_name label."""
         try:
-            raw = self._bounded(lambda: self._get(self.version_url, 4096), f"GET {self.version_url}",
+            raw = self._bounded(lambda: self._get(self.models_url, 65536), f"GET {self.models_url}",
                                 min(self.timeout, 1.0))
             body = json.loads(raw)
-            version = body.get("version", "") if isinstance(body, dict) else ""
-            return version if isinstance(version, str) and len(version) < 64 else ""
+            models = body.get("data") if isinstance(body, dict) else None
+            if isinstance(models, list) and len(models) == 1 and isinstance(models[0], dict):
+                name = models[0].get("id", "")
+                return name if isinstance(name, str) and len(name) < 256 else ""
         except (FetchError, ValueError):
-            return ""
+            pass
+        return ""
 
     def _bounded(self, request: Callable[[], bytes], what: str, budget: float) -> bytes:
         """Run `request` with a hard deadline for the whole exchange: socket timeouts bound each

@@ -17,10 +17,14 @@ from enum import StrEnum
 from typing import NamedTuple
 
 __all__ = [
+    "FAMILY_MIXED",
+    "FAMILY_UNKNOWN",
     "POSITION_LABELS",
     "SCRAPE_ERROR_REASONS",
     "SERIES_LABELS",
+    "TARGET_INFO_LABELS",
     "CounterKey",
+    "EngineFamily",
     "Family",
     "MetricName",
     "Schema",
@@ -45,6 +49,35 @@ class Family(StrEnum):
     REQUESTS_RUNNING = "requests_running"
     REQUESTS_WAITING = "requests_waiting"
     KV_CACHE_USAGE = "kv_cache_usage"
+    # Engines' own last-batch / last-iteration gauges (SGLang, TensorRT-LLM; engines.py): served as
+    # such, never windowed.
+    ENGINE_ACCEPTANCE_LENGTH = "engine_acceptance_length"
+    ENGINE_ACCEPTANCE_RATE = "engine_acceptance_rate"
+    ENGINE_DRAFT_OVERHEAD = "engine_draft_overhead"
+    # vLLM serving a diffusion LLM: the spec-decode stats renamed (they mean denoising, not drafts).
+    DIFFUSION_STEPS = "diffusion_steps"
+    DIFFUSION_CANVAS_POSITIONS = "diffusion_canvas_positions"
+    DIFFUSION_COMMITTED_TOKENS = "diffusion_committed_tokens"
+    # A spec-decode-like name from an engine the exporter does not know (parse.py); never served.
+    FOREIGN_SPEC = "foreign_spec"
+
+
+class EngineFamily(StrEnum):
+    """The inference engine a target runs (the `engine_family` label of target_info; engines.py).
+
+    Distinct from the `engine` label, which stays vLLM's (and SGLang's) data-parallel engine index.
+    """
+
+    VLLM = "vllm"
+    LLAMACPP = "llamacpp"
+    TRTLLM = "trtllm"
+    SGLANG = "sglang"
+    TGI = "tgi"
+
+
+# target_info{engine_family} values for expositions that name no single known family.
+FAMILY_MIXED = "mixed"
+FAMILY_UNKNOWN = "unknown"
 
 
 class Schema(StrEnum):
@@ -52,7 +85,14 @@ class Schema(StrEnum):
 
     V1 = "v1"  # spec-decode counters: windowed ratios are exact
     V0 = "v0"  # the legacy engine's lifetime gauges
+    DIFFUSION = "diffusion"  # vLLM serving a diffusion LLM: nothing speculates
+    LLAMACPP = "llamacpp"  # llama.cpp server counters: windowed like V1
+    TRTLLM = "trtllm"  # TensorRT-LLM iteration counters plus last-iteration gauges
+    SGLANG = "sglang-gauges"  # SGLang's last-batch gauges only
+    TGI = "tgi-summary"  # TGI's skipped-tokens summary: mean acceptance length only
     NONE = "none"  # no spec-decode metrics: speculative decoding is off (or renamed by an upgrade)
+    MIXED = "mixed"  # spec-decode metrics of two engine families: the poll is rejected
+    UNKNOWN = "unknown"  # spec-decode-like metrics of an unknown engine: the poll is rejected
 
 
 class MetricName(StrEnum):
@@ -77,6 +117,10 @@ class MetricName(StrEnum):
     RECOMMENDED_K = "vllm_spec_decode_recommended_k"
     RECOMMENDED_K_ESTIMATED_SPEEDUP = "vllm_spec_decode_recommended_k_estimated_speedup"
     NUM_SPECULATIVE_TOKENS = "vllm_spec_decode_num_speculative_tokens"
+    # The engine's own gauges (SGLang, TensorRT-LLM), last batch or iteration: not windowed.
+    ENGINE_ACCEPTANCE_LENGTH = "vllm_spec_decode_engine_acceptance_length"
+    ENGINE_ACCEPTANCE_RATIO = "vllm_spec_decode_engine_acceptance_ratio"
+    ENGINE_DRAFT_OVERHEAD_RATIO = "vllm_spec_decode_engine_draft_overhead_ratio"
     # vLLM's counters, re-exposed under stable colon-free names.
     DRAFTS_TOTAL = "vllm_spec_decode_drafts_total"
     DRAFT_TOKENS_TOTAL = "vllm_spec_decode_draft_tokens_total"
@@ -113,7 +157,12 @@ SCRAPE_ERROR_REASONS = (
     "parse",  # not a Prometheus text exposition, truncated, or a malformed spec-decode line
     "invalid_sample",  # one series rejected (non-integer position, NaN/negative counter); rest kept
     "series_limit",  # more series than --max-series; the poll is rejected to bound memory
+    "engine_mixed",  # spec-decode metrics of two engine families on one target; the poll is rejected
+    "engine_unknown",  # spec-decode-like metrics of an engine the exporter does not know; rejected
 )
+
+# The labels of target_info, in exposition order.
+TARGET_INFO_LABELS = ("engine_family", "schema", "version")
 
 
 class SeriesKey(NamedTuple):

@@ -1,8 +1,10 @@
-"""Turn parsed samples into one version-independent snapshot of a vLLM server.
+"""Turn parsed samples into one version- and engine-independent snapshot of a server.
 
-Decides the schema (V1 counters, V0 gauges, or no spec decoding), validates each sample, and
-folds every name variant and extra label (Ray adds replica labels) onto series keyed by
-(model_name, engine[, position]).
+Decides the engine family and schema (engines.detect: vLLM V1 counters, V0 gauges, llama.cpp,
+TensorRT-LLM, SGLang, TGI, or no spec decoding), validates each sample, and folds every name
+variant and extra label (Ray adds replica labels) onto series keyed by (model_name, engine[,
+position]). Engines without a `model_name` label get `default_model` (the poller reads it from the
+server's /v1/models), so a fleet mixing engines sums per model.
 """
 
 from __future__ import annotations
@@ -10,39 +12,47 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .names import CounterKey, Family, Schema, SeriesKey
+from . import engines
+from .engines import COUNTER_SCHEMAS, ENGINE_GAUGE_KEYS, ENGINE_LABEL, SPEC_KEYS, EngineError
+from .names import CounterKey, EngineFamily, Family, Schema, SeriesKey
 from .parse import RawSample
 
-__all__ = ["Snapshot", "detect_schema", "normalise"]
+__all__ = ["EngineError", "Snapshot", "detect", "detect_schema", "normalise"]
 
-BASE_LABELS = frozenset(("model_name", "engine", "position"))
+# Engine-index labels of every family (SGLang's dp_rank) are part of the series, not a replica.
+BASE_LABELS = frozenset(("model_name", "engine", "position", *ENGINE_LABEL.values()))
 
 V1_COUNTERS = (Family.DRAFTS, Family.DRAFT_TOKENS, Family.ACCEPTED_TOKENS, Family.ACCEPTED_PER_POS)
 V0_MARKERS = (Family.V0_ACCEPTANCE_RATE, Family.V0_EFFICIENCY, Family.V0_EMITTED_TOKENS)
 COUNTER_FAMILIES = (*V1_COUNTERS, Family.GENERATION_TOKENS)
 GAUGE_FAMILIES = (Family.REQUESTS_RUNNING, Family.REQUESTS_WAITING, Family.KV_CACHE_USAGE,
-                  Family.V0_ACCEPTANCE_RATE, Family.V0_EFFICIENCY)
+                  Family.V0_ACCEPTANCE_RATE, Family.V0_EFFICIENCY, *ENGINE_GAUGE_KEYS)
 SUMMED_GAUGES = frozenset((Family.REQUESTS_RUNNING, Family.REQUESTS_WAITING))
+# Usages and overheads across replicas (SGLang's tp/pp ranks): the worst one, never a mean.
+HIGHER_IS_WORSE = frozenset((Family.KV_CACHE_USAGE, Family.ENGINE_DRAFT_OVERHEAD, *V0_MARKERS))
 MAX_POSITION = 63  # no drafter proposes more; a larger label is garbage, not a 64-token draft
 _COUNTERS, _GAUGES = frozenset(COUNTER_FAMILIES), frozenset(GAUGE_FAMILIES)
 # The same series come back every poll: their keys are built once (position checked, replica
-# labels joined) and looked up by (family, label text) after that. Bounded like parse's cache.
-_KEYS: dict[tuple[Family, str], CounterKey] = {}
+# labels joined) and looked up by (family, engine family, default model, label text) after that.
+# Bounded like parse's cache.
+_KEYS: dict[tuple[Family, str, str, str], CounterKey] = {}
 _KEYS_MAX = 16_384
 
 
 @dataclass
 class Snapshot:
-    """One poll of a target, independent of vLLM's version and name spelling.
+    """One poll of a target, independent of the engine, vLLM's version and name spelling.
 
-    Invariants: `counters` holds only finite, non-negative values of V1 counter families (never
+    Invariants: `counters` holds only finite, non-negative values of counter families (never
     on V0, whose counters are unusable); `created` has a key only where `counters` has it; gauges
-    are finite, per (family, series), running/waiting summed over replicas and usages the worst
-    replica; a rejected sample is left out and described in `invalid`, never replaced by 0.
-    Built once by `normalise` and not changed afterwards: the poll result shares it with scrapes.
+    are finite, per (family, series), running/waiting summed over replicas, usages the worst
+    replica and an engine's own acceptance gauges the lowest replica; a rejected sample is left out
+    and described in `invalid`, never replaced by 0. Built once by `normalise` and not changed
+    afterwards: the poll result shares it with scrapes.
     """
 
     schema: Schema
+    engine_family: str = ""  # names.EngineFamily value; "" when nothing names one
     counters: dict[CounterKey, float] = field(default_factory=dict)
     created: dict[CounterKey, float] = field(default_factory=dict)
     gauges: dict[tuple[Family, SeriesKey], float] = field(default_factory=dict)
@@ -50,8 +60,16 @@ class Snapshot:
     invalid: list[str] = field(default_factory=list)
 
     @property
-    def spec_enabled(self) -> bool:
+    def spec_enabled(self) -> bool | None:
+        """True/False, or None where the question does not apply (a diffusion model)."""
+        if self.schema == Schema.DIFFUSION:
+            return None
         return self.schema != Schema.NONE
+
+    @property
+    def windowed(self) -> bool:
+        """Counters of this schema feed the window, derive and the re-exported counters."""
+        return self.schema in COUNTER_SCHEMAS
 
     def positions(self, series: SeriesKey) -> list[str]:
         """Draft positions exposed for a series, sorted numerically: len() is k."""
@@ -72,17 +90,31 @@ class Snapshot:
         return out
 
 
+def detect(samples: list[RawSample]) -> engines.Detection:
+    """The engine family and schema of one exposition; EngineError for mixed or unknown engines."""
+    spec: dict[str, set[str]] = {}
+    context: set[str] = set()
+    foreign: list[str] = []
+    for s in samples:
+        if s.key == Family.FOREIGN_SPEC:
+            foreign.append(s.label_text)
+        elif s.created:
+            continue
+        elif s.key in SPEC_KEYS:
+            spec.setdefault(s.engine_family, set()).add(s.key)
+        else:
+            context.add(s.engine_family)
+    return engines.detect(spec, context, foreign)
+
+
 def detect_schema(samples: list[RawSample]) -> Schema:
-    keys = {s.key for s in samples if not s.created}
-    if keys.intersection(V0_MARKERS):
-        return Schema.V0
-    if keys.intersection(V1_COUNTERS):
-        return Schema.V1
-    return Schema.NONE
+    return detect(samples).schema
 
 
-def normalise(samples: list[RawSample]) -> Snapshot:
-    snap = Snapshot(schema=detect_schema(samples))
+def normalise(samples: list[RawSample], default_model: str = "") -> Snapshot:
+    """Raises EngineError when the exposition mixes engines or names an unknown one."""
+    found = detect(samples)
+    snap = Snapshot(schema=found.schema, engine_family=found.family)
     # Exact duplicates (same family and label text) keep the last value.
     latest: dict[tuple[Family, bool, str], RawSample] = {}
     for s in samples:
@@ -94,16 +126,19 @@ def normalise(samples: list[RawSample]) -> Snapshot:
         is_counter = key in _COUNTERS
         if v0 and is_counter:
             continue  # V0 counters add their running total every 5 s: never usable for rates
-        counter_key = _KEYS.get((key, s.label_text))
+        if key == Family.FOREIGN_SPEC:
+            continue
+        cache_key = (key, s.engine_family, default_model, s.label_text)
+        counter_key = _KEYS.get(cache_key)
         if counter_key is None:
-            counter_key = _counter_key(key, s.labels)
+            counter_key = _counter_key(key, s.labels, s.engine_family, default_model)
             if counter_key is None:
                 snap.invalid.append(f"accepted_per_pos: position label {s.labels.get('position')!r} "
                                     "is not an integer 0..63")
                 continue
             if len(_KEYS) >= _KEYS_MAX:
                 _KEYS.clear()
-            _KEYS[(key, s.label_text)] = counter_key
+            _KEYS[cache_key] = counter_key
         value = s.value
         if s.created:
             created.append((counter_key, value))
@@ -122,23 +157,44 @@ def normalise(samples: list[RawSample]) -> Snapshot:
             gkey = (key, counter_key.series)
             if key in SUMMED_GAUGES:
                 snap.gauges[gkey] = snap.gauges.get(gkey, 0.0) + value
-            else:  # a usage or ratio: the worst replica, never a sum
+            elif key in HIGHER_IS_WORSE:  # a usage, overhead or V0 ratio: the worst replica
                 snap.gauges[gkey] = max(snap.gauges.get(gkey, value), value)
+            else:  # an acceptance: the worst replica is the lowest
+                snap.gauges[gkey] = min(snap.gauges.get(gkey, value), value)
     for ckey, value in created:
         if ckey in snap.counters:
             snap.created[ckey] = value
+    if snap.schema == Schema.LLAMACPP and not _llamacpp_drafted(snap):
+        # llama.cpp exports its spec counters as 0 when speculation is off: indistinguishable from
+        # "on but never drafted", so reported as no spec decoding until the first draft.
+        snap.schema = Schema.NONE
     return snap
 
 
-def _counter_key(family: Family, labels: dict[str, str]) -> CounterKey | None:
-    """The key of one series, or None when its position label is not a draft position."""
+def _counter_key(family: Family, labels: dict[str, str], engine_family: str,
+                 default_model: str) -> CounterKey | None:
+    """The key of one series, or None when its position label is not a draft position.
+
+    Engines without a model_name label get `default_model`; the engine index is the family's own
+    label (ENGINE_LABEL: SGLang's dp_rank), "engine" for vLLM.
+    """
     position = ""
     if family == Family.ACCEPTED_PER_POS:
         position = _position(labels.get("position"))
         if position is None:
             return None
-    replica = _replica(labels) if len(labels) > 2 + (family == Family.ACCEPTED_PER_POS) else ""
-    return CounterKey(family, SeriesKey(labels.get("model_name", ""), labels.get("engine", "")), position, replica)
+    if engine_family == EngineFamily.VLLM:  # vLLM: only Ray's replica labels go beyond these
+        replica = _replica(labels) if len(labels) > 2 + (family == Family.ACCEPTED_PER_POS) else ""
+    else:
+        replica = _replica(labels)
+    series = SeriesKey(labels.get("model_name", default_model),
+                       labels.get(ENGINE_LABEL.get(engine_family, "engine"), ""))
+    return CounterKey(family, series, position, replica)
+
+
+def _llamacpp_drafted(snap: Snapshot) -> bool:
+    return any(key.family == Family.ACCEPTED_PER_POS or (key.family in V1_COUNTERS and value > 0)
+               for key, value in snap.counters.items())
 
 
 def _replica(labels: dict[str, str]) -> str:

@@ -15,9 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import derive as derive_mod
+from .engines import UNLABELLED_MODEL_FAMILIES
 from .fetch import Fetcher, FetchError
-from .names import SCRAPE_ERROR_REASONS, Schema
-from .normalise import Snapshot, normalise
+from .names import FAMILY_MIXED, FAMILY_UNKNOWN, SCRAPE_ERROR_REASONS, Schema
+from .normalise import EngineError, Snapshot, normalise
 from .parse import ParseError, parse
 from .window import SeriesLimitError, WindowStore
 
@@ -37,6 +38,7 @@ class PollResult:
     target_up: bool
     schema: Schema = Schema.NONE
     version: str = ""
+    engine_family: str = ""
     snapshot: Snapshot | None = None  # None while the target is down
     derived: tuple[derive_mod.Sample, ...] = ()
     duration_seconds: float = 0.0
@@ -86,6 +88,9 @@ class Poller:
         self.errors = dict.fromkeys(SCRAPE_ERROR_REASONS, 0)
         self.counter_resets = 0
         self.version = ""
+        # Model name for engines whose metrics carry no model_name label (llama.cpp, TGI), from the
+        # server's /v1/models: without it a fleet mixing engines could not sum per model.
+        self.model_name = ""
         self.last_success = 0.0
         self.result = PollResult(target_up=False, errors=dict(self.errors))
         self._last_poll_clock: float | None = None
@@ -119,7 +124,8 @@ class Poller:
         age = self.seconds_since_last_poll()
         if result.target_up and age is not None and age > self.stale_after:
             return PollResult(target_up=False, schema=result.schema, version=result.version,
-                              last_success_unix=result.last_success_unix, errors=result.errors,
+                              engine_family=result.engine_family, last_success_unix=result.last_success_unix,
+                              errors=result.errors,
                               counter_resets=result.counter_resets,
                               error_message=f"no poll finished for {age:.0f} s (polling stalled)")
         return result
@@ -127,8 +133,16 @@ class Poller:
     def _poll(self, started: float) -> PollResult:
         try:
             text = self.fetcher.get_metrics()
-            snap = normalise(parse(text))
+            samples = parse(text)
+            snap = normalise(samples, default_model=self.model_name)
+            # Asked when the target comes (back) up, like the version: never on every poll.
+            if snap.engine_family in UNLABELLED_MODEL_FAMILIES and not self._was_up:
+                self.model_name = self.fetcher.get_model_name()
+                snap = normalise(samples, default_model=self.model_name)
             resets = self.store.observe(started, snap)
+        except EngineError as error:
+            family = FAMILY_MIXED if error.schema == Schema.MIXED else FAMILY_UNKNOWN
+            return self._publish_failure(error.reason, str(error), started, error.schema, family)
         except (FetchError, ParseError, SeriesLimitError) as error:
             return self._publish_failure(error.reason, str(error), started)
         except Exception as error:  # a bug must never leave the previous result in place
@@ -147,8 +161,10 @@ class Poller:
         if not self._was_up or resets:
             self.version = self.fetcher.get_version() or self.version
         if snap.schema != self._last_schema:
-            log.info("target %s exposes schema %s%s", self.fetcher.url, snap.schema,
-                     "" if snap.spec_enabled else " (no spec-decode metrics: speculative decoding off)")
+            why = {False: " (no spec-decode metrics: speculative decoding off)",
+                   None: " (a diffusion model: its counters are not speculative decoding)"}
+            log.info("target %s exposes engine %s, schema %s%s", self.fetcher.url, snap.engine_family or "?",
+                     snap.schema, why.get(snap.spec_enabled, ""))
             self._last_schema = snap.schema
         if self._was_up is False:
             log.info("target %s is reachable again", self.fetcher.url)
@@ -156,14 +172,16 @@ class Poller:
         derived = derive_mod.derive(self.store, snap, self.min_draft_tokens, self.draft_cost)
         self.last_success = self.wall_clock()
         self.result = PollResult(
-            target_up=True, schema=snap.schema, version=self.version, snapshot=snap,
+            target_up=True, schema=snap.schema, version=self.version, engine_family=snap.engine_family,
+            snapshot=snap,
             derived=tuple(derived), duration_seconds=self.clock() - started,
             last_success_unix=self.last_success, errors=dict(self.errors),
             counter_resets=self.counter_resets,
         )
         return self.result
 
-    def _publish_failure(self, reason: str, message: str, started: float) -> PollResult:
+    def _publish_failure(self, reason: str, message: str, started: float, schema: str | None = None,
+                         engine_family: str | None = None) -> PollResult:
         self.errors[reason] += 1
         if self._was_up is not False:
             log.error("target %s is down: %s", self.fetcher.url, message)
@@ -171,7 +189,8 @@ class Poller:
             self._log.warn("down:" + reason, "target still down: %s", message)
         self._was_up = False
         self.result = PollResult(
-            target_up=False, schema=self.result.schema, version=self.version,
+            target_up=False, schema=self.result.schema if schema is None else schema, version=self.version,
+            engine_family=self.result.engine_family if engine_family is None else engine_family,
             duration_seconds=self.clock() - started, last_success_unix=self.last_success,
             errors=dict(self.errors), counter_resets=self.counter_resets, error_message=message,
         )

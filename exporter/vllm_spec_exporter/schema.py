@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .names import POSITION_LABELS, SCRAPE_ERROR_REASONS, SERIES_LABELS, MetricName
+from .names import POSITION_LABELS, SCRAPE_ERROR_REASONS, SERIES_LABELS, TARGET_INFO_LABELS, MetricName
 
-__all__ = ["ALL", "BY_NAME", "CONTEXT", "COUNTERS", "DERIVED", "HEALTH", "Metric", "exposed_names"]
+__all__ = ["ALL", "BY_NAME", "CONTEXT", "COUNTERS", "DERIVED", "ENGINE_GAUGES", "HEALTH", "Metric", "exposed_names"]
 
 
 @dataclass(frozen=True)
@@ -151,6 +151,20 @@ COUNTERS = (
            "Generated tokens, accepted drafts included; vllm:generation_tokens_total."),
 )
 
+# The engine's own spec-decode gauges, for engines whose source has no usable counters for them
+# (engines.py). Last batch or last iteration, exactly as the engine set them: never windowed, never
+# averaged, so they are not comparable with the windowed ratios above.
+ENGINE_GAUGES = (
+    Metric(MetricName.ENGINE_ACCEPTANCE_LENGTH, "gauge", SERIES_LABELS,
+           "The engine's own mean acceptance length (bonus token included) of its last batch or "
+           "iteration: sglang:spec_accept_length, trtllm_spec_decode_acceptance_length. Not windowed."),
+    Metric(MetricName.ENGINE_ACCEPTANCE_RATIO, "gauge", SERIES_LABELS,
+           "The engine's own acceptance rate (accepted / draft tokens) of its last batch: "
+           "sglang:spec_accept_rate. Not windowed: averaging it over time is biased."),
+    Metric(MetricName.ENGINE_DRAFT_OVERHEAD_RATIO, "gauge", SERIES_LABELS,
+           "Share of the last iteration's latency spent drafting: trtllm_spec_decode_draft_overhead."),
+)
+
 # Context that explains an acceptance drop (speculation hurts at high batch sizes).
 CONTEXT = (
     Metric(MetricName.REQUESTS_RUNNING, "gauge", SERIES_LABELS,
@@ -166,7 +180,8 @@ HEALTH = (
            "1 when the last poll of the target's /metrics succeeded and parsed, else 0."),
     Metric(MetricName.SPEC_DECODE_ENABLED, "gauge", (),
            "1 when the target exposes spec-decode metrics, 0 when it exposes none (spec decoding "
-           "off). Omitted while the target is down."),
+           "off; llama.cpp: no draft yet). Omitted while the target is down, and for a vLLM serving "
+           "a diffusion model (schema diffusion), where the question does not apply."),
     Metric(MetricName.SCRAPE_DURATION_SECONDS, "gauge", (),
            "Duration of the last poll of the target (fetch + parse + derive)."),
     Metric(MetricName.LAST_SUCCESS_TIMESTAMP_SECONDS, "gauge", (),
@@ -176,9 +191,11 @@ HEALTH = (
     Metric(MetricName.COUNTER_RESETS_TOTAL, "counter", (),
            "Polls in which vLLM's counters went backwards or their _created time changed "
            "(a vLLM restart)."),
-    Metric(MetricName.TARGET_INFO, "info", ("schema", "version"),
-           "Detected metrics schema of the target (v1, v0, none) and vLLM version from /version "
-           "when the server reports it."),
+    Metric(MetricName.TARGET_INFO, "info", TARGET_INFO_LABELS,
+           "Detected engine family (vllm, llamacpp, trtllm, sglang, tgi; mixed or unknown when the "
+           "poll is rejected for it) and metrics schema of the target (v1, v0, diffusion, llamacpp, "
+           "trtllm, sglang-gauges, tgi-summary, none, mixed, unknown), and the server version when "
+           "it reports one."),
     Metric(MetricName.CONFIG_WINDOW_SECONDS, "gauge", (),
            "Configured trailing window for the derived gauges (--window)."),
     Metric(MetricName.CONFIG_MIN_DRAFT_TOKENS, "gauge", (),
@@ -187,7 +204,7 @@ HEALTH = (
            "Version of vllm-spec-exporter."),
 )
 
-ALL = DERIVED + COUNTERS + CONTEXT + HEALTH
+ALL = DERIVED + COUNTERS + ENGINE_GAUGES + CONTEXT + HEALTH
 BY_NAME = {m.name: m for m in ALL}
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from .. import schema
+from .. import engines, schema
 from .config import MixinConfig
 
 _SECTIONS = (
     ("Derived gauges (trailing --window)", schema.DERIVED),
     ("Normalised counters (same names for every vLLM version and prefix)", schema.COUNTERS),
+    ("Engine gauges (served as the engine set them, not windowed)", schema.ENGINE_GAUGES),
     ("Context gauges", schema.CONTEXT),
     ("Exporter and target health", schema.HEALTH),
 )
@@ -34,4 +35,12 @@ def render(cfg: MixinConfig) -> dict[str, str]:
             formula = m.formula.replace("|", "\\|") or "—"
             out.append(f"| `{m.name}` | {m.type} | {labels} | {formula} | {m.help} |")
         out.append("")
+    out += ["## Engine schemas (exporter/vllm_spec_exporter/engines.py)", "",
+            "`vllm_spec_exporter_target_info{engine_family, schema}` names the row. Windowed schemas feed "
+            "the counters above, so the rules, alerts and dashboards apply unchanged.", "",
+            "| schema | family | versions | windowed | not derived, and why |", "|---|---|---|---|---|"]
+    for s in engines.SCHEMAS:
+        omitted = "; ".join(f"{what}: {why}" for what, why in s.omitted).replace("|", "\\|") or "—"
+        out.append(f"| `{s.name}` | {s.family or '—'} | {s.versions} | {'yes' if s.windowed else 'no'} | {omitted} |")
+    out.append("")
     return {"docs/metrics.md": "\n".join(out)}

@@ -91,6 +91,12 @@ def _show_links_in_top_bar(model: dict) -> None:
         item.pop("placement", None)
 
 
+# All = `.+` (a label that is there), except where the label may be missing: llama.cpp's and TGI's
+# series have no `engine` index, and a target that was never reached has no `engine_family` yet;
+# `.+` would hide them.
+ALL_VALUES = {"engine": ".*", "engine_family": ".*"}
+
+
 def _variables(cfg: MixinConfig) -> Iterator[dashboard.QueryVariable | dashboard.DatasourceVariable]:
     yield (
         dashboard.DatasourceVariable(DATASOURCE_VARIABLE)
@@ -101,7 +107,10 @@ def _variables(cfg: MixinConfig) -> Iterator[dashboard.QueryVariable | dashboard
     chained = [
         # (variable, label shown, metric, label to read, matchers of the variables before it)
         ("job", "Job", TARGET_UP, "job", ""),
-        ("instance", "Instance", TARGET_UP, cfg.instance_label, 'job=~"$job"'),
+        # The engine family (vllm, llamacpp, ...) of each target narrows the instances.
+        ("engine_family", "Engine family", MetricName.TARGET_INFO, "engine_family", 'job=~"$job"'),
+        ("instance", "Instance", MetricName.TARGET_INFO, cfg.instance_label,
+         'job=~"$job", engine_family=~"$engine_family"'),
         ("model_name", "Model", MetricName.REQUESTS_RUNNING, "model_name",
          f'job=~"$job", {cfg.instance_label}=~"$instance"'),
         ("engine", "Engine", MetricName.REQUESTS_RUNNING, "engine",
@@ -118,7 +127,7 @@ def _variables(cfg: MixinConfig) -> Iterator[dashboard.QueryVariable | dashboard
             .sort(dashboard_models.VariableSort.ALPHABETICAL_ASC)
             .multi(True)
             .include_all(True)
-            .all_value(".+")
+            .all_value(ALL_VALUES.get(name, ".+"))
             .current(dashboard_models.VariableOption(selected=True, text="All", value="$__all"))
         )
 

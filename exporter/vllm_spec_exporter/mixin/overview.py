@@ -389,10 +389,11 @@ def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
     ), 8, 8)
     layout.add(table_panel(
         "Detected schema and spec decoding",
-        "What the exporter detected on each server: metrics schema (v1 = current vLLM, v0 = "
-        "legacy engine, none = no spec-decode metrics), vLLM version, and whether speculative "
-        "decoding is on (1). Good: schema v1 and spec decoding 1 on every server that should "
-        "speculate.",
+        "What the exporter detected on each server: engine family (vllm, llamacpp, trtllm, sglang, "
+        "tgi), metrics schema (v1 = current vLLM, v0 = legacy engine, llamacpp, trtllm, "
+        "sglang-gauges, tgi-summary, diffusion, none = no spec-decode metrics, mixed/unknown = "
+        "rejected), server version, and whether speculative decoding is on (1). Good: a counter "
+        "schema and spec decoding 1 on every server that should speculate.",
         NUMBER,
         [Query(q.detected_schema(), table=True),
          Query(q.per_target(SPEC_DECODE_ENABLED, op="max"), table=True)],

@@ -312,7 +312,7 @@ class Queries:
         return f"time() - {sum_by((self.cfg.instance_label,), last, op='max')}"
 
     def detected_schema(self) -> str:
-        """One row per server with the schema and vLLM version the exporter detected."""
-        return sum_by((self.cfg.instance_label, "schema", "version"),
+        """One row per server with the engine family, schema and server version the exporter detected."""
+        return sum_by((self.cfg.instance_label, "engine_family", "schema", "version"),
                       selector(MetricName.TARGET_INFO, self.sel.target), op="max")
 

@@ -101,6 +101,9 @@ def values(result: list[dict]) -> list[float]:
     return [float(sample["value"][1]) for sample in result]
 
 
+RECORDING_RULES = Path(__file__).resolve().parents[1] / "alerts" / "prometheus_rules.yaml"
+
+
 def always_firing_rules(folder: Path) -> Path:
     """One always-firing spec-decode alert, so the alert panels have something to show."""
     rules = folder / "always-firing.yaml"
@@ -138,7 +141,8 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         fake.drive(DRAFTS_PER_SECOND, ACCEPTANCE)
         negotiated_instance = fake_url.split("//", 1)[1]
         scrape = {"vllm-spec-exporter": [f"127.0.0.1:{exporter_port}"], "vllm": [negotiated_instance, classic_instance]}
-        with Prometheus(scrape_targets=scrape, rule_files=[rules]) as prom:
+        # The generated recording rules too: the acceptance panel draws the alerts' confidence bounds.
+        with Prometheus(scrape_targets=scrape, rule_files=[rules, RECORDING_RULES]) as prom:
             wait_until(prom.targets_up, timeout=20)
             wait_until(lambda: prom.query("vllm_spec_exporter_target_up == 1"), timeout=20)
             # A full rate window of polled samples, plus slack for the first scrape.
@@ -211,6 +215,13 @@ EXPECTED: dict[tuple[str, str], tuple[float, float]] = {
 }
 
 
+# The confidence bounds the alerts decide on must bracket the acceptance the traffic has.
+BOUNDS: dict[tuple[str, str], int] = {
+    ("Acceptance rate by instance", "{{instance}} {{model_name}} upper bound"): +1,
+    ("Acceptance rate by instance", "{{instance}} {{model_name}} lower bound"): -1,
+}
+
+
 def close(actual: float, expected: float, tolerance: float) -> bool:
     return math.isclose(actual, expected, rel_tol=tolerance, abs_tol=1e-9 if tolerance == 0 else tolerance * 0.05)
 
@@ -248,13 +259,18 @@ def sweep(stack: dict, model: dict) -> list[str]:
             expected, tolerance = EXPECTED[key]
             if not all(close(v, expected, tolerance) for v in numbers):
                 problems.append(f"{where}: expected {expected} (±{tolerance:.0%}), got {numbers}")
+        if key in BOUNDS:
+            checked.add(key)
+            side = BOUNDS[key]
+            if not all(side * (v - ACCEPTANCE) >= -0.01 and abs(v - ACCEPTANCE) < 0.2 for v in numbers):
+                problems.append(f"{where}: a {'upper' if side > 0 else 'lower'} bound of {ACCEPTANCE}, got {numbers}")
         if key in RATES_FROM_VLLM:
             checked.add(key)
             escaped = stack["prefix"].replace(":", "_")  # the negotiated endpoint's spelling
             truth = values(prom.query(RAW.format(escaped, RATES_FROM_VLLM[key], stack["vllm_instances"]["negotiated"])))
             if not (truth and truth[0] > 0 and close(sum(numbers), truth[0], RATE_TOLERANCE)):
                 problems.append(f"{where}: {numbers} tok/s, vLLM's own counters say {truth}")
-    missing = (set(EXPECTED) | set(RATES_FROM_VLLM)) - checked
+    missing = (set(EXPECTED) | set(RATES_FROM_VLLM) | set(BOUNDS)) - checked
     if missing:
         problems.append(f"expectations for targets the dashboard no longer has: {missing}")
     return problems

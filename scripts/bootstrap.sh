@@ -83,6 +83,12 @@ if command -v npm >/dev/null; then
 fi
 
 PY="${PYTHON:-python3}"
+# A bare Debian has python3 without ensurepip (Debian's python3-venv): `-m venv` would fail.
+if ! "${PYTHON:-python3}" -c "import ensurepip" 2>/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  say "installing Debian python3-venv (python3 -m venv needs it)"
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+    python3-venv ca-certificates >/dev/null
+fi
 if [ ! -x "$ROOT/.venv/bin/python" ]; then
   say "creating .venv"
   "$PY" -m venv "$ROOT/.venv"

@@ -265,6 +265,10 @@ def test_invalid_config_is_rejected() -> None:
         DEFAULT.with_overrides({"acceptance_low_for": "two minutes"})
     with pytest.raises(ValueError, match="critical_threshold"):
         DEFAULT.with_overrides({"acceptance_critical_threshold": 0.6})
+    with pytest.raises(ValueError, match="acceptance_fast_short_window must be longer than 0s"):
+        DEFAULT.with_overrides({"acceptance_fast_short_window": "0s"})
+    with pytest.raises(ValueError, match="rate_window must be longer than 0s"):
+        DEFAULT.with_overrides({"rate_window": "0m"})
     with pytest.raises(ValueError, match="counter_resets_threshold"):
         DEFAULT.with_overrides({"counter_resets_threshold": 0})
     with pytest.raises(ValueError, match="acceptance_overdispersion"):

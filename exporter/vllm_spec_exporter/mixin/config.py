@@ -316,6 +316,8 @@ class MixinConfig:
             value = getattr(self, key)
             if not value or not _DURATION.fullmatch(value):
                 raise ValueError(f"{key} must be a Prometheus duration like 90s, 2m or 1h30m, got {value!r}")
+            if key.endswith("_window") and _seconds(value) <= 0:
+                raise ValueError(f"{key} must be longer than 0s (a range selector), got {value!r}")
         if not self.warning_severity or not self.critical_severity:
             raise ValueError("warning_severity and critical_severity must not be empty")
         if self.min_generation_tokens_per_second < 0:

@@ -110,6 +110,12 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
                                   if n["status"] == "firing" and low in n["title"]], 150, interval=1.0)
         assert paged, f"no {low} notification; alerts: {stack.firing_alerts()}"
         time_to_page = paged[0]["time"] - degraded_at
+        # A sustained collapse to ~0 % pages critical too, while still degraded (not after recovery began).
+        critical_paged = wait_until(
+            lambda: [n for n in stack.notifications() if n["status"] == "firing" and n["alertname"] == critical],
+            150, interval=1.0)
+        assert critical_paged, f"no {critical} notification while degraded; alerts: {stack.firing_alerts()}"
+        time_to_critical = critical_paged[0]["time"] - degraded_at
         exporter_low = exporter_snapshot(stack.exporter_url).get("vllm_spec_decode_acceptance_ratio", {}).get(SERIES)
         assert exporter_low is None or exporter_low < 0.5  # omitted when too few drafts, never a fake value
         # While an acceptance alert fires, every dashboard query has data.
@@ -122,16 +128,22 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
         # --- Phase 3: healthy again. The page resolves; nothing new fires.
         traffic.temperature = 0.0
         recovered_at = time.time()
-        resolved = wait_until(lambda: [n for n in stack.notifications()
-                                     if n["status"] == "resolved" and low in n["title"]], 150, interval=1.0)
-        assert resolved, f"{low} did not resolve; alerts: {stack.firing_alerts()}"
-        time_to_resolve = resolved[0]["time"] - recovered_at
-        later_pages = [n for n in stack.notifications() if n["status"] == "firing" and n["time"] > resolved[0]["time"]]
+        def resolutions() -> list[dict]:
+            done = {name: [n for n in stack.notifications() if n["status"] == "resolved" and n["alertname"] == name]
+                    for name in (low, critical)}
+            return [found[0] for found in done.values() if found] if all(done.values()) else []
+
+        resolved = wait_until(resolutions, 150, interval=1.0)
+        assert resolved, f"{low} and {critical} did not both resolve; alerts: {stack.firing_alerts()}"
+        last_resolved = max(n["time"] for n in resolved)
+        time_to_resolve = last_resolved - recovered_at
+        later_pages = [n for n in stack.notifications() if n["status"] == "firing" and n["time"] > last_resolved]
         assert not later_pages, later_pages
         assert not [n for n in stack.notifications() if n["time"] < degraded_at]
         assert not prom.firing(low) and not prom.firing(critical)
         print(f"\nreal pipeline: healthy acceptance {healthy_acceptance:.1%}; "
-              f"time to page {time_to_page:.0f} s, time to resolve {time_to_resolve:.0f} s "
+              f"time to warn {time_to_page:.0f} s, to page critical {time_to_critical:.0f} s, "
+              f"both resolved {time_to_resolve:.0f} s after recovery "
               f"(lab/pipeline.py FAST_ALERTS: evidence windows 30 s / 10 s, 2 s scrape/eval)")
     finally:
         traffic.stop()

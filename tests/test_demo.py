@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +62,13 @@ def expected_tree_size() -> int:
     return 4 + (2 if have_binary(PROMETHEUS_BIN) and have_binary(ALERTMANAGER_BIN) else 0)
 
 
+def assert_nothing_left(tree: dict[int, str], tmp: Path, ending: str) -> None:
+    """No process of the recorded tree and no temporary folder survives `ending`."""
+    alive, left = wait_gone(tree, tmp)
+    assert not alive, f"survived {ending}: {alive}"
+    assert not left, f"temporary folders left after {ending}: {left}"
+
+
 def start_demo(env: dict[str, str]) -> tuple[subprocess.Popen, dict[int, str], bytes]:
     proc = subprocess.Popen([str(SCRIPT), "demo", "--phase-seconds", "600", "--refresh", "0.5"], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -96,9 +104,7 @@ def test_demo_leaves_nothing_behind(sandbox, ending, codes):
     finally:
         if proc.poll() is None:
             proc.kill()
-    alive, left = wait_gone(tree, tmp)
-    assert not alive, f"survived {ending}: {alive}"
-    assert not left, f"temporary folders left after {ending}: {left}"
+    assert_nothing_left(tree, tmp, ending)
     assert proc.returncode in codes, proc.returncode
 
 
@@ -151,9 +157,7 @@ def test_local_stack_leaves_nothing_behind(sandbox, ending):
     finally:
         if proc.poll() is None:
             proc.kill()
-    alive, left = wait_gone(tree, tmp)
-    assert not alive, f"survived {ending}: {alive}"
-    assert not left, f"temporary folders left after {ending}: {left}"
+    assert_nothing_left(tree, tmp, ending)
     assert proc.returncode == (1 if ending == "raise" else -9)
 
 

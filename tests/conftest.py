@@ -6,6 +6,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+def pytest_report_header(config):
+    """Name the real servers this run uses, once, at the start (`vllm-spec-lab versions`)."""
+    from vllm_spec_lab.versions import server_versions
+
+    return ["real servers (vllm-spec-lab versions):", *(f"  {s.line()}" for s in server_versions())]
+
+
 def pytest_terminal_summary(terminalreporter):
     """Print the fault-injection table (tests/test_faults.py) when those tests ran."""
     from test_faults import FAULT_TABLE

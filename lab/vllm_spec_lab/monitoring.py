@@ -40,8 +40,8 @@ from .binaries import (  # re-exported: tests and the demo import the paths from
 from .server import free_port
 
 __all__ = ["ALERTMANAGER_BIN", "AMTOOL_BIN", "PROMETHEUS_BIN", "PROMTOOL_BIN", "PROMTOOL_OLDEST_BIN",
-           "Alertmanager", "PromQueryApi", "Prometheus", "RulesApi", "WebhookReceiver", "free_port", "have_binary", "http_get_json",
-           "wait_until"]
+           "Alertmanager", "PromQueryApi", "Prometheus", "RulesApi", "WebhookReceiver", "free_port",
+           "have_binary", "http_get_json", "wait_until"]
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.2) -> Any:

@@ -99,3 +99,51 @@ class VMAlert(RulesApi, ServerProcess):
             *VMALERT_TIMING_FLAGS,
             *self.extra_args,
         ]
+
+
+class VictoriaRuleStack(PromQueryApi):
+    """VictoriaMetrics scraping `scrape_targets` plus vmalert evaluating `rule_files` against it:
+    the same surface as `monitoring.Prometheus` (queries go to VictoriaMetrics, alerts and rule
+    groups to vmalert), so a test can run one scenario on either. vmalert adds an `alertgroup`
+    label (the rule group's name) to every alert it sends and records, as it does by default."""
+
+    def __init__(self, scrape_targets: Mapping[str, Iterable[str]], rule_files: Iterable[str | Path],
+                 alertmanager_url: str | None = None, scrape_interval: str = "1s",
+                 evaluation_interval: str = "1s") -> None:
+        self.vm = VictoriaMetrics(scrape_targets, scrape_interval=scrape_interval)
+        self.vmalert = VMAlert(self.vm.url, rule_files, alertmanager_url=alertmanager_url,
+                               evaluation_interval=evaluation_interval)
+        self.url = self.vm.url
+
+    def start(self) -> None:
+        self.vm.start()
+        try:
+            self.vmalert.start()
+        except BaseException:
+            self.vm.stop()
+            raise
+
+    def stop(self) -> None:
+        try:
+            self.vmalert.stop()
+        finally:
+            self.vm.stop()
+
+    def __enter__(self) -> VictoriaRuleStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def targets_up(self) -> bool:
+        return self.vm.targets_up()
+
+    def alerts(self) -> list[dict[str, Any]]:
+        return self.vmalert.alerts()
+
+    def firing(self, alertname: str) -> list[dict[str, Any]]:
+        return self.vmalert.firing(alertname)
+
+    def rule_groups(self) -> list[dict[str, Any]]:
+        return self.vmalert.rule_groups()

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.prom import require_binary, require_version, run_tool
+from support.prom import require_version, run_tool
 from vllm_spec_exporter.mixin import alertmanager, generate, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_lab.binaries import AMTOOL_OLDEST_BIN
 from vllm_spec_lab.monitoring import AMTOOL_BIN, PROMTOOL_BIN, PROMTOOL_OLDEST_BIN
 
 pytestmark = pytest.mark.prometheus
@@ -59,8 +60,10 @@ def test_promtool_unit_tests_pass(promtool: str) -> None:
     assert result.stdout.count("SUCCESS") == len(PROMTOOL_TESTS)
 
 
-def test_amtool_check_config_on_committed_file() -> None:
-    amtool = require_binary(AMTOOL_BIN)
+@pytest.mark.parametrize(("path", "prefix"), [(AMTOOL_BIN, "0.3"), (AMTOOL_OLDEST_BIN, "0.25")],
+                         ids=["amtool-0.3x", "amtool-0.25"])
+def test_amtool_check_config_on_committed_file(path: str, prefix: str) -> None:
+    amtool = require_version(path, prefix)
     result = run_tool([amtool, "check-config", alertmanager.ALERTMANAGER_FILE], cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 inhibit rules" in result.stdout and "2 receivers" in result.stdout

@@ -7,9 +7,10 @@ A real Prometheus (3.x from Debian testing; 2.42 when bootstrap fell back) scrap
 exporter (`vllm-spec-exporter serve`), which polls
 the fake vLLM (a simulation: real prometheus_client exposition with vLLM 0.32's names, scripted
 values); Prometheus also scrapes the fake vLLM directly as the `vllm` job for the latency panels,
-twice: with the server's own Accept header (Prometheus 2.x asks for OpenMetrics and
-prometheus_client escapes `vllm:` to `vllm_`; what Prometheus 3 gets is checked in
-tests/test_prometheus3.py) and in the classic text format (names keep the colon); and the whole
+three times: with the server's own Accept header (Prometheus 2.x asks for OpenMetrics and
+prometheus_client escapes `vllm:` to `vllm_`; Prometheus 3 asks with `escaping=allow-utf-8` and
+the colon stays), in the classic text format (names keep the colon), and in the shape
+prometheus/client_python#1177 writes under underscore escaping (`vllm_` samples); and the whole
 overview stack runs twice, with vLLM's names and with Ray Serve's `ray_vllm:` prefix, so every
 panel is proven on all four spellings the exporter accepts. A third overview stack replaces
 Prometheus with VictoriaMetrics single-node (scraping the same targets) and vmalert (evaluating
@@ -89,11 +90,21 @@ class _Quiet(WSGIRequestHandler):
         pass
 
 
-def serve_classic_text(fake: FakeVllm):
-    """The fake's registry in the classic text format whatever the Accept header: colon names."""
+def escape_sample_names(text: bytes, prefix: str) -> bytes:
+    """`vllm:` → `vllm_` on sample lines only, HELP and TYPE keep the colon: what prometheus_client
+    writes under underscore escaping (prometheus/client_python#1177)."""
+    escaped = prefix.replace(":", "_").encode()
+    return b"".join(escaped + line[len(prefix):] if line.startswith(prefix.encode()) else line
+                    for line in text.splitlines(keepends=True))
+
+
+def serve_classic_text(fake: FakeVllm, escape_prefix: str | None = None):
+    """The fake's registry in the classic text format whatever the Accept header: colon names, or
+    with `escape_prefix` the #1177 shape (escaped sample names)."""
     def app(environ, start_response):
         start_response("200 OK", [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")])
-        return [generate_latest(fake.registry)]
+        body = generate_latest(fake.registry)
+        return [escape_sample_names(body, escape_prefix) if escape_prefix else body]
 
     server = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -160,24 +171,29 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     fake_url = fake.start()
     classic = serve_classic_text(fake)
     classic_instance = f"127.0.0.1:{classic.server_port}"
+    escaped = serve_classic_text(fake, escape_prefix=prefix)
+    escaped_instance = f"127.0.0.1:{escaped.server_port}"
     exporter = ExporterProcess(fake_url, interval=float(EXPORTER_INTERVAL), timeout=float(EXPORTER_TIMEOUT),
                                window=30, min_draft_tokens=100).start()
     exporter_port = exporter.port
     try:
         fake.drive(DRAFTS_PER_SECOND, ACCEPTANCE)
         negotiated_instance = fake_url.split("//", 1)[1]
-        scrape = {"vllm-spec-exporter": [f"127.0.0.1:{exporter_port}"], "vllm": [negotiated_instance, classic_instance]}
+        scrape = {"vllm-spec-exporter": [f"127.0.0.1:{exporter_port}"],
+                  "vllm": [negotiated_instance, classic_instance, escaped_instance]}
         # The generated recording rules too: the acceptance panel draws the alerts' confidence bounds.
         with query_backend(backend, scrape, [rules, RECORDING_RULES]) as prom:
             wait_until(lambda: prom.query("vllm_spec_exporter_target_up == 1"), timeout=20)
             # A full rate window of polled samples, plus slack for the first scrape.
             time.sleep(RATE_INTERVAL_SECONDS + 4)
             yield {"prom": prom, "fake": fake, "exporter_instance": f"127.0.0.1:{exporter_port}", "prefix": prefix,
-                   "vllm_instances": {"negotiated": negotiated_instance, "classic": classic_instance}}
+                   "vllm_instances": {"negotiated": negotiated_instance, "classic": classic_instance,
+                                      "escaped": escaped_instance}}
     finally:
         exporter.stop()
-        classic.shutdown()
-        classic.server_close()
+        for server in (classic, escaped):
+            server.shutdown()
+            server.server_close()
         fake.stop()
 
 
@@ -291,8 +307,8 @@ def sweep(stack: dict, model: dict) -> list[str]:
                 problems.append(f"{where}: a {'upper' if side > 0 else 'lower'} bound of {ACCEPTANCE}, got {numbers}")
         if key in RATES_FROM_VLLM:
             checked.add(key)
-            escaped = stack["prefix"].replace(":", "_")  # the negotiated endpoint's spelling
-            truth = values(prom.query(RAW.format(escaped, RATES_FROM_VLLM[key], stack["vllm_instances"]["negotiated"])))
+            truth = values(prom.query(RAW.format(stack["prefix"], RATES_FROM_VLLM[key],
+                                                 stack["vllm_instances"]["classic"])))
             if not (truth and truth[0] > 0 and close(sum(numbers), truth[0], RATE_TOLERANCE)):
                 problems.append(f"{where}: {numbers} tok/s, vLLM's own counters say {truth}")
     missing = (set(EXPECTED) | set(RATES_FROM_VLLM) | set(BOUNDS)) - checked
@@ -325,11 +341,17 @@ def test_vllm_latency_queries_work_on_every_name_spelling(stack: dict, model: di
     prom: PromQueryApi = stack["prom"]
     instances = stack["vllm_instances"]
     # What actually landed in the TSDB: one spelling per endpoint (and per prefix, by the fixture).
-    spelled = {
-        "negotiated": stack["prefix"].replace(":", "_") + "inter_token_latency_seconds_count",
-        "classic": stack["prefix"] + "inter_token_latency_seconds_count",
-    }
-    for endpoint, name in spelled.items():
+    # The negotiated one depends on the server's Accept header and the client library: Prometheus
+    # 2.x gets `vllm_` (OpenMetrics, underscore escaping); Prometheus 3 (allow-utf-8) keeps `vllm:`.
+    colon, underscore = stack["prefix"], stack["prefix"].replace(":", "_")
+    spelled = {"classic": colon, "escaped": underscore}
+    negotiated = [p for p in (colon, underscore)
+                  if prom.query(f'{{__name__="{p}inter_token_latency_seconds_count", '
+                                f'instance="{instances["negotiated"]}"}}')]
+    assert len(negotiated) == 1, negotiated
+    print(f"negotiated spelling: {negotiated[0]}")
+    for endpoint, spelling in spelled.items():
+        name = spelling + "inter_token_latency_seconds_count"
         assert prom.query(f'{{__name__="{name}", instance="{instances[endpoint]}"}}'), endpoint
     panel = next(p for p in dashboard_files.iter_panels(model) if p["title"] == "Inter-token latency")
     mean = next(t["expr"] for t in panel["targets"] if t["legendFormat"] == "mean")

@@ -46,6 +46,8 @@ ALERTMANAGER_BIN = _newest("prometheus-alertmanager", "prometheus-alertmanager")
 AMTOOL_BIN = _newest("amtool", "amtool")
 # The oldest supported promtool (Debian 12's 2.42): rule tests run on it as well as on PROMTOOL_BIN.
 PROMTOOL_OLDEST_BIN = str(DEBIAN12_BIN_DIR / "promtool")
+# The oldest supported amtool (Debian 12's Alertmanager 0.25): the config is checked on both.
+AMTOOL_OLDEST_BIN = str(DEBIAN12_BIN_DIR / "amtool")
 VICTORIA_METRICS_BIN = _newest("victoria-metrics")
 VMALERT_BIN = _newest("vmalert")
 VMALERT_TOOL_BIN = _newest("vmalert-tool")

@@ -17,6 +17,7 @@ from . import default_cache_dir
 from .binaries import (
     ALERTMANAGER_BIN,
     AMTOOL_BIN,
+    AMTOOL_OLDEST_BIN,
     PROMETHEUS_BIN,
     PROMTOOL_BIN,
     PROMTOOL_OLDEST_BIN,
@@ -90,6 +91,7 @@ def server_versions(cache: Path | None = None) -> list[ServerVersion]:
         _prometheus_family("promtool-oldest", PROMTOOL_OLDEST_BIN),
         _prometheus_family("alertmanager", ALERTMANAGER_BIN),
         _prometheus_family("amtool", AMTOOL_BIN),
+        _prometheus_family("amtool-oldest", AMTOOL_OLDEST_BIN),
         _victoria_metrics("victoria-metrics", VICTORIA_METRICS_BIN),
         _victoria_metrics("vmalert", VMALERT_BIN),
         _victoria_metrics("vmalert-tool", VMALERT_TOOL_BIN),

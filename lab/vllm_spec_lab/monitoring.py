@@ -266,10 +266,14 @@ class WebhookReceiver:
                 with receiver._lock:
                     receiver.requests.append({"path": self.path, "body": payload, "time": time.time(),
                                               "headers": dict(self.headers)})
+                # Slack's answer ({"ok": true}): Alertmanager 0.3x reads it and retries on anything
+                # else ("error response from Slack"); PagerDuty's notifier reads only the status.
+                body = b'{"ok": true}'
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(b"{}")
+                self.wfile.write(body)
 
             def log_message(self, *args: object) -> None:  # keep test output readable
                 pass

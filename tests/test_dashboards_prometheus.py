@@ -661,8 +661,9 @@ def fleet_exact(stack: dict, model: dict) -> list[str]:
         problems.append(f"server table order: expected {worst_first}, got {ordered}")
     draft_truth = {}
     for server, instance in stack["vllm_instances"].items():
-        for sample in fleet_run(stack, 'sum by (model_name) (rate(vllm_spec_decode_num_draft_tokens_total'
-                                       f'{{job="vllm", instance="{instance}"}}[{FLEET_RATE_INTERVAL}]))'):
+        # Either spelling: Prometheus 2.x negotiates `vllm_`, Prometheus 3 keeps `vllm:`.
+        for sample in fleet_run(stack, 'sum by (model_name) (rate({__name__=~"vllm[:_]spec_decode_num_draft_'
+                                       f'tokens_total", job="vllm", instance="{instance}"}}[{FLEET_RATE_INTERVAL}]))'):
             draft_truth[(server, sample["metric"]["model_name"])] = float(sample["value"][1])
     k_of = {server: k for server, (k, _, _) in FLEET.items()}
     cells = {"acceptance": lambda row: (BY_ROW[row].acceptance, 0.03),

@@ -1,4 +1,5 @@
-"""The generated alertmanager.yml in a real Alertmanager 0.25: routing, secrets from files, inhibition.
+"""The generated alertmanager.yml in a real Alertmanager (0.33.1; 0.25 on the fallback): routing,
+secrets from files, inhibition.
 
 Alerts are pushed straight into Alertmanager's API (the rules are covered by promtool tests and
 the end-to-end test); the receivers' URLs point at a local webhook recorder. Only the URLs, the

@@ -10,6 +10,7 @@ from the cached installs' metadata (the vLLM venv is never imported: that takes 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,10 +77,11 @@ def _llama_server(cache: Path) -> ServerVersion:
     binary, marker = root / "bin" / "llama-server", root / READY_MARKER
     if not (binary.exists() and marker.exists()):
         return ServerVersion("llama-server", MISSING, str(binary))
-    # `llama-server --version` prints `version: 11434 (abc1234)`; the build number is the tag.
+    # `llama-server --version` printed `version: 0.6.0-dev (build 11434, commit unknown)` at build
+    # time (kept in the marker); the build number is llama.cpp's tag.
     printed = json.loads(marker.read_text()).get("version", "")
-    build = printed.split("version:", 1)[-1].split()[0] if "version:" in printed else "?"
-    return ServerVersion("llama-server", f"b{build}", str(binary))
+    match = re.search(r"\(build (\d+)", printed)
+    return ServerVersion("llama-server", f"b{match.group(1)}" if match else "unknown", str(binary))
 
 
 def server_versions(cache: Path | None = None) -> list[ServerVersion]:

@@ -12,12 +12,15 @@
   as OpenMetrics and as classic text. The dashboard panels that query vLLM directly must return
   the same latency figures from every one.
 - `le` normalisation: Prometheus 3 stores `le="1"` as `le="1.0"`; the quantile panels group by
-  `le` and must not care.
+  `le` and must not care. vLLM (Python) already writes `le="1.0"`, so a fourth shape is a
+  SYNTHETIC transformation of the real capture: every integer bucket bound rewritten the way Go
+  clients write it (`le="1.0"` → `le="1"`, `le="5.0"` → `le="5"`), everything else unchanged.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -87,15 +90,28 @@ def escape_like_client_python_1177(text: str) -> str:
                    for line in text.splitlines(keepends=True))
 
 
+_FLOAT_FORM_INTEGER_LE = re.compile(r'le="(\d+)\.0"')
+
+
+def integer_le_like_go(text: str) -> str:
+    """`le="1.0"` → `le="1"` (how Go's client_golang writes integer bucket bounds); a synthetic
+    transformation of the real capture, since vLLM itself writes the float form."""
+    return _FLOAT_FORM_INTEGER_LE.sub(r'le="\1"', text)
+
+
 class CaptureReplay:
     """Serves the real captures one per request, in order (the last one repeats), with a fixed
-    content type whatever the Accept header (as vLLM 0.32 does), optionally #1177-escaped."""
+    content type whatever the Accept header (as vLLM 0.32 does), optionally #1177-escaped,
+    optionally with Go-style integer `le` bounds."""
 
-    def __init__(self, content_type: str, escaped: bool) -> None:
+    def __init__(self, content_type: str, escaped: bool, integer_le: bool = False) -> None:
         self._next = 0
         bodies = [path.read_text() for path in CAPTURES]
         if escaped:
             bodies = [escape_like_client_python_1177(body) for body in bodies]
+        if integer_le:
+            bodies = [integer_le_like_go(body) for body in bodies]
+            assert all('le="1"' in body for body in bodies), "the capture has no le=\"1.0\" bucket to rewrite"
         if content_type.startswith("application/openmetrics-text"):
             bodies = [body if body.endswith("# EOF\n") else body + "# EOF\n" for body in bodies]
         replay = self
@@ -159,10 +175,12 @@ def _latency_targets(model: dict) -> list[tuple[str, str]]:
             if vllm_selector in target["expr"]]
 
 
+# shape: (content type, #1177-escaped, Go-style integer le bounds)
 SHAPES = {
-    "vllm-0.32-classic": (CLASSIC, False),
-    "client_python-1177-openmetrics": (OPENMETRICS_UNDERSCORES, True),
-    "client_python-1177-classic": (CLASSIC, True),
+    "vllm-0.32-classic": (CLASSIC, False, False),
+    "client_python-1177-openmetrics": (OPENMETRICS_UNDERSCORES, True, False),
+    "client_python-1177-classic": (CLASSIC, True, False),
+    "synthetic-go-integer-le-classic": (CLASSIC, False, True),
 }
 
 
@@ -170,7 +188,7 @@ SHAPES = {
 def vllm_direct(prometheus3_bin: str) -> Iterator[dict]:
     """Prometheus 3 scraping the three shapes of the real capture at once, all under job="vllm"
     (what the dashboards select), told apart by instance."""
-    replays = {shape: CaptureReplay(content_type, escaped) for shape, (content_type, escaped) in SHAPES.items()}
+    replays = {shape: CaptureReplay(*how) for shape, how in SHAPES.items()}
     proxies = {shape: RecordingProxy(replay.url) for shape, replay in replays.items()}
     try:
         with Prometheus(scrape_targets={"vllm": [p.address for p in proxies.values()]}) as prom:
@@ -195,17 +213,23 @@ def test_vllm_scraped_directly_in_every_spelling(vllm_direct: dict) -> None:
 
 
 def test_le_is_normalised_to_floats(vllm_direct: dict) -> None:
-    """vLLM writes le="1.0" already; Prometheus 3 stores every le as a float string (`1.0`,
-    `+Inf`), so a panel grouping by le never splits one bucket in two across an upgrade."""
+    """Prometheus 3 stores every le as a float string (`1.0`, `+Inf`), whether the target wrote
+    `1.0` (vLLM) or `1` (the Go-style shape), so a panel grouping by le never splits one bucket in
+    two across targets or an upgrade. (The quantile panels agreeing on the Go-style shape is
+    checked by test_panels_reading_vllm_directly_agree_on_every_spelling.)"""
     prom: Prometheus = vllm_direct["prom"]
-    les = {s["metric"]["le"] for s in prom.query('{__name__=~"vllm[:_]inter_token_latency_seconds_bucket"}')}
-    assert "1.0" in les and "+Inf" in les and "1" not in les, sorted(les)
+    for shape, instance in vllm_direct["instances"].items():
+        les = {s["metric"]["le"] for s in prom.query(
+            f'{{__name__=~"vllm[:_]inter_token_latency_seconds_bucket", instance="{instance}"}}')}
+        assert {"1.0", "5.0", "+Inf"} <= les and not les & {"1", "5"}, f"{shape}: {sorted(les)}"
 
 
 def test_panels_reading_vllm_directly_agree_on_every_spelling(vllm_direct: dict) -> None:
     prom: Prometheus = vllm_direct["prom"]
     targets = _latency_targets(overview.build(MixinConfig()))
     assert targets, "the overview has no panel reading vLLM directly"
+    # The quantile panels group buckets by le: the Go-style shape (le="1") must give their figures too.
+    assert any("histogram_quantile" in expr for _, expr in targets), targets
     for where, expr in targets:
         per_shape = {}
         for shape, instance in vllm_direct["instances"].items():

@@ -23,7 +23,14 @@ def pytest_terminal_summary(terminalreporter):
     (tests/test_alerts_vmalert_tool.py) when those tests ran."""
     from test_faults import FAULT_TABLE
 
+    from support.prom import FALLBACK_NOTES
+
     write = terminalreporter.write_line
+    if FALLBACK_NOTES:
+        write("")
+        write(f"DEBIAN TESTING FALLBACK: {len(FALLBACK_NOTES)} version-pinned checks ran on Debian 12's "
+              f"servers instead of Prometheus 3.x / Alertmanager 0.3x ({FALLBACK_NOTES[0]})",
+              red=True, bold=True)
     vmalert_tool = sys.modules.get("test_alerts_vmalert_tool")
     if vmalert_tool is not None and vmalert_tool.DIFFERENCES:
         write("")

@@ -156,19 +156,22 @@ def test_prometheus3_scrapes_the_exporter(prometheus3_bin: str) -> None:
     """The fake vLLM (a prometheus_client simulation) → real exporter → proxy → Prometheus 3."""
     with FakeVllm(models=("tiny-llama",)) as fake:
         fake.drive(50, 0.8)
-        exporter = ExporterProcess(fake.start(), interval=0.5, window=10, timeout=0.4, min_draft_tokens=0).start()
-        proxy = RecordingProxy(exporter.url)
-        try:
-            with Prometheus(scrape_targets={"vllm-spec-exporter": [proxy.address]}) as prom:
-                wait_until(prom.targets_up, timeout=20)
-                wait_until(lambda: prom.query('vllm_spec_exporter_target_up{job="vllm-spec-exporter"} == 1'), 20)
-                stored = {s["metric"]["__name__"] for s in prom.query('{job="vllm-spec-exporter"}')}
-        finally:
-            proxy.stop()
-            exporter.stop()
+        with ExporterProcess(fake.start(), interval=0.5, window=10, timeout=0.4, min_draft_tokens=0) as exporter:
+            proxy = RecordingProxy(exporter.url)
+            try:
+                with Prometheus(scrape_targets={"vllm-spec-exporter": [proxy.address]}) as prom:
+                    wait_until(prom.targets_up, timeout=20)
+                    wait_until(lambda: prom.query('vllm_spec_exporter_target_up{job="vllm-spec-exporter"} == 1'), 20)
+                    stored = {s["metric"]["__name__"] for s in prom.query('{job="vllm-spec-exporter"}')}
+            finally:
+                proxy.stop()
     accept, content_type = proxy.exchanges[-1]
     assert accept.startswith(accept_first()), accept
-    print(f"Prometheus 3 asked the exporter for {accept!r}; it answered {content_type!r}")
+    # What the README says the exporter answers (prometheus_client's OpenMetrics 1.0 encoder, honouring
+    # the escaping asked for; 2.42 on bootstrap's fallback asks for none and gets underscores).
+    escaping = "allow-utf-8" if is_version(PROMETHEUS_BIN, "3.") else "underscores"
+    assert content_type == f"application/openmetrics-text; version=1.0.0; charset=utf-8; escaping={escaping}", \
+        content_type
     # Whatever was negotiated, every name the exporter serves arrived as it is spelled (the engine
     # gauges are SGLang's and TensorRT-LLM's: the vLLM simulation has none).
     expected = schema.exposed_names() - {metric.name for metric in schema.ENGINE_GAUGES}

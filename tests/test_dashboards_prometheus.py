@@ -1,7 +1,7 @@
 """Every query of the generated dashboards, run against a real Prometheus and a real VictoriaMetrics.
 
 The overview first (one exporter, below); the fleet dashboard at the end of the module, against
-five exporters (see `fleet_stack`).
+five exporters (see `fleet_stack`); both on Prometheus and on VictoriaMetrics + vmalert.
 
 A real Prometheus (3.x from Debian testing; 2.42 when bootstrap fell back) scrapes the real
 exporter (`vllm-spec-exporter serve`), which polls
@@ -544,9 +544,9 @@ def _drive_fleet(fakes: dict[str, FakeVllm], stop: threading.Event) -> None:
                 fakes[server].step(item.drafts, item.acceptance, model=item.model, engine=item.engine)
 
 
-@pytest.fixture(scope="module")
-def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    require_binary(PROMETHEUS_BIN)
+@pytest.fixture(scope="module", params=("prometheus", "victoria-metrics"))
+def fleet_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The five-exporter fleet on Prometheus, and on VictoriaMetrics with vmalert."""
     rules = always_firing_rules(tmp_path_factory.mktemp("fleet-rules"))
     fakes: dict[str, FakeVllm] = {}
     exporters: list[ExporterProcess] = []
@@ -566,8 +566,7 @@ def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         threading.Thread(target=_drive_fleet, args=(fakes, stop), daemon=True).start()
         scrape = {"vllm-spec-exporter": list(instances.values()),
                   "vllm": [url.split("//", 1)[1] for server, url in urls.items() if server in fakes]}
-        with Prometheus(scrape_targets=scrape, rule_files=[rules]) as prom:
-            wait_until(prom.targets_up, timeout=20)
+        with query_backend(request.param, scrape, [rules]) as prom:
             wait_until(lambda: len(prom.query("vllm_spec_exporter_target_up == 1")) == len(fakes), timeout=20)
             time.sleep(FLEET_RATE_INTERVAL_SECONDS + 5)
             yield {"prom": prom, "instances": instances,

@@ -204,7 +204,7 @@ def exporter_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
         _alert(
             cfg, VLLM_RESTARTING,
             # increase() counts across restarts of the exporter itself (its counter restarts at 0).
-            expr=(f"increase({MetricName.COUNTER_RESETS_TOTAL}{sel}[{cfg.reset_window}]) "
+            expr=(f"increase({MetricName.TARGET_RESTARTS_TOTAL}{sel}[{cfg.reset_window}]) "
                   f">= {cfg.counter_resets_threshold}"),
             severity=cfg.warning_severity,
             summary="The vLLM server keeps restarting.",

@@ -50,7 +50,7 @@ GENERATED = MetricName.GENERATION_TOKENS_TOTAL
 NUM_SPECULATIVE_TOKENS = MetricName.NUM_SPECULATIVE_TOKENS
 TARGET_UP = MetricName.TARGET_UP
 SPEC_DECODE_ENABLED = MetricName.SPEC_DECODE_ENABLED
-COUNTER_RESETS = MetricName.COUNTER_RESETS_TOTAL
+TARGET_RESTARTS = MetricName.TARGET_RESTARTS_TOTAL
 
 
 # Ray Serve's stat logger prefixes vLLM's names with `ray_` (`ray_vllm:...`, escaped `ray_vllm_...`);
@@ -304,7 +304,7 @@ class Queries:
     def counter_resets(self) -> str:
         """vLLM restarts per server per interval (polls in which its counters reset)."""
         return sum_by((self.cfg.instance_label,),
-                      f"increase({selector(COUNTER_RESETS, self.sel.target)}[{RATE_INTERVAL}])")
+                      f"increase({selector(TARGET_RESTARTS, self.sel.target)}[{RATE_INTERVAL}])")
 
     def poll_age(self) -> str:
         """Seconds since each exporter last read vLLM successfully (0 before the first success)."""

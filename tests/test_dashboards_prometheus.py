@@ -39,6 +39,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import pytest
 from prometheus_client import generate_latest
 
+from support.escaping import escape_sample_names
 from support.exporter import ExporterProcess
 from support.fakevllm import FakeVllm, _per_position_counts
 from support.grafana import expand_variables
@@ -90,21 +91,13 @@ class _Quiet(WSGIRequestHandler):
         pass
 
 
-def escape_sample_names(text: bytes, prefix: str) -> bytes:
-    """`vllm:` → `vllm_` on sample lines only, HELP and TYPE keep the colon: what prometheus_client
-    writes under underscore escaping (prometheus/client_python#1177)."""
-    escaped = prefix.replace(":", "_").encode()
-    return b"".join(escaped + line[len(prefix):] if line.startswith(prefix.encode()) else line
-                    for line in text.splitlines(keepends=True))
-
-
 def serve_classic_text(fake: FakeVllm, escape_prefix: str | None = None):
     """The fake's registry in the classic text format whatever the Accept header: colon names, or
     with `escape_prefix` the #1177 shape (escaped sample names)."""
     def app(environ, start_response):
         start_response("200 OK", [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")])
         body = generate_latest(fake.registry)
-        return [escape_sample_names(body, escape_prefix) if escape_prefix else body]
+        return [escape_sample_names(body.decode(), escape_prefix).encode() if escape_prefix else body]
 
     server = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
     threading.Thread(target=server.serve_forever, daemon=True).start()

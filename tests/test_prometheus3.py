@@ -31,6 +31,7 @@ from urllib.request import Request, urlopen
 
 import pytest
 
+from support.escaping import escape_sample_names
 from support.exporter import ExporterProcess
 from support.fakevllm import FakeVllm
 from support.grafana import expand_variables
@@ -87,12 +88,6 @@ class RecordingProxy:
         self._server.server_close()
 
 
-def escape_like_client_python_1177(text: str) -> str:
-    """`vllm:` → `vllm_` on sample lines only; HELP and TYPE lines keep the colon (the #1177 shape)."""
-    return "".join(line.replace("vllm:", "vllm_", 1) if line.startswith("vllm:") else line
-                   for line in text.splitlines(keepends=True))
-
-
 _FLOAT_FORM_INTEGER_LE = re.compile(r'le="(\d+)\.0"')
 
 
@@ -111,7 +106,7 @@ class CaptureReplay:
         self._next = 0
         bodies = [path.read_text() for path in CAPTURES]
         if escaped:
-            bodies = [escape_like_client_python_1177(body) for body in bodies]
+            bodies = [escape_sample_names(body) for body in bodies]
         if integer_le:
             bodies = [integer_le_like_go(body) for body in bodies]
             assert all('le="1"' in body for body in bodies), "the capture has no le=\"1.0\" bucket to rewrite"

@@ -145,6 +145,11 @@ class PromQueryApi:
             raise AssertionError(f"{expr!r} returned {len(result)} series, expected one")
         return float(result[0]["value"][1])
 
+    def targets_up(self) -> bool:
+        """True once every scrape target answered (/api/v1/targets: Prometheus' and VictoriaMetrics')."""
+        targets = http_get_json(f"{self.url}/api/v1/targets")["data"]["activeTargets"]
+        return bool(targets) and all(t["health"] == "up" for t in targets)
+
 
 class RulesApi:
     """The Prometheus rules/alerts API, which Prometheus and vmalert both speak."""
@@ -156,9 +161,11 @@ class RulesApi:
         return list(http_get_json(f"{self.url}/api/v1/alerts")["data"]["alerts"])
 
     def firing(self, alertname: str) -> list[dict[str, Any]]:
+        """The active alerts named `alertname` whose state is firing (pending ones left out)."""
         return [a for a in self.alerts() if a["labels"].get("alertname") == alertname and a["state"] == "firing"]
 
     def rule_groups(self) -> list[dict[str, Any]]:
+        """Every loaded rule group from /api/v1/rules, with its rules' health and last evaluation."""
         return list(http_get_json(f"{self.url}/api/v1/rules")["data"]["groups"])
 
 
@@ -209,11 +216,6 @@ class Prometheus(PromQueryApi, RulesApi, ServerProcess):
             "--web.enable-lifecycle",  # POST /-/reload for tests that swap rule files
             *self.extra_args,
         ]
-
-    def targets_up(self) -> bool:
-        targets = http_get_json(f"{self.url}/api/v1/targets")["data"]["activeTargets"]
-        return bool(targets) and all(t["health"] == "up" for t in targets)
-
 
 def with_packaged_default_templates(config_text: str, binary: str) -> str:
     """The config, plus the binary's own default.tmpl when it runs outside its package's tree.

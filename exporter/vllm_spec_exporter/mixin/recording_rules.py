@@ -76,7 +76,7 @@ class RecordNames:
 
 
 def record_names(cfg: MixinConfig) -> RecordNames:
-    w = cfg.rate_window
+    w = cfg.windows.rate_window
     fleet = "_".join((*cfg.fleet_labels, "model"))
     names: dict[str, str] = {}
     for level, prefix in (("instance_model", ""), (fleet, "fleet_")):
@@ -117,10 +117,8 @@ def evidence_names(window: str) -> EvidenceNames:
 
 
 def alert_windows(cfg: MixinConfig) -> list[str]:
-    """Every window the acceptance alerts use, each once, in tier order."""
-    windows = (cfg.acceptance_fast_long_window, cfg.acceptance_fast_short_window,
-               cfg.acceptance_slow_long_window, cfg.acceptance_slow_short_window)
-    return list(dict.fromkeys(windows))
+    """Every window the acceptance alerts use, each once, in tier order (AlertWindows.evidence)."""
+    return list(cfg.windows.evidence)
 
 
 def wilson_bound(cfg: MixinConfig, e: EvidenceNames, side: str) -> str:
@@ -182,7 +180,7 @@ def evidence_meanings(cfg: MixinConfig) -> dict[str, str]:
 
 def recording_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
     n = record_names(cfg)
-    sel, w = links.exporter_selector(cfg), cfg.rate_window
+    sel, w = links.exporter_selector(cfg), cfg.windows.rate_window
     by_fleet = ", ".join((*cfg.fleet_labels, "model_name"))
     rules: list[dict[str, Any]] = []
 
@@ -222,8 +220,11 @@ def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
     # Rules in a group run in order, so the fleet rules see this cycle's server rules and the
     # bounds this cycle's drafts and ratios. The evidence records are their own group: they feed
     # the acceptance alerts only, and both groups stay small (mixtool's lint: <= 20 rules).
-    return [{"name": RECORDING_GROUP, "rules": recording_rules(cfg)},
-            {"name": EVIDENCE_GROUP, "rules": evidence_rules(cfg)}]
+    # `interval:` pins the evaluation interval the holds were rounded to, whatever the server's
+    # global evaluation_interval is.
+    interval = cfg.windows.evaluation_interval
+    return [{"name": RECORDING_GROUP, "interval": interval, "rules": recording_rules(cfg)},
+            {"name": EVIDENCE_GROUP, "interval": interval, "rules": evidence_rules(cfg)}]
 
 
 def record_meaning(name: str, n: RecordNames) -> str:

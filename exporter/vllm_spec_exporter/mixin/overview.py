@@ -167,6 +167,20 @@ def acceptance_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         [Query(q.mean_draft_length(by_model), "{{model_name}} draft length"),
          Query(q.k(by_model), "{{model_name}} k")],
     ), 12, 8)
+    layout.add(timeseries_panel(
+        "Drafting paused by design, or stopped",
+        "Output tokens/s of each server and model while it proposes no drafts. Paused: the running "
+        "batch is larger than any at which the server drafted in the last "
+        f"{cfg.drafting_batch_memory}: an engine pausing speculation on purpose under load (vLLM's "
+        "num_speculative_tokens_per_batch_size with k = 0), not a fault; it resumes when the batch "
+        "shrinks. Stopped: no drafts at a batch where it drafted before, or TensorRT-LLM's own "
+        f"acceptance gate closed: {alert_rules.DRAFTS_STOPPED} after {cfg.spec_decode_stopped_for}. "
+        "Good: empty (drafting), or paused only at peak load.",
+        TOKENS_PER_SECOND,
+        [Query(q.drafting_state("paused"), legend_label(cfg.instance_label) + " {{model_name}} paused"),
+         Query(q.drafting_state("stopped"), legend_label(cfg.instance_label) + " {{model_name}} stopped")],
+        no_value="Drafting (or idle)",
+    ).links(runbook_links(cfg, alert_rules.DRAFTS_STOPPED)), 24, 6)
 
 
 def position_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
@@ -182,7 +196,10 @@ def position_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "Acceptance by draft position",
         "Share of drafts whose token at each 0-based position was accepted (accepted at position "
         "/ drafts). It can only fall with position: where it drops below the line is where the "
-        "draft stops paying off. Good: every position green. " + advice,
+        "draft stops paying off. Good: every position green. vLLM counts no drafts per position, so "
+        "every draft is in the denominator, also drafts too short to reach the position (n-gram "
+        "misses, dynamic k's smaller k under load): when the Draft length panel is below k, the "
+        "later positions are lower bounds, not a reason to lower k by themselves. " + advice,
         RATIO,
         [Query(q.position_acceptance(), "{{model_name}} position {{position}}", instant=True)],
         thresholds_config=position_thresholds(cfg),

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..names import MetricName
+from . import recording_rules
 from .config import MixinConfig
 
 RATE_INTERVAL = "$__rate_interval"
@@ -263,6 +264,13 @@ class Queries:
         by_instance = (self.cfg.instance_label,)
         return (f"count({self.acceptance_band(by_instance, low, high)}) "
                 f"or (0 * count({self.acceptance(by_instance)}))")
+
+    def drafting_state(self, state: str) -> str:
+        """Output tokens/s per server and model while drafting is `paused` (by design: no drafts at a
+        larger batch than any at which the server drafted) or `stopped` (recording_rules)."""
+        names = recording_rules.record_names(self.cfg)
+        record = names.drafting_paused if state == "paused" else names.drafts_stopped
+        return selector(record, join_matchers(self.sel.target, 'model_name=~"$model_name"'))
 
     def per_target(self, metric: str, op: str = "min") -> str:
         """One value per scrape target of an exporter health gauge (no model/engine labels)."""

@@ -48,13 +48,14 @@ import yaml
 from vllm_spec_exporter.mixin import alert_rules, generate, rule_files, windows
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.names import MetricName
+from vllm_spec_lab.monitoring import PROMTOOL_BIN, PROMTOOL_OLDEST_BIN
 
 ROOT = Path(__file__).resolve().parents[1]
 INTERVALS = (15, 30, 60)  # scrape intervals (s)
 # The last commit on main before issue 20 derived the windows from the scrape interval.
 PREVIOUS_COMMIT = "2d2a37e"
-_CACHE = Path(os.environ.get("VLLM_SPEC_EXPORTER_CACHE", Path.home() / ".cache" / "vllm-spec-exporter"))
-PROMTOOLS = {"3": _CACHE / "debian-testing" / "root" / "usr" / "bin" / "promtool", "2": Path("/usr/bin/promtool")}
+# The lab's two promtools: Prometheus 3 (Debian testing's, in the cache) and Debian 12's 2.42.
+PROMTOOLS = {"3": Path(PROMTOOL_BIN), "2": Path(PROMTOOL_OLDEST_BIN)}
 JOB = "vllm-spec-exporter"
 RULE_SETS = ("new", "previous", "baseline")
 ACCEPTANCE = (alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL)
@@ -361,7 +362,7 @@ def no_counters_at(pod: Pod, t: float) -> bool:
 _METRICS = {
     "drafts": ("vllm_spec_decode_drafts_total", True), "draft_tokens": ("vllm_spec_decode_draft_tokens_total", True),
     "accepted": ("vllm_spec_decode_accepted_tokens_total", True), "generation": ("vllm_generation_tokens_total", True),
-    "resets": ("vllm_spec_exporter_counter_resets_total", False), "up": ("up", False),
+    "resets": ("vllm_spec_exporter_target_restarts_total", False), "up": ("up", False),
     "target_up": ("vllm_spec_exporter_target_up", False), "enabled": ("vllm_spec_decode_enabled", False),
     "running": ("vllm_num_requests_running", True),
 }

@@ -44,7 +44,7 @@ from support.exporter import ExporterProcess
 from support.fakevllm import FakeVllm, _per_position_counts
 from support.grafana import expand_variables
 from support.prom import require_binary
-from vllm_spec_exporter.mixin import dashboard_files, fleet, overview, promql
+from vllm_spec_exporter.mixin import dashboard_files, fleet, overview, promql, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab.binaries import VICTORIA_METRICS_BIN, VMALERT_BIN
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, PromQueryApi, free_port, http_get_json, wait_until
@@ -114,7 +114,13 @@ def values(result: list[dict]) -> list[float]:
     return [float(sample["value"][1]) for sample in result]
 
 
-RECORDING_RULES = Path(__file__).resolve().parents[1] / "alerts" / "prometheus_rules.yaml"
+def recording_rules_file(folder: Path) -> Path:
+    """The generated recording rules for this stack's 1 s scrape and evaluation: the committed
+    windows (they keep their lengths below 30 s scrapes), with the groups' `interval:` at 1 s
+    instead of the committed 15 s, so the records exist within the test's first seconds."""
+    path = folder / "recording-rules.yaml"
+    path.write_text(rule_files.render(MixinConfig().with_overrides({"scrape_interval": "1s"}))[rule_files.RULES_FILE])
+    return path
 
 
 def always_firing_rules(folder: Path) -> Path:
@@ -175,7 +181,7 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         scrape = {"vllm-spec-exporter": [f"127.0.0.1:{exporter_port}"],
                   "vllm": [negotiated_instance, classic_instance, escaped_instance]}
         # The generated recording rules too: the acceptance panel draws the alerts' confidence bounds.
-        with query_backend(backend, scrape, [rules, RECORDING_RULES]) as prom:
+        with query_backend(backend, scrape, [rules, recording_rules_file(rules.parent)]) as prom:
             wait_until(lambda: prom.query("vllm_spec_exporter_target_up == 1"), timeout=20)
             # A full rate window of polled samples, plus slack for the first scrape.
             time.sleep(RATE_INTERVAL_SECONDS + 4)

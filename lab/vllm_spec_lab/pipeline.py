@@ -45,10 +45,11 @@ MODEL_NAME = "tiny-llama"
 # sustained evidence than the critical alert so that a collapse shows SpecDecodeAcceptanceLow at
 # the webhook before the critical alert inhibits it. The tiny CPU model's requests are alike (one
 # prompt mix per phase), so no overdispersion allowance: drafts are the trials.
-# The demo Prometheus' scrape and evaluation interval (tests/test_range_windows.py checks every
-# FAST_ALERTS window holds two samples at it).
+# The demo Prometheus' scrape and evaluation interval, through the config (tests/test_range_windows.py
+# checks every FAST_ALERTS window holds two samples at it).
 DEMO_SCRAPE_INTERVAL = "2s"
 FAST_ALERTS: dict[str, Any] = {
+    "scrape_interval": DEMO_SCRAPE_INTERVAL,
     "rate_window": "30s",
     "acceptance_fast_long_window": "30s",
     "acceptance_fast_short_window": "10s",
@@ -223,8 +224,8 @@ class LocalStack:
         self.prometheus = Prometheus(
             scrape_targets={EXPORTER_JOB: [exporter_address], VLLM_JOB: [vllm_address]},
             rule_files=[self.dir / rule_files.RULES_FILE, self.dir / rule_files.ALERTS_FILE],
-            alertmanager_url=self.alertmanager.url, scrape_interval=DEMO_SCRAPE_INTERVAL,
-            evaluation_interval=DEMO_SCRAPE_INTERVAL,
+            alertmanager_url=self.alertmanager.url, scrape_interval=self.config.windows.scrape_interval,
+            evaluation_interval=self.config.windows.evaluation_interval,
             log_path=self.log_dir / "prometheus.log",
         )
         self.prometheus.start()

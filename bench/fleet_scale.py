@@ -691,7 +691,8 @@ def summary(result: Result) -> dict[str, Any]:
             "load_seconds": result.load_seconds,
             "rule_groups": {g: {"seconds": s, "interval": i, "share": s / i} for g, (s, i) in result.rule_groups.items()},
             "rules_total_share": sum(s / i for s, i in result.rule_groups.values()),
-            "worst_group": worst_group[0], "dashboards": dashboards}
+            "worst_group": worst_group[0], "dashboards": dashboards,
+            "queries": [vars(q) for q in result.queries]}
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:

@@ -230,6 +230,17 @@ class Queries:
         """An instant query's rows sorted ascending: the lowest value on top."""
         return f"sort({expr})"
 
+    def crowded(self, expr: str, high_is_bad: bool = False) -> str:
+        """`expr` whole while it has at most cfg.panel_all_series_up_to series (a selected server
+        shows everything about it); beyond (All over a fleet), the worst cfg.panel_worst_k and the
+        best cfg.panel_best_k series at each step, so a panel never draws 1,000 lines."""
+        cfg = self.cfg
+        worst, best = ("topk", "bottomk") if high_is_bad else ("bottomk", "topk")
+        limited = f"{worst}({cfg.panel_worst_k}, {expr})"
+        if cfg.panel_best_k:
+            limited += f" or {best}({cfg.panel_best_k}, {expr})"
+        return f"({expr}) and on () (count({expr}) <= {cfg.panel_all_series_up_to}) or {limited}"
+
     def servers_per_model(self) -> str:
         """Servers exposing a k for each model: the servers speculating it."""
         return sum_by(("model_name",), self.k((self.cfg.instance_label, "model_name")), op="count")

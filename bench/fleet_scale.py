@@ -39,7 +39,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,6 +61,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # support.grafana_render: Grafana's req
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_pipeline import multi_engine_payload  # noqa: E402
+
 from support import grafana_render  # noqa: E402
 from vllm_spec_exporter.collector import SpecDecodeCollector  # noqa: E402
 from vllm_spec_exporter.derive import derive  # noqa: E402
@@ -69,7 +69,7 @@ from vllm_spec_exporter.normalise import normalise  # noqa: E402
 from vllm_spec_exporter.parse import parse  # noqa: E402
 from vllm_spec_exporter.poller import PollResult  # noqa: E402
 from vllm_spec_exporter.window import WindowStore  # noqa: E402
-from vllm_spec_lab.monitoring import _Server, http_get_json, is_ready, wait_until  # noqa: E402
+from vllm_spec_lab.monitoring import _Server, http_get_json, is_ready  # noqa: E402
 from vllm_spec_lab.server import free_port  # noqa: E402
 
 CACHE = Path(os.environ.get("VLLM_SPEC_EXPORTER_CACHE", Path.home() / ".cache" / "vllm-spec-exporter"))
@@ -135,7 +135,8 @@ def _counter_values(vllm_text: str) -> dict[tuple[str, tuple], float]:
     poller = SimpleNamespace(current=lambda: result, store=WindowStore(60.0), min_draft_tokens=100)
     registry = CollectorRegistry()
     registry.register(SpecDecodeCollector(poller))  # type: ignore[arg-type]
-    return {(s.name, _key(s.labels)): s.value for f in text_string_to_metric_families(generate_latest(registry).decode())
+    families = text_string_to_metric_families(generate_latest(registry).decode())
+    return {(s.name, _key(s.labels)): s.value for f in families
             if f.type == "counter" for s in f.samples}
 
 
@@ -411,6 +412,15 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def cpu_seconds(*pids: int) -> float:
+    """User + system CPU seconds used so far by these processes."""
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -517,6 +527,7 @@ class Result:
     head_series: int
     rss_mb: float
     load_seconds: float  # backfill or import of the history
+    cpu_cores: float = 0.0  # CPU seconds per second while the rule cycles were watched (scrape + rules)
     rule_groups: dict[str, tuple[float, float]] = field(default_factory=dict)  # group: (worst s, interval s)
     queries: list[QueryTime] = field(default_factory=list)
     draw_seconds: dict[str, float] = field(default_factory=dict)
@@ -605,14 +616,20 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget, exprs: dict[s
         prom = Prometheus3(data, config)
         prom.start(timeout=900)
         log("prometheus: restarted with the records; watching rule evaluations")
-        worst = watch_rule_groups(prom.rule_times, plan.step, plan.cycles)
-        log("prometheus: dashboards")
         assert prom.proc is not None
+        cpu, wall = cpu_seconds(prom.proc.pid), time.monotonic()
+        worst = watch_rule_groups(prom.rule_times, plan.step, plan.cycles)
+        cores = (cpu_seconds(prom.proc.pid) - cpu) / (time.monotonic() - wall)
+        log("prometheus: dashboards")
         result = Result("Prometheus 3", fleet.pods, len(fleet.series), fleet.series_per_pod, prom.head_series(),
-                        rss_mb(prom.proc.pid), load, {g: (s, plan.step) for g, s in worst.items()})
+                        rss_mb(prom.proc.pid), load, cores, {g: (s, plan.step) for g, s in worst.items()})
         result.queries = dashboard_load(prom.url, time.time(), plan.step, exprs)
         if plan.browser:
-            result.draw_seconds = browser_draw(prom.url, time.time(), plan.step, work)
+            log("prometheus: drawing the dashboards in the browser")
+            try:
+                result.draw_seconds = browser_draw(prom.url, time.time(), plan.step, work)
+            except (RuntimeError, subprocess.SubprocessError, OSError, KeyError) as error:
+                log(f"browser: {error}")  # the table shows no draw time; the other figures stand
         return result
     finally:
         prom.stop()
@@ -647,11 +664,14 @@ def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget, exprs: d
         alert.start(timeout=60)
         log("victoriametrics: watching rule evaluations")
         names = [g["name"] for f in load_rules() for g in f["groups"]]
+        assert vm.proc is not None and alert.proc is not None
+        cpu, wall = cpu_seconds(vm.proc.pid, alert.proc.pid), time.monotonic()
         groups = watch_vmalert(alert, names, plan.step, plan.cycles)
+        cores = (cpu_seconds(vm.proc.pid, alert.proc.pid) - cpu) / (time.monotonic() - wall)
         series = int(http_get_json(f"{vm.url}/api/v1/series/count")["data"][0])
-        assert vm.proc is not None
         result = Result("VictoriaMetrics", fleet.pods, len(fleet.series), fleet.series_per_pod, series,
-                        rss_mb(vm.proc.pid), load, {g: (seconds, plan.step) for g, seconds in groups.items()})
+                        rss_mb(vm.proc.pid) + rss_mb(alert.proc.pid), load, cores,
+                        {g: (seconds, plan.step) for g, seconds in groups.items()})
         result.queries = dashboard_load(vm.url, time.time(), plan.step, exprs)
         return result
     finally:
@@ -688,8 +708,9 @@ def summary(result: Result) -> dict[str, Any]:
     worst_group = max(result.rule_groups.items(), key=lambda kv: kv[1][0] / kv[1][1], default=("", (0.0, 1.0)))
     return {"backend": result.backend, "pods": result.pods, "series": result.series,
             "series_per_pod": result.series_per_pod, "head_series": result.head_series, "rss_mb": result.rss_mb,
-            "load_seconds": result.load_seconds,
-            "rule_groups": {g: {"seconds": s, "interval": i, "share": s / i} for g, (s, i) in result.rule_groups.items()},
+            "load_seconds": result.load_seconds, "cpu_cores": result.cpu_cores,
+            "rule_groups": {g: {"seconds": s, "interval": i, "share": s / i}
+                            for g, (s, i) in result.rule_groups.items()},
             "rules_total_share": sum(s / i for s, i in result.rule_groups.values()),
             "worst_group": worst_group[0], "dashboards": dashboards,
             "queries": [vars(q) for q in result.queries]}
@@ -699,7 +720,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     backend = rows[0]["backend"]
     print(f"\n{backend}: series, memory, rule evaluation (share of the interval) and dashboard load "
           "(1 h range; recording-rule panels vs the same panels from raw counters)")
-    print(f"{'pods':>6}{'series/pod':>11}{'series':>9}{'head':>9}{'RSS MB':>8}{'rules %':>8}{'worst group %':>15}"
+    print(f"{'pods':>6}{'series/pod':>11}{'series':>9}{'head':>9}{'RSS MB':>8}{'CPU':>6}{'rules %':>8}"
+          f"{'worst group %':>15}"
           f"  {'dashboard':<9}{'queries':>8}{'total s':>8}{'slowest s':>10}{'rec s':>7}{'raw s':>7}"
           f"{'raw slowest':>12}{'max series':>11}{'draw s':>7}")
     for r in rows:
@@ -707,8 +729,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         first = True
         for name, d in sorted(r["dashboards"].items()):
             head = (f"{r['pods']:>6}{r['series_per_pod']:>11.1f}{r['series']:>9}{r['head_series']:>9}"
-                    f"{r['rss_mb']:>8.0f}{r['rules_total_share'] * 100:>8.2f}"
-                    f"{worst['share'] * 100:>15.2f}") if first else " " * 66
+                    f"{r['rss_mb']:>8.0f}{r['cpu_cores']:>6.2f}{r['rules_total_share'] * 100:>8.2f}"
+                    f"{worst['share'] * 100:>15.2f}") if first else " " * 72
             draw = f"{d['draw']:>7.2f}" if "draw" in d else f"{'-':>7}"
             print(f"{head}  {name:<9}{d.get('queries', 0):>8}{d.get('total', 0):>8.2f}{d.get('slowest', 0):>10.3f}"
                   f"{d.get('record_total', 0):>7.2f}{d.get('raw_total', 0):>7.2f}{d.get('raw_slowest', 0):>12.3f}"
@@ -716,8 +738,9 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             first = False
     print("rule groups (worst evaluation, share of the interval):")
     for r in rows:
+        groups = sorted(r["rule_groups"].items())
         print(f"  {r['pods']:>6} pods: " + ", ".join(f"{g.removeprefix('vllm-spec-decode')} {v['seconds']:.3f}s "
-                                                   f"({v['share'] * 100:.2f}%)" for g, v in sorted(r["rule_groups"].items())))
+                                                   f"({v['share'] * 100:.2f}%)" for g, v in groups))
     print("slowest panel / most series per dashboard:")
     for r in rows:
         for name, d in sorted(r["dashboards"].items()):
@@ -728,7 +751,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Fleet-scale cost of the bundle on Prometheus 3 and VictoriaMetrics")
-    parser.add_argument("--quick", action="store_true", help="N = 100, 15 min of history at 5 s, 2 cycles, no browser (CI)")
+    parser.add_argument("--quick", action="store_true",
+                        help="N = 100, 15 min of history at 5 s, 2 cycles, no browser (CI)")
     parser.add_argument("--pods", default="100,1000,5000", help="comma-separated fleet sizes")
     parser.add_argument("--history-minutes", type=int, default=75)
     parser.add_argument("--interval", type=int, default=15, help="scrape and evaluation interval, seconds")
@@ -767,7 +791,9 @@ def main() -> None:
                         summary(measure_victoriametrics(fleet, plan, live, exprs)))
             finally:
                 live.stop()
-        print(f"[{pods} pods measured in {time.perf_counter() - started:.0f} s]", flush=True)
+        print(f"[{pods} pods measured in {time.perf_counter() - started:.0f} s; load average "
+              f"{os.getloadavg()[1]:.1f} over the last 5 min (other jobs on this machine slow every figure)]",
+              flush=True)
     for rows in summaries.values():
         print_table(rows)
     if args.json:

@@ -16,10 +16,10 @@ from .promql import ALERT_NAME_REGEX, Queries, legend_label
 
 __all__ = [
     "acceptance_by_instance",
-    "crowd_note",
     "acceptance_by_model",
     "acceptance_series",
     "acceptance_stat",
+    "crowd_note",
     "firing_alerts_stat",
     "firing_alerts_table",
     "runbook_links",

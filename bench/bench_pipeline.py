@@ -22,16 +22,19 @@ exporter RSS <= 40 MB.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.server
 import json
 import math
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -90,8 +93,9 @@ def pipeline(text: str):
     return poll
 
 
-def measure_process(text: str, polls: int) -> tuple[float, float]:
-    """RSS (MB) and CPU ms per poll of the real exporter polling a static target every 0.05 s."""
+def measure_process(text: str, polls: int, interval: float = 0.05) -> tuple[float, float, int]:
+    """RSS (MB), CPU ms per poll and failed polls of the real exporter polling a static target
+    every `interval` seconds (its timeout 80 % of that)."""
     body = text.encode()
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -99,7 +103,9 @@ def measure_process(text: str, polls: int) -> tuple[float, float]:
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            # The exporter may give up on a slow answer: that is counted as a failed poll below.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(body)
 
         def log_message(self, *args):
             pass
@@ -107,20 +113,44 @@ def measure_process(text: str, polls: int) -> tuple[float, float]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     script = Path(sys.executable).with_name("vllm-spec-exporter")
+    listen = free_port()
     proc = subprocess.Popen([str(script), "serve", "--target", f"http://127.0.0.1:{server.server_port}",
-                             "--listen", "127.0.0.1:0", "--interval", "0.05", "--window", "60",
-                             "--timeout", "0.04", "--log-level", "warning"])
+                             "--listen", f"127.0.0.1:{listen}", "--interval", str(interval), "--window", "60",
+                             "--timeout", str(interval * 0.8), "--log-level", "critical"])
     try:
         time.sleep(1.5)  # start-up (imports) is not per-poll cost
+        failed0 = _failed_polls(listen)
         cpu0 = _cpu_seconds(proc.pid)
-        time.sleep(polls * 0.05)
+        time.sleep(polls * interval)
         cpu1 = _cpu_seconds(proc.pid)
+        failed = _failed_polls(listen) - failed0
         rss = _rss_mb(proc.pid)
     finally:
         proc.terminate()
         proc.wait(5)
         server.shutdown()
-    return rss, (cpu1 - cpu0) * 1000 / polls
+    return rss, (cpu1 - cpu0) * 1000 / polls, failed
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _failed_polls(port: int) -> int:
+    """The exporter's own count of failed polls (every reason), from its /metrics."""
+    for _ in range(50):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+                text = response.read().decode()
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        return -1
+    errors = re.findall(r"^vllm_spec_exporter_scrape_errors_total\{[^}]*\} (\S+)$", text, re.M)
+    return int(sum(float(v) for v in errors))
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -175,10 +205,10 @@ def against(rev: str, seconds: float) -> None:
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         old_root, new_root = Path(tmp) / "exporter", ROOT / "exporter"
         old = new = [math.inf] * len(PAYLOADS)
-        for _ in range(3):
+        for _ in range(5):
             old = [min(a, b) for a, b in zip(old, time_package(old_root, seconds), strict=True)]
             new = [min(a, b) for a, b in zip(new, time_package(new_root, seconds), strict=True)]
-    print(f"\nthis checkout against {rev} (child processes alternating, best of 3 runs):")
+    print(f"\nthis checkout against {rev} (child processes alternating, best of 5 runs):")
     print(f"{'payload':<24}{rev + ' ms':>16}{'now ms':>10}{'change':>9}")
     for (label, _, _), then, now in zip(PAYLOADS, old, new, strict=True):
         print(f"{label:<24}{then * 1e3:>16.3f}{now * 1e3:>10.3f}{(now / then - 1) * 100:>+8.1f}%")
@@ -202,10 +232,10 @@ def main() -> None:
         reference = per_call(lambda t=text: list(text_string_to_metric_families(t)), seconds)
         print(f"{label:<24}{len(text.encode()):>9}{ours * 1e3:>10.3f}{reference * 1e3:>16.3f}"
               f"{reference / ours:>9.1f}x")
-    for label, text in texts[1:]:
-        rss, cpu = measure_process(text, polls=40 if args.quick else 200)
-        print(f"exporter process polling {label} ({len(text.encode()) // 1024} KB) every 50 ms: "
-              f"RSS {rss:.1f} MB, CPU {cpu:.2f} ms/poll")
+    for (label, text), interval in zip(texts[1:], (0.05, 0.2), strict=True):
+        rss, cpu, failed = measure_process(text, polls=40 if args.quick else 200, interval=interval)
+        print(f"exporter process polling {label} ({len(text.encode()) // 1024} KB) every {interval * 1000:.0f} ms: "
+              f"RSS {rss:.1f} MB, CPU {cpu:.2f} ms/poll, {failed} failed polls")
     if args.against:
         against(args.against, seconds)
 

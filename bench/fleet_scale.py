@@ -76,7 +76,19 @@ CACHE = Path(os.environ.get("VLLM_SPEC_EXPORTER_CACHE", Path.home() / ".cache" /
 BIN = CACHE / "debian-testing" / "root" / "usr" / "bin"
 CAPTURE = ROOT / "tests" / "fixtures" / "vllm-0.32.0" / "ngram"
 RULE_FILES = (ROOT / "alerts" / "prometheus_rules.yaml", ROOT / "alerts" / "prometheus_alerts.yaml")
-DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
+DASHBOARD_FILES = sorted((ROOT / "dashboards").glob("*.json"))
+# Dashboards measured: {short name: model}; `--dashboards-before REV` adds REV's as "<name>@REV".
+DASHBOARDS: dict[str, dict] = {p.stem.removeprefix("vllm-spec-decode-"): json.loads(p.read_text())
+                               for p in DASHBOARD_FILES}
+
+
+def add_dashboards_before(rev: str) -> None:
+    """Measure REV's committed dashboards too (before/after a dashboard change, in the same run)."""
+    for path in DASHBOARD_FILES:
+        relative = path.relative_to(ROOT).as_posix()
+        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{relative}"], capture_output=True, text=True,
+                              check=True).stdout
+        DASHBOARDS[f"{path.stem.removeprefix('vllm-spec-decode-')}@{rev}"] = json.loads(text)
 JOB = "vllm-spec-exporter"
 # (models, data-parallel engines, share of pods): most pods serve one model on one engine.
 SHAPES = ((1, 1, 0.55), (1, 2, 0.20), (2, 1, 0.10), (1, 4, 0.05), (2, 2, 0.05), (3, 1, 0.05))
@@ -468,14 +480,12 @@ def dashboard_load(url: str, end: float, scrape_interval: int, exprs: dict[str, 
     """Every panel target of every dashboard, as Grafana sends it over the last hour; for targets
     that read a recording rule, also the same query with the records expanded (the baseline)."""
     out = []
-    for path in DASHBOARDS:
-        model = json.loads(path.read_text())
+    for name, model in DASHBOARDS.items():
         for panel in grafana_render.dashboard_files.iter_panels(model):
             for target in panel.get("targets", []):
                 request = grafana_render.grafana_request(panel, target, end - 3600, end, scrape_interval)
                 seconds, series, error = time_query(url, request, request.expr)
-                row = QueryTime(path.stem.removeprefix("vllm-spec-decode-"), panel.get("title", ""), seconds,
-                                series, error=error)
+                row = QueryTime(name, panel.get("title", ""), seconds, series, error=error)
                 raw = expand_records(request.expr, exprs.__getitem__)
                 if raw != request.expr:
                     row.raw_seconds = time_query(url, request, raw)[0]
@@ -489,15 +499,15 @@ def browser_draw(url: str, end: float, scrape_interval: int, workdir: Path) -> d
         raise RuntimeError(f"browser: {grafana_render.missing_tools()}")
     dist = grafana_render.build(workdir / "dist")
     shots, start = [], end - 3600
-    for path in DASHBOARDS:
-        model = json.loads(path.read_text())
+    for name, model in DASHBOARDS.items():
         results = {}
         for panel in grafana_render.dashboard_files.iter_panels(model):
             results[str(panel["id"])] = [_renderer_result(url, panel, t, start, end, scrape_interval)
                                          for t in panel["targets"]]
-        shots.append(grafana_render.Shot(path.stem, model, start, end, results, workdir / f"{path.stem}.png"))
+        file_name = name.replace("@", "-at-")
+        shots.append(grafana_render.Shot(file_name, model, start, end, results, workdir / f"{file_name}.png"))
     reports = grafana_render.render(dist, shots, workdir)
-    return {name.removeprefix("vllm-spec-decode-"): report["drawMs"] / 1000 for name, report in reports.items()}
+    return {name: reports[name.replace("@", "-at-")]["drawMs"] / 1000 for name in DASHBOARDS}
 
 
 def _renderer_result(url: str, panel: dict, target: dict, start: float, end: float, scrape: int) -> dict:
@@ -761,6 +771,8 @@ def main() -> None:
     parser.add_argument("--no-browser", action="store_true")
     parser.add_argument("--browser-max-pods", type=int, default=1000)
     parser.add_argument("--json", type=Path, help="write the summaries here")
+    parser.add_argument("--dashboards-before", metavar="REV",
+                        help="also measure REV's dashboards (before/after a dashboard change, same run)")
     args = parser.parse_args()
     if args.quick:  # CI: the whole path once, small (the browser has its own tests)
         args.pods, args.history_minutes, args.interval, args.cycles, args.no_browser = "100", 15, 5, 2, True
@@ -772,6 +784,8 @@ def main() -> None:
     print(f"{version}; VictoriaMetrics {_vm_version()}; {os.cpu_count()} cores; interval {args.interval}s; "
           f"history {args.history_minutes} min")
     exprs = record_exprs()
+    if args.dashboards_before:
+        add_dashboards_before(args.dashboards_before)
     summaries: dict[str, list[dict[str, Any]]] = {}
     for pods in (int(p) for p in args.pods.split(",")):
         started = time.perf_counter()

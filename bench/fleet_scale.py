@@ -39,6 +39,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -820,4 +821,6 @@ def _vm_version() -> str:
 
 
 if __name__ == "__main__":
+    # SIGTERM unwinds like Ctrl-C: every server is stopped and every temporary folder removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     main()

@@ -33,6 +33,7 @@ Usage: python bench/fleet_scale.py [--quick] [--pods 100,1000,5000] [--no-vm] [-
 from __future__ import annotations
 
 import argparse
+import gzip
 import http.client
 import http.server
 import json
@@ -816,8 +817,12 @@ def main() -> None:
 
 
 def _vm_version() -> str:
-    out = subprocess.run([str(BIN / "victoria-metrics"), "-version"], capture_output=True, text=True)
-    return (out.stdout or out.stderr).strip().split("\n")[0] or "?"
+    """The Debian package's version (its binaries print none): the changelog's first line."""
+    changelog = BIN.parent / "share" / "doc" / "victoria-metrics" / "changelog.Debian.gz"
+    if not changelog.exists():
+        return "?"
+    with gzip.open(changelog, "rt") as text:
+        return text.readline().split("(", 1)[-1].split(")", 1)[0]
 
 
 if __name__ == "__main__":

@@ -96,6 +96,7 @@ JOB = "vllm-spec-exporter"
 SHAPES = ((1, 1, 0.55), (1, 2, 0.20), (2, 1, 0.10), (1, 4, 0.05), (2, 2, 0.05), (3, 1, 0.05))
 DEGRADED_EVERY = 50  # 2 % of pods accept far fewer drafts
 SHARD_PODS = 250  # pods per synthetic scrape target
+SLICE_SAMPLES = 25_000_000  # samples per promtool backfill run (~4.5 GB of OpenMetrics text)
 
 
 # --- The exporter's real output shape ----------------------------------------------------------
@@ -206,8 +207,9 @@ def value_at(counter: bool, value: float, seconds: float) -> str:
 # --- History ----------------------------------------------------------------------------------
 
 
-def write_openmetrics(fleet: Fleet, start: int, end: int, step: int, path: Path) -> int:
-    """Every series' samples from start to end (exclusive) as OpenMetrics; returns the sample count."""
+def write_openmetrics(fleet: Fleet, origin: int, start: int, end: int, step: int, path: Path) -> int:
+    """Every series' samples from start to end (exclusive) as OpenMetrics, counters ramping from
+    `origin`; returns the sample count."""
     times = range(start, end, step)
     count = 0
     with path.open("w") as out:
@@ -221,7 +223,7 @@ def write_openmetrics(fleet: Fleet, start: int, end: int, step: int, path: Path)
                 names_done.add(name)
             for text, counter, value in entries:
                 if counter:
-                    out.write("".join(f"{text} {int(value * (t - start))} {t}\n" for t in times))
+                    out.write("".join(f"{text} {int(value * (t - origin))} {t}\n" for t in times))
                 else:
                     v = repr(value)
                     out.write("".join(f"{text} {v} {t}\n" for t in times))
@@ -604,18 +606,25 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget, exprs: dict[s
     work.mkdir()
     history = work / "history.om"
     started = time.perf_counter()
-    samples = write_openmetrics(fleet, plan.start, plan.end, plan.step, history)
-    log(f"prometheus: {samples:,} samples written ({history.stat().st_size / 1e6:.0f} MB), backfilling")
     data = work / "data"
-    run([str(BIN / "promtool"), "tsdb", "create-blocks-from", "openmetrics", str(history), str(data)])
-    history.unlink()
+    # In time slices of at most ~SLICE_SAMPLES samples: promtool holds its input in memory, and 5,000
+    # pods' hour is ~20 GB of text. Slices cover disjoint times, so their blocks never overlap.
+    per_step = len(fleet.series)
+    slice_seconds = max(plan.step, SLICE_SAMPLES // per_step * plan.step)
+    samples = 0
+    for begin in range(plan.start, plan.end, slice_seconds):
+        samples += write_openmetrics(fleet, plan.start, begin, min(begin + slice_seconds, plan.end), plan.step,
+                                     history)
+        run([str(BIN / "promtool"), "tsdb", "create-blocks-from", "openmetrics", str(history), str(data)])
+        history.unlink()
     load = time.perf_counter() - started
+    log(f"prometheus: {samples:,} samples backfilled in {load:.0f} s")
     config = {"global": {"scrape_interval": f"{plan.step}s", "evaluation_interval": f"{plan.step}s"},
               "rule_files": [str(p) for p in RULE_FILES], "scrape_configs": [live.scrape_config(plan.step)]}
     prom = Prometheus3(data, config)
     try:
         prom.start(timeout=900)
-        log(f"prometheus: history loaded in {load:.0f} s; backfilling the records")
+        log("prometheus: started on the history; backfilling the records")
         # The records' history: one pass over the rules with every record expanded (promtool does
         # not evaluate a record of a record in the same pass).
         blocks = work / "rule-blocks"

@@ -319,14 +319,17 @@ _ALL_MATCHER = re.compile(r'^\s*[a-zA-Z_]\w*\s*=~\s*"(\.\+|\.\*|\(\.\+\)|\(\.\*\
 
 def expand_records(expr: str, lookup) -> str:
     """`expr` with each record reference replaced by its raw expression. A reference with
-    matchers is expanded only when every matcher is a Grafana "All" (`=~".+"`); else it is kept."""
+    matchers is expanded only when every matcher is a Grafana "All" (`=~".+"`) or one the record's
+    expression applies itself; else it is kept."""
     def replace(match: re.Match) -> str:
         name, matchers = match.group(1), match.group(2)
         try:
             body = lookup(name)
         except KeyError:
             return match.group(0)
-        if matchers and any(not _ALL_MATCHER.match(m) for m in matchers[1:-1].split(",") if m.strip()):
+        # Matchers the record's own expression already applies (the exporter's job) are kept by it.
+        if matchers and any(not _ALL_MATCHER.match(m) and m.strip() not in body
+                            for m in matchers[1:-1].split(",") if m.strip()):
             return match.group(0)
         return f"({body})"
     return _RECORD_REF.sub(replace, expr)

@@ -23,7 +23,7 @@ engine: k = 4 positions, 1-3 models, some pods with 2 or 4 engines, 2 % of pods 
 
 Servers: Debian testing's Prometheus 3.5.3 / promtool and VictoriaMetrics 1.145 (victoria-metrics,
 vmalert), unpacked under $VLLM_SPEC_EXPORTER_CACHE/debian-testing (helper 19 makes the lab use them;
-this bench starts its own on the lab's `_Server` pattern). Everything listens on 127.0.0.1 and is
+this bench starts its own on the lab's `ServerProcess` pattern). Everything listens on 127.0.0.1 and is
 stopped whatever happens.
 
 Usage: python bench/fleet_scale.py [--quick] [--pods 100,1000,5000] [--no-vm] [--no-browser]
@@ -72,7 +72,7 @@ from vllm_spec_exporter.normalise import normalise  # noqa: E402
 from vllm_spec_exporter.parse import parse  # noqa: E402
 from vllm_spec_exporter.poller import PollResult  # noqa: E402
 from vllm_spec_exporter.window import WindowStore  # noqa: E402
-from vllm_spec_lab.monitoring import _Server, http_get_json, is_ready  # noqa: E402
+from vllm_spec_lab.monitoring import ServerProcess, http_get_json, is_ready  # noqa: E402
 from vllm_spec_lab.server import free_port  # noqa: E402
 
 CACHE = Path(os.environ.get("VLLM_SPEC_EXPORTER_CACHE", Path.home() / ".cache" / "vllm-spec-exporter"))
@@ -345,10 +345,10 @@ def expanded_rules_file(path: Path) -> Path:
     return path
 
 
-# --- Servers (the lab's _Server pattern; a data folder that survives a restart) ------------------
+# --- Servers (the lab's ServerProcess pattern; a data folder that survives a restart) ------------------
 
 
-class Prometheus3(_Server):
+class Prometheus3(ServerProcess):
     name = "prometheus3"
 
     def __init__(self, data: Path, config: dict[str, Any]) -> None:
@@ -371,7 +371,7 @@ class Prometheus3(_Server):
         return int(http_get_json(f"{self.url}/api/v1/status/tsdb")["data"]["headStats"]["numSeries"])
 
 
-class VictoriaMetrics(_Server):
+class VictoriaMetrics(ServerProcess):
     name = "victoria-metrics"
 
     def __init__(self, data: Path, scrape_config: dict[str, Any] | None, interval: int) -> None:
@@ -392,7 +392,7 @@ class VictoriaMetrics(_Server):
         return self.proc.poll() is not None or is_ready(self.url + "/health")
 
 
-class VMAlert(_Server):
+class VMAlert(ServerProcess):
     name = "vmalert"
 
     def __init__(self, vm_url: str, rule_files: list[Path], interval: int, replay: tuple[int, int] | None = None):

@@ -313,16 +313,17 @@ def record_exprs() -> dict[str, str]:
     return expanded
 
 
-_RECORD_REF = re.compile(r"(?<![\w:])([a-zA-Z_][\w]*:[\w:]+)(\{[^}]*\})?")
+_RECORD_REF = re.compile(r"(?<![\w:])([a-zA-Z_][\w]*:[\w:]+)(\{[^}]*\})?(\[[^\]:]+\])?")
 _ALL_MATCHER = re.compile(r'^\s*[a-zA-Z_]\w*\s*=~\s*"(\.\+|\.\*|\(\.\+\)|\(\.\*\))"\s*$')
 
 
 def expand_records(expr: str, lookup) -> str:
     """`expr` with each record reference replaced by its raw expression. A reference with
     matchers is expanded only when every matcher is a Grafana "All" (`=~".+"`) or one the record's
-    expression applies itself; else it is kept."""
+    expression applies itself; else it is kept. A reference under a range (`record[1h]`) becomes a
+    subquery (`(raw)[1h:]`): PromQL allows ranges only on selectors."""
     def replace(match: re.Match) -> str:
-        name, matchers = match.group(1), match.group(2)
+        name, matchers, window = match.group(1), match.group(2), match.group(3)
         try:
             body = lookup(name)
         except KeyError:
@@ -331,7 +332,7 @@ def expand_records(expr: str, lookup) -> str:
         if matchers and any(not _ALL_MATCHER.match(m) and m.strip() not in body
                             for m in matchers[1:-1].split(",") if m.strip()):
             return match.group(0)
-        return f"({body})"
+        return f"({body}){window[:-1]}:]" if window else f"({body})"
     return _RECORD_REF.sub(replace, expr)
 
 

@@ -22,9 +22,9 @@ engine: k = 4 positions, 1-3 models, some pods with 2 or 4 engines, 2 % of pods 
    each dashboard drawn by tools/grafana-render in headless Chromium (time to a settled page).
 
 Servers: Debian testing's Prometheus 3.5.3 / promtool and VictoriaMetrics 1.145 (victoria-metrics,
-vmalert), unpacked under $VLLM_SPEC_EXPORTER_CACHE/debian-testing (helper 19 makes the lab use them;
-this bench starts its own on the lab's `ServerProcess` pattern). Everything listens on 127.0.0.1 and is
-stopped whatever happens.
+vmalert), unpacked under $VLLM_SPEC_EXPORTER_CACHE/debian-testing, run by the lab's classes
+(vllm_spec_lab.monitoring.Prometheus, vllm_spec_lab.victoria) on a data folder that survives a
+restart. Everything listens on 127.0.0.1 and is stopped whatever happens.
 
 Usage: python bench/fleet_scale.py [--quick] [--pods 100,1000,5000] [--no-vm] [--no-browser]
 `--quick`: N = 100, 15 min of history at a 5 s interval, 2 cycles, no browser (CI: ~2 minutes).
@@ -33,7 +33,6 @@ Usage: python bench/fleet_scale.py [--quick] [--pods 100,1000,5000] [--no-vm] [-
 from __future__ import annotations
 
 import argparse
-import gzip
 import http.client
 import http.server
 import json
@@ -72,11 +71,12 @@ from vllm_spec_exporter.normalise import normalise  # noqa: E402
 from vllm_spec_exporter.parse import parse  # noqa: E402
 from vllm_spec_exporter.poller import PollResult  # noqa: E402
 from vllm_spec_exporter.window import WindowStore  # noqa: E402
-from vllm_spec_lab.monitoring import ServerProcess, http_get_json, is_ready  # noqa: E402
+from vllm_spec_lab.binaries import TESTING_BIN_DIR as BIN  # noqa: E402
+from vllm_spec_lab.binaries import testing_package_versions  # noqa: E402
+from vllm_spec_lab.monitoring import Prometheus, http_get_json  # noqa: E402
 from vllm_spec_lab.server import free_port  # noqa: E402
+from vllm_spec_lab.victoria import VictoriaMetrics, VMAlert  # noqa: E402
 
-CACHE = Path(os.environ.get("VLLM_SPEC_EXPORTER_CACHE", Path.home() / ".cache" / "vllm-spec-exporter"))
-BIN = CACHE / "debian-testing" / "root" / "usr" / "bin"
 CAPTURE = ROOT / "tests" / "fixtures" / "vllm-0.32.0" / "ngram"
 RULE_FILES = (ROOT / "alerts" / "prometheus_rules.yaml", ROOT / "alerts" / "prometheus_alerts.yaml")
 DASHBOARD_FILES = sorted((ROOT / "dashboards").glob("*.json"))
@@ -346,82 +346,37 @@ def expanded_rules_file(path: Path) -> Path:
     return path
 
 
-# --- Servers (the lab's ServerProcess pattern; a data folder that survives a restart) ------------------
+# --- Servers: the lab's, with the bench's storage, limits and relabelled scrape job -------------
 
 
-class Prometheus3(ServerProcess):
-    name = "prometheus3"
-
-    def __init__(self, data: Path, config: dict[str, Any]) -> None:
-        super().__init__()
-        self.data = data
-        self.config_path = self.dir / "prometheus.yml"
-        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-
-    def _command(self) -> list[str]:
-        return [str(BIN / "prometheus"), f"--config.file={self.config_path}", f"--storage.tsdb.path={self.data}",
-                f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=30d",
-                "--query.max-samples=500000000"]
-
-    def rule_times(self) -> dict[str, tuple[float, float, str]]:
-        """{group: (evaluation seconds, interval seconds, last evaluation)}."""
-        groups = http_get_json(f"{self.url}/api/v1/rules")["data"]["groups"]
-        return {g["name"]: (g["evaluationTime"], g["interval"], g["lastEvaluation"]) for g in groups}
-
-    def head_series(self) -> int:
-        return int(http_get_json(f"{self.url}/api/v1/status/tsdb")["data"]["headStats"]["numSeries"])
+def prometheus3(data: Path, live: LiveTarget, step: int) -> Prometheus:
+    """Prometheus on a data folder that survives a restart (backfilled blocks), scraping the live
+    target and evaluating the generated rules; limits raised for 5,000 pods' raw baseline queries."""
+    return Prometheus(rule_files=RULE_FILES, scrape_interval=f"{step}s", evaluation_interval=f"{step}s",
+                      scrape_configs=[live.scrape_config(step)], data_path=data,
+                      extra_args=["--storage.tsdb.retention.time=30d", "--query.max-samples=500000000"])
 
 
-class VictoriaMetrics(ServerProcess):
-    name = "victoria-metrics"
-
-    def __init__(self, data: Path, scrape_config: dict[str, Any] | None, interval: int) -> None:
-        super().__init__()
-        self.data = data
-        self.scrape_path = self.dir / "scrape.yml"
-        self.scrape_path.write_text(yaml.safe_dump({"global": {"scrape_interval": f"{interval}s"},
-                                                    "scrape_configs": [scrape_config] if scrape_config else []}))
-
-    def _command(self) -> list[str]:
-        return [str(BIN / "victoria-metrics"), f"-storageDataPath={self.data}", "-retentionPeriod=30d",
-                f"-httpListenAddr=127.0.0.1:{self.port}", f"-promscrape.config={self.scrape_path}",
-                "-search.latencyOffset=0s", "-search.disableCache", "-search.maxSamplesPerQuery=2000000000",
-                "-search.maxUniqueTimeseries=100000000", "-loggerLevel=ERROR"]
-
-    def _ready_or_dead(self) -> bool:
-        assert self.proc is not None
-        return self.proc.poll() is not None or is_ready(self.url + "/health")
+def victoria_metrics(data: Path, live: LiveTarget, step: int) -> VictoriaMetrics:
+    return VictoriaMetrics(scrape_interval=f"{step}s", scrape_configs=[live.scrape_config(step)], data_path=data,
+                           extra_args=["-retentionPeriod=30d", "-search.maxSamplesPerQuery=2000000000",
+                                       "-search.maxUniqueTimeseries=100000000", "-loggerLevel=ERROR"])
 
 
-class VMAlert(ServerProcess):
-    name = "vmalert"
+def rule_times(prom: Prometheus) -> dict[str, tuple[float, float, str]]:
+    """{group: (evaluation seconds, interval seconds, last evaluation)} from Prometheus' /api/v1/rules."""
+    return {g["name"]: (g["evaluationTime"], g["interval"], g["lastEvaluation"]) for g in prom.rule_groups()}
 
-    def __init__(self, vm_url: str, rule_files: list[Path], interval: int, replay: tuple[int, int] | None = None):
-        super().__init__()
-        self.args = [f"-datasource.url={vm_url}", f"-remoteWrite.url={vm_url}", f"-evaluationInterval={interval}s",
-                     "-rule.evalDelay=0s", f"-httpListenAddr=127.0.0.1:{self.port}", "-loggerLevel=ERROR",
-                     "-notifier.blackhole",
-                     *(f"-rule={p}" for p in rule_files)]
-        if replay:
-            self.args += [f"-replay.timeFrom={_rfc3339(replay[0])}", f"-replay.timeTo={_rfc3339(replay[1])}",
-                          "-replay.disableProgressBar"]
 
-    def _command(self) -> list[str]:
-        return [str(BIN / "vmalert"), *self.args]
-
-    def _ready_or_dead(self) -> bool:
-        assert self.proc is not None
-        return self.proc.poll() is not None or is_ready(self.url + "/health")
-
-    def iteration_seconds(self) -> dict[str, tuple[float, int]]:
-        """{group: (sum of evaluation seconds, evaluations)} from vmalert's own metrics."""
-        with urlopen(f"{self.url}/metrics", timeout=10) as response:
-            text = response.read().decode()
-        out: dict[str, list[float]] = {}
-        for name, group, value in re.findall(
-                r'^vmalert_iteration_duration_seconds_(sum|count)\{[^}]*group="([^"]+)"[^}]*\} (\S+)$', text, re.M):
-            out.setdefault(group, [0.0, 0.0])[0 if name == "sum" else 1] = float(value)
-        return {g: (s, int(c)) for g, (s, c) in out.items()}
+def vmalert_iteration_seconds(alert: VMAlert) -> dict[str, tuple[float, int]]:
+    """{group: (sum of evaluation seconds, evaluations)} from vmalert's own metrics."""
+    with urlopen(f"{alert.url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    out: dict[str, list[float]] = {}
+    for name, group, value in re.findall(
+            r'^vmalert_iteration_duration_seconds_(sum|count)\{[^}]*group="([^"]+)"[^}]*\} (\S+)$', text, re.M):
+        out.setdefault(group, [0.0, 0.0])[0 if name == "sum" else 1] = float(value)
+    return {g: (s, int(c)) for g, (s, c) in out.items()}
 
 
 def _rfc3339(unix: int) -> str:
@@ -603,7 +558,7 @@ def watch_vmalert(alert: VMAlert, names: list[str], interval: int, cycles: int) 
     evaluations: dict[str, int] = dict.fromkeys(names, 0)
     deadline = time.monotonic() + interval * (cycles + 3) + 60
     while time.monotonic() < deadline and not all(evaluations[n] > cycles for n in names):
-        for group, (total, count) in alert.iteration_seconds().items():
+        for group, (total, count) in vmalert_iteration_seconds(alert).items():
             before_total, before_count = seen.get(group, (0.0, 0))
             if count > before_count:
                 if before_count:  # the first evaluation after the start warms caches
@@ -632,9 +587,7 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget, exprs: dict[s
         history.unlink()
     load = time.perf_counter() - started
     log(f"prometheus: {samples:,} samples backfilled in {load:.0f} s")
-    config = {"global": {"scrape_interval": f"{plan.step}s", "evaluation_interval": f"{plan.step}s"},
-              "rule_files": [str(p) for p in RULE_FILES], "scrape_configs": [live.scrape_config(plan.step)]}
-    prom = Prometheus3(data, config)
+    prom = prometheus3(data, live, plan.step)
     try:
         prom.start(timeout=900)
         log("prometheus: started on the history; backfilling the records")
@@ -647,12 +600,12 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget, exprs: dict[s
         prom.stop()
         for block in blocks.iterdir():
             shutil.move(str(block), data / block.name)
-        prom = Prometheus3(data, config)
+        prom = prometheus3(data, live, plan.step)
         prom.start(timeout=900)
         log("prometheus: restarted with the records; watching rule evaluations")
         assert prom.proc is not None
         cpu, wall = cpu_seconds(prom.proc.pid), time.monotonic()
-        worst = watch_rule_groups(prom.rule_times, plan.step, plan.cycles)
+        worst = watch_rule_groups(lambda: rule_times(prom), plan.step, plan.cycles)
         cores = (cpu_seconds(prom.proc.pid) - cpu) / (time.monotonic() - wall)
         log("prometheus: dashboards")
         result = Result("Prometheus 3", fleet.pods, len(fleet.series), fleet.series_per_pod, prom.head_series(),
@@ -672,7 +625,7 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget, exprs: dict[s
 def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget, exprs: dict[str, str]) -> Result:
     work = plan.work / "victoriametrics"
     work.mkdir()
-    vm = VictoriaMetrics(work / "data", live.scrape_config(plan.step), plan.step)
+    vm = victoria_metrics(work / "data", live, plan.step)
     alert: VMAlert | None = None
     try:
         vm.start(timeout=120)
@@ -694,7 +647,7 @@ def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget, exprs: d
              "-replay.disableProgressBar", "-replay.rulesDelay=0s",  # no chained records: all expanded
              "-loggerLevel=ERROR", "-httpListenAddr=127.0.0.1:0"], timeout=3600)
         urlopen(f"{vm.url}/internal/force_flush", timeout=600).read()
-        alert = VMAlert(vm.url, list(RULE_FILES), plan.step)
+        alert = VMAlert(vm.url, RULE_FILES, evaluation_interval=f"{plan.step}s", extra_args=["-loggerLevel=ERROR"])
         alert.start(timeout=60)
         log("victoriametrics: watching rule evaluations")
         names = [g["name"] for f in load_rules() for g in f["groups"]]
@@ -805,7 +758,8 @@ def main() -> None:
             raise SystemExit(f"{BIN / binary} missing: unpack Debian testing's prometheus/victoria-metrics "
                              "there (see /work/shared/NOTES.md or scripts/bootstrap.sh)")
     version = run([str(BIN / "prometheus"), "--version"]).stdout.split("\n", 1)[0]
-    print(f"{version}; VictoriaMetrics {_vm_version()}; {os.cpu_count()} cores; interval {args.interval}s; "
+    vm_version = testing_package_versions().get("victoria-metrics", "?")  # its binaries print none
+    print(f"{version}; VictoriaMetrics {vm_version}; {os.cpu_count()} cores; interval {args.interval}s; "
           f"history {args.history_minutes} min")
     exprs = record_exprs()
     if args.dashboards_before:
@@ -836,15 +790,6 @@ def main() -> None:
         print_table(rows)
     if args.json:
         args.json.write_text(json.dumps(summaries, indent=1))
-
-
-def _vm_version() -> str:
-    """The Debian package's version (its binaries print none): the changelog's first line."""
-    changelog = BIN.parent / "share" / "doc" / "victoria-metrics" / "changelog.Debian.gz"
-    if not changelog.exists():
-        return "?"
-    with gzip.open(changelog, "rt") as text:
-        return text.readline().split("(", 1)[-1].split(")", 1)[0]
 
 
 if __name__ == "__main__":

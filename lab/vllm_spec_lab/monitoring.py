@@ -181,7 +181,9 @@ class Prometheus(PromQueryApi, RulesApi, ServerProcess):
 
     Short intervals by default (1 s) so tests see rates and `for` transitions within seconds;
     `--rules.alert.resend-delay=1s` because Prometheus drops the first notification while it
-    discovers Alertmanager and otherwise resends only after a minute.
+    discovers Alertmanager and otherwise resends only after a minute. `scrape_configs` are whole
+    jobs added after the static ones (e.g. relabelled paths); `data_path` keeps the TSDB outside the
+    temporary folder, so it survives `stop()` (a benchmark restarts on backfilled blocks).
     """
 
     name = "prometheus"
@@ -195,14 +197,17 @@ class Prometheus(PromQueryApi, RulesApi, ServerProcess):
         evaluation_interval: str = "1s",
         extra_args: Iterable[str] = (),
         log_path: Path | None = None,
+        scrape_configs: Iterable[dict[str, Any]] = (),
+        data_path: Path | None = None,
     ) -> None:
         super().__init__(log_path)
         self.config_path = self.dir / "prometheus.yml"
+        self.data_path = data_path or self.dir / "data"
         config: dict[str, Any] = {
             "global": {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval,
                        "scrape_timeout": scrape_interval},
             "rule_files": [str(Path(p).resolve()) for p in rule_files],
-            "scrape_configs": static_scrape_configs(scrape_targets),
+            "scrape_configs": [*static_scrape_configs(scrape_targets), *scrape_configs],
         }
         if alertmanager_url:
             host = alertmanager_url.split("://", 1)[-1].rstrip("/")
@@ -214,12 +219,16 @@ class Prometheus(PromQueryApi, RulesApi, ServerProcess):
         return [
             PROMETHEUS_BIN,
             f"--config.file={self.config_path}",
-            f"--storage.tsdb.path={self.dir / 'data'}",
+            f"--storage.tsdb.path={self.data_path}",
             f"--web.listen-address=127.0.0.1:{self.port}",
             "--rules.alert.resend-delay=1s",
             "--web.enable-lifecycle",  # POST /-/reload for tests that swap rule files
             *self.extra_args,
         ]
+
+    def head_series(self) -> int:
+        """Series in the TSDB head (/api/v1/status/tsdb): what the scrapes and rules keep in memory."""
+        return int(http_get_json(f"{self.url}/api/v1/status/tsdb")["data"]["headStats"]["numSeries"])
 
 def with_packaged_default_templates(config_text: str, binary: str) -> str:
     """The config, plus the binary's own default.tmpl when it runs outside its package's tree.

@@ -32,17 +32,21 @@ VMALERT_TIMING_FLAGS = ("-rule.evalDelay=0s",)
 
 
 class VictoriaMetrics(PromQueryApi, ServerProcess):
-    """A real VictoriaMetrics single-node scraping `scrape_targets` every `scrape_interval`."""
+    """A real VictoriaMetrics single-node scraping `scrape_targets` every `scrape_interval`;
+    `scrape_configs` are whole jobs added after the static ones, `data_path` a storage folder that
+    outlives `stop()` (default: inside the temporary folder)."""
 
     name = "victoria-metrics"
 
     def __init__(self, scrape_targets: Mapping[str, Iterable[str]] | None = None, scrape_interval: str = "1s",
-                 extra_args: Iterable[str] = (), log_path: Path | None = None) -> None:
+                 extra_args: Iterable[str] = (), log_path: Path | None = None,
+                 scrape_configs: Iterable[dict[str, Any]] = (), data_path: Path | None = None) -> None:
         super().__init__(log_path)
         self.config_path = self.dir / "scrape.yml"
+        self.data_path = data_path or self.dir / "data"
         config: dict[str, Any] = {
             "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval},
-            "scrape_configs": static_scrape_configs(scrape_targets),
+            "scrape_configs": [*static_scrape_configs(scrape_targets), *scrape_configs],
         }
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=True))
         self.extra_args = list(extra_args)
@@ -50,7 +54,7 @@ class VictoriaMetrics(PromQueryApi, ServerProcess):
     def _command(self) -> list[str]:
         return [
             VICTORIA_METRICS_BIN,
-            f"-storageDataPath={self.dir / 'data'}",
+            f"-storageDataPath={self.data_path}",
             f"-httpListenAddr=127.0.0.1:{self.port}",
             f"-promscrape.config={self.config_path}",
             *VICTORIA_METRICS_TIMING_FLAGS,

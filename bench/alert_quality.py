@@ -8,7 +8,10 @@ own rule engine (`promtool test rules`, 15 s evaluation) on rules generated from
 * **previous**: `alerts/prometheus_{rules,alerts}.yaml` at commit PREVIOUS_COMMIT, read from git
   (rate2m ratio, volume guard, `for`, keep_firing_for 5m);
 * **baseline**: the new files with the two acceptance alerts replaced by what a typical mixin
-  writes: `rate(accepted[5m]) / rate(draft_tokens[5m]) < T`, `for: 10m`, no volume guard.
+  writes: `rate(accepted[5m]) / rate(draft_tokens[5m]) < T`, `for: 10m`, no volume guard;
+* **direct** (`--rules new,direct`): the same config with source=vllm (no sidecar), fed the same
+  simulated counters as vLLM's own series (`vllm:`, `vllm_`, `ray_vllm:`, `ray_vllm_` rotated over
+  the pods, job `vllm`); it prints both sources' pages side by side and their largest difference.
 
 The simulator: drafts arrive as a Poisson stream; they belong to requests (lognormal length), and
 each request has its own acceptance (logit offset ~ N(0, sigma) around the scenario's mean), so
@@ -39,7 +42,7 @@ from pathlib import Path
 
 import yaml
 
-from vllm_spec_exporter.mixin import alert_rules, generate, rule_files
+from vllm_spec_exporter.mixin import alert_rules, generate, rule_files, sources
 from vllm_spec_exporter.mixin.config import MixinConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +51,7 @@ STEP_S = 15  # scrape and evaluation interval
 PREVIOUS_COMMIT = "8d08869"
 JOB = "vllm-spec-exporter"
 RULE_SETS = ("new", "previous", "baseline")
+DIRECT = "direct"  # source=vllm: compared with "new", never part of the README's table
 ACCEPTANCE = (alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL)
 
 Mean = Callable[[float], float]  # t (s) -> value
@@ -278,11 +282,13 @@ def simulate(pod: Pod, scenario: Scenario, rng: random.Random) -> _Counters:
 
 
 _METRICS = {
-    "drafts": ("vllm_spec_decode_drafts_total", True), "draft_tokens": ("vllm_spec_decode_draft_tokens_total", True),
-    "accepted": ("vllm_spec_decode_accepted_tokens_total", True), "generation": ("vllm_generation_tokens_total", True),
+    "drafts": (sources.DRAFTS.exporter, True), "draft_tokens": (sources.DRAFT_TOKENS.exporter, True),
+    "accepted": (sources.ACCEPTED.exporter, True), "generation": (sources.GENERATED.exporter, True),
     "resets": ("vllm_spec_exporter_counter_resets_total", False), "up": ("up", False),
     "target_up": ("vllm_spec_exporter_target_up", False), "enabled": ("vllm_spec_decode_enabled", False),
 }
+# Without the sidecar Prometheus holds vLLM's own counters and `up`; nothing else of the above.
+_DIRECT_NAMES = {c.exporter: c.vllm for c in sources.COUNTERS}
 
 
 def _compress(values: list[str]) -> str:
@@ -302,16 +308,26 @@ def _compress(values: list[str]) -> str:
     return " ".join(out)
 
 
-def test_file(scenario: Scenario, rules_dir: Path) -> dict:
+def test_file(scenario: Scenario, rules_dir: Path, direct: bool = False) -> dict:
     rng = random.Random(scenario.seed)
     series = []
-    for pod in scenario.pods:
+    for index, pod in enumerate(scenario.pods):
         counters = simulate(pod, scenario, rng)
         for key, (metric, per_model) in _METRICS.items():
             labels = f'job="{JOB}",instance="{pod.instance}"'
+            if direct:
+                # vLLM's own `up` is what the sidecar's target_up reports; the sidecar's `up` is gone.
+                if key == "target_up":
+                    metric = "up"
+                elif metric not in _DIRECT_NAMES:
+                    continue
+                labels = f'job="vllm",instance="{pod.instance}"'
+                if metric in _DIRECT_NAMES:
+                    prefix = sources.VLLM_PREFIXES[index % len(sources.VLLM_PREFIXES)]
+                    metric = prefix + _DIRECT_NAMES[metric]
             if per_model:
                 labels += ',model_name="llama",engine="0"'
-            series.append({"series": f"{metric}{{{labels}}}", "values": _compress(counters.samples[key])})
+            series.append({"series": f'{{__name__="{metric}",{labels}}}', "values": _compress(counters.samples[key])})
     names = [*ACCEPTANCE, *scenario.expect]
     steps = range(1, int(scenario.hours * H / STEP_S) + 1)
     checks = [{"eval_time": f"{s * STEP_S}s", "alertname": name} for s in steps for name in names]
@@ -330,10 +346,13 @@ def test_file(scenario: Scenario, rules_dir: Path) -> dict:
 
 
 def write_rule_sets(workdir: Path, cfg: MixinConfig) -> dict[str, Path]:
-    dirs = {name: workdir / name for name in RULE_SETS}
+    dirs = {name: workdir / name for name in (*RULE_SETS, DIRECT)}
     new = generate.render_all(cfg)
-    for name in RULE_SETS:
+    for name in dirs:
         (dirs[name] / "alerts").mkdir(parents=True)
+    direct = generate.render_all(cfg.with_overrides({"source": "vllm"}))
+    for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE):
+        (dirs[DIRECT] / rel).write_text(direct[rel])
     for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE):
         (dirs["new"] / rel).write_text(new[rel])
         try:
@@ -345,8 +364,8 @@ def write_rule_sets(workdir: Path, cfg: MixinConfig) -> dict[str, Path]:
     (dirs["baseline"] / rule_files.RULES_FILE).write_text(new[rule_files.RULES_FILE])
     groups = yaml.safe_load(new[rule_files.ALERTS_FILE])
     sel = "{" + cfg.exporter_selector + "}"
-    ratio = (f"sum without (engine) (rate({alert_rules.ACCEPTED}{sel}[5m]))\n/\n"
-             f"sum without (engine) (rate({alert_rules.DRAFT_TOKENS}{sel}[5m]))")
+    ratio = (f"sum without (engine) (rate({sources.ACCEPTED.exporter}{sel}[5m]))\n/\n"
+             f"sum without (engine) (rate({sources.DRAFT_TOKENS.exporter}{sel}[5m]))")
     thresholds = {alert_rules.ACCEPTANCE_LOW: cfg.acceptance_warning_threshold,
                   alert_rules.ACCEPTANCE_CRITICAL: cfg.acceptance_critical_threshold}
     for group in groups["groups"]:
@@ -447,6 +466,32 @@ def benign_figures(s: Scenario, timeline: Timeline) -> tuple[float, float]:
             len(_runs(timeline, alert_rules.ACCEPTANCE_LOW)) / days)
 
 
+def compare_sources(results: dict[tuple[str, str], Timeline], chosen: list[Scenario]) -> str:
+    """Pages of the sidecar's rules (new) and of the sidecar-less ones (direct), per scenario and
+    alert: every firing episode's start and end, and the largest difference in seconds."""
+    lines = ["| scenario | alert | pod | sidecar (new): episodes | direct: episodes | largest difference |",
+             "|---|---|---|---|---|---|"]
+    worst = 0.0
+    for s in chosen:
+        new, direct = results[(s.name, "new")], results[(s.name, DIRECT)]
+        direct_alerts = {a["alert"] for a in alert_rules.all_alerts(MixinConfig().with_overrides({"source": "vllm"}))}
+        keys = sorted({k for k in (*new, *direct) if k[0] in (*ACCEPTANCE, *s.expect) and k[0] in direct_alerts})
+        for name, instance in keys:
+            a, b = _runs(new, name, instance), _runs(direct, name, instance)
+            if len(a) == len(b):
+                diff = max((abs(x - y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True)),
+                           default=0.0)
+                worst = max(worst, diff)
+                shown = f"{diff:g} s"
+            else:
+                shown, worst = "episodes differ", math.inf
+            def fmt(runs: list[tuple[float, float]]) -> str:
+                return ", ".join(f"{_fmt(x)}–{_fmt(y)}" for x, y in runs) or "none"
+            lines.append(f"| {s.name} | {name} | {instance} | {fmt(a)} | {fmt(b)} | {shown} |")
+    lines.append(f"\nlargest difference between the two sources: {worst:g} s (evaluation interval {STEP_S} s)")
+    return "\n".join(lines)
+
+
 def render_tables(results: dict[tuple[str, str], Timeline], all_scenarios: list[Scenario]) -> str:
     cfg = MixinConfig()
     lines = [
@@ -494,7 +539,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help=f"store the tables in {rule_files.QUALITY_TABLE}")
     parser.add_argument("--only", default="", help="run scenarios whose name contains this text")
-    parser.add_argument("--rules", default=",".join(RULE_SETS), help="comma-separated rule sets to run")
+    parser.add_argument("--rules", default=",".join(RULE_SETS),
+                        help=f"comma-separated rule sets to run ({', '.join(RULE_SETS)}, {DIRECT})")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="MixinConfig override for the new rules (tuning; --write refuses it)")
@@ -510,11 +556,14 @@ def main() -> int:
         def run(job: tuple[Scenario, str]) -> Timeline:
             s, rs = job
             slug = re.sub(r"\W+", "_", f"{s.name}_{rs}")
-            return run_promtool(test_file(s, dirs[rs]), workdir / f"{slug}.yaml")
+            return run_promtool(test_file(s, dirs[rs], direct=rs == DIRECT), workdir / f"{slug}.yaml")
 
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             timelines = list(pool.map(run, jobs))
     results = {(s.name, rs): tl for (s, rs), tl in zip(jobs, timelines, strict=True)}
+    if DIRECT in sets and "new" in sets:
+        print(compare_sources(results, chosen))
+        return 0
     if set(sets) != set(RULE_SETS):
         for s in chosen:
             for rs in sets:

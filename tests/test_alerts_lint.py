@@ -154,7 +154,7 @@ def test_recording_rule_names_and_inputs() -> None:
     for name in recorded:
         assert RECORD_NAME.match(name), name
         if name in dashboard_records:
-            assert name.endswith(f"rate{DEFAULT.rate_window}"), name
+            assert name.endswith(f"rate{DEFAULT.windows.rate_window}"), name
         else:  # evidence records name their alert window
             assert any(name.endswith(f"increase{w}") or name.endswith(f"_{w}") for w in windows), name
         if ":ratio_" in name:

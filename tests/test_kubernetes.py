@@ -347,13 +347,10 @@ def test_selector_on_another_container_name_is_an_error() -> None:
         kubernetes.render(cfg)
 
 
-@pytest.mark.parametrize(("rate_window", "interval"), [("2m", "15s"), ("1m", "15s"), ("40s", "10s"),
-                                                       ("10s", "5s"), ("1h", "15s")])
-def test_scrape_interval_leaves_four_scrapes_per_rate_window(rate_window: str, interval: str) -> None:
-    cfg = MixinConfig().with_overrides({"rate_window": rate_window})
-    assert kubernetes.scrape_interval(cfg) == interval
-    if kubernetes.duration_seconds(rate_window) >= 20:
-        assert 4 * kubernetes.duration_seconds(interval) <= kubernetes.duration_seconds(rate_window)
+@pytest.mark.parametrize("interval", ["15s", "30s", "60s", "2m"])
+def test_podmonitor_scrapes_at_the_configs_scrape_interval(interval: str) -> None:
+    cfg = MixinConfig().with_overrides({"scrape_interval": interval})
+    assert kubernetes.podmonitor(cfg)["spec"]["podMetricsEndpoints"][0]["interval"] == interval
 
 
 def test_a_regenerated_tree_with_other_selectors_still_builds_and_validates(tmp_path: Path) -> None:

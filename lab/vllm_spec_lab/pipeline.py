@@ -46,6 +46,7 @@ MODEL_NAME = "tiny-llama"
 # the webhook before the critical alert inhibits it. The tiny CPU model's requests are alike (one
 # prompt mix per phase), so no overdispersion allowance: drafts are the trials.
 FAST_ALERTS: dict[str, Any] = {
+    "scrape_interval": "2s",  # also the demo Prometheus' scrape and evaluation interval
     "rate_window": "30s",
     "acceptance_fast_long_window": "30s",
     "acceptance_fast_short_window": "10s",
@@ -220,7 +221,8 @@ class LocalStack:
         self.prometheus = Prometheus(
             scrape_targets={EXPORTER_JOB: [exporter_address], VLLM_JOB: [vllm_address]},
             rule_files=[self.dir / rule_files.RULES_FILE, self.dir / rule_files.ALERTS_FILE],
-            alertmanager_url=self.alertmanager.url, scrape_interval="2s", evaluation_interval="2s",
+            alertmanager_url=self.alertmanager.url, scrape_interval=self.config.windows.scrape_interval,
+            evaluation_interval=self.config.windows.evaluation_interval,
             log_path=self.log_dir / "prometheus.log",
         )
         self.prometheus.start()

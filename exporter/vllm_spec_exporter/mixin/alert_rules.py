@@ -110,9 +110,8 @@ def acceptance_condition(cfg: MixinConfig, threshold: float, sustained: str) -> 
     stops at once (stale marker). The left-most bound is the alert's $value.
     """
     t = f"{threshold:g}"
-    fl, fs, sl, ss = (evidence_names(w) for w in (
-        cfg.acceptance_fast_long_window, cfg.acceptance_fast_short_window,
-        cfg.acceptance_slow_long_window, cfg.acceptance_slow_short_window))
+    w = cfg.windows
+    fl, fs, sl, ss = (evidence_names(window) for window in (w.fast_long, w.fast_short, w.slow_long, w.slow_short))
     def held(short: EvidenceNames, sustained: str, indent: str) -> str:
         # Below T at every evaluation in the last `sustained`, and already `sustained` ago: a
         # series younger than that (a new pod) waits the full time too. The `offset` term also
@@ -124,7 +123,7 @@ def acceptance_condition(cfg: MixinConfig, threshold: float, sustained: str) -> 
         f"(\n"
         f"  (\n    {fl.upper} < {t}\n  and\n    {held(fs, sustained, '  ')}\n  )\n"
         f"or\n"
-        f"  (\n    (\n      {sl.upper} < {t}\n    and\n      {held(ss, cfg.acceptance_slow_for, '    ')}\n    )\n"
+        f"  (\n    (\n      {sl.upper} < {t}\n    and\n      {held(ss, w.slow_hold, '    ')}\n    )\n"
         f"  unless\n    {fs.lower} > {t}\n  )\n"
         f")\n"
         f"and ignoring (confidence)\n"
@@ -135,9 +134,9 @@ def acceptance_condition(cfg: MixinConfig, threshold: float, sustained: str) -> 
 def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
     n = record_names(cfg)
     inst = _label_template(cfg.instance_label)
-    w = cfg.rate_window
+    w = cfg.windows.rate_window
     conf = cfg.confidence_label
-    fast, slow = cfg.acceptance_fast_long_window, cfg.acceptance_slow_long_window
+    fast, slow = cfg.windows.fast_long, cfg.windows.slow_long
 
     def acceptance(name: str, threshold: float, severity: str, for_: str, consequence: str) -> dict[str, Any]:
         return _alert(
@@ -156,10 +155,10 @@ def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
 
     return [
         acceptance(ACCEPTANCE_LOW, cfg.acceptance_warning_threshold, cfg.warning_severity,
-                   cfg.acceptance_low_for,
+                   cfg.windows.warning_hold,
                    "Speculation is probably saving little or nothing; check the draft model and k."),
         acceptance(ACCEPTANCE_CRITICAL, cfg.acceptance_critical_threshold, cfg.critical_severity,
-                   cfg.acceptance_critical_for,
+                   cfg.windows.critical_hold,
                    "Speculation is now costing latency and GPU time instead of saving them."),
         _alert(
             cfg, DRAFTS_STOPPED,
@@ -301,12 +300,13 @@ def exporter_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
 
 
 def alert_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
+    interval = cfg.windows.evaluation_interval
     if cfg.direct:
-        return [{"name": ACCEPTANCE_GROUP, "rules": acceptance_alerts(cfg)},
-                {"name": HEALTH_GROUP, "rules": direct_health_alerts(cfg)}]
+        return [{"name": ACCEPTANCE_GROUP, "interval": interval, "rules": acceptance_alerts(cfg)},
+                {"name": HEALTH_GROUP, "interval": interval, "rules": direct_health_alerts(cfg)}]
     return [
-        {"name": ACCEPTANCE_GROUP, "rules": acceptance_alerts(cfg)},
-        {"name": EXPORTER_GROUP, "rules": exporter_alerts(cfg)},
+        {"name": ACCEPTANCE_GROUP, "interval": interval, "rules": acceptance_alerts(cfg)},
+        {"name": EXPORTER_GROUP, "interval": interval, "rules": exporter_alerts(cfg)},
     ]
 
 

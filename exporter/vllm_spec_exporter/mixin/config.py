@@ -17,6 +17,8 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from .windows import ALWAYS_SAMPLES, SHORT_SAMPLES, AlertWindows, alert_windows, samples_problem, seconds
+
 __all__ = ["SOURCES", "SOURCE_EXPORTER", "SOURCE_VLLM", "Knob", "MixinConfig", "duration_seconds", "knobs",
            "load_config"]
 
@@ -41,7 +43,7 @@ def knob(section: str, default: Any, doc: str) -> Any:
 # Sections of the config (the README's knob table groups by them).
 SELECTORS = "Selectors"
 THRESHOLDS = "Acceptance thresholds"
-WINDOWS = "Windows and durations"
+WINDOWS = "Scrape interval and windows"
 EVIDENCE = "Acceptance alerts: a decision on evidence"
 LABELS = "Labels, links"
 ALERTMANAGER = "Alertmanager (alerts/alertmanager.yml)"
@@ -51,7 +53,8 @@ DASHBOARDS = "Dashboards"
 _FAST_TIER_DOC = (
     'Two tiers, each a long evidence window AND a short "is it still bad now?" window (SRE Workbook multi-window '
     "alerting). An alert fires when either tier's two bounds are below the threshold. Fast tier: enough evidence at "
-    "high traffic within minutes; its short window ends the alert within about a minute of recovery."
+    "high traffic within minutes; its short window ends the alert within about a minute of recovery. Empty: derived"
+    " from scrape_interval (5m and 1m up to 30 s scrapes; the short window holds >= 2 samples, the long >= 4)."
 )
 _SLOW_TIER_DOC = (
     "Slow tier: low traffic (about 1 draft/s) collects enough evidence over these windows. While the fast short "
@@ -64,7 +67,9 @@ _SUSTAINED_DOC = (
     "until then. The short window stretches a dip by up to its own length, less the deeper the dip: 2m30s (critical) "
     "and 3m (warning) keep any 2-minute dip, even to 0 %, from a healthy level of 55 % or more quiet, and page a busy"
     " collapse in about 3 minutes. It runs alongside the long window, not after it. No keep_firing_for: an alert ends"
-    " as soon as the short window stops proving it, or when its series vanish."
+    " as soon as the short window stops proving it, or when its series vanish. Empty: derived (mixin/windows.py) "
+    "from acceptance_dip_tolerance, acceptance_healthy_floor, the threshold, the fast short window and the "
+    "evaluation interval: dip + (1 - 2(1 - threshold/healthy)) x short window."
 )
 _SEVERITY_DOC = (
     "Severity names, configurable like node-mixin's nodeCriticalSeverity: set critical_severity=\"warning\" where one "
@@ -142,10 +147,23 @@ class MixinConfig:
     )
 
     # --- Windows and durations -------------------------------------------------------------
+    scrape_interval: str = knob(
+        WINDOWS, "15s",
+        "How often Prometheus scrapes the exporter job: the longest interval across your Prometheus servers (it "
+        "also sets the PodMonitor's interval and the compose scrape configs). Every window, hold and offset of the "
+        "acceptance alerts derives from it (mixin/windows.py): a rate()/increase() window must hold 4 samples "
+        "(2 for the fast tier's short window), and Prometheus 3 ranges are left-open, so a 1m window at 60 s holds "
+        "one. Up to 30s the windows keep their 15 s lengths (one bundle serves 15 s and 30 s); render a bundle for "
+        "60 s with `generate --set scrape_interval=60s --output DIR`.",
+    )
+    evaluation_interval: str = knob(
+        WINDOWS, "",
+        "The rule groups' `interval:` (empty: the scrape interval). The holds are rounded up to it.",
+    )
     rate_window: str = knob(
-        WINDOWS, "2m",
-        "rate() window of the dashboards' recording rules (rates, ratios, per position). The alerts use their own "
-        "windows below. Must cover >= 4 scrape intervals of the exporter job.",
+        WINDOWS, "",
+        "rate() window of the dashboards' recording rules (rates, ratios, per position); empty: 2m, or 4 scrape "
+        "intervals when longer. The alerts use their own windows below. Must hold >= 4 samples.",
     )
 
     # --- Acceptance alerts: a decision on evidence ------------------------------------------
@@ -168,33 +186,43 @@ class MixinConfig:
         "acceptance spreads ±0.2 and run ~100 drafts each inflate the variance ~10x at low traffic.",
     )
     acceptance_fast_long_window: str = knob(
-        EVIDENCE, "5m",
+        EVIDENCE, "",
         _FAST_TIER_DOC,
     )
     acceptance_fast_short_window: str = knob(
-        EVIDENCE, "1m",
+        EVIDENCE, "",
         _FAST_TIER_DOC,
     )
     acceptance_slow_long_window: str = knob(
-        EVIDENCE, "10m",
+        EVIDENCE, "",
         _SLOW_TIER_DOC,
     )
     acceptance_slow_short_window: str = knob(
-        EVIDENCE, "4m",
+        EVIDENCE, "",
         _SLOW_TIER_DOC,
     )
     acceptance_low_for: str = knob(
-        EVIDENCE, "3m",
+        EVIDENCE, "",
         _SUSTAINED_DOC,
     )
     acceptance_critical_for: str = knob(
-        EVIDENCE, "2m30s",
+        EVIDENCE, "",
         _SUSTAINED_DOC,
     )
     acceptance_slow_for: str = knob(
-        EVIDENCE, "6m",
+        EVIDENCE, "",
         "The same for the slow tier (both alerts): its short window is longer, so it stretches a dip more; dip length"
-        " + slow short window keeps busy servers' dips out of it too.",
+        " + slow short window keeps busy servers' dips out of it too. Empty: derived that way.",
+    )
+    acceptance_dip_tolerance: str = knob(
+        EVIDENCE, "2m",
+        "Dips in acceptance up to this long (a batch of odd prompts), even to 0 %, never alert; the holds derive from"
+        " it. A longer tolerance pages a real collapse later by the same amount.",
+    )
+    acceptance_healthy_floor: float = knob(
+        EVIDENCE, 0.55,
+        "The lowest acceptance that counts as healthy: dips from this level or above stay quiet (the holds derive "
+        "from it). At or below a threshold, that alert's holds take the whole dip plus the short window.",
     )
     target_down_for: str = knob(
         EVIDENCE, "5m",
@@ -328,10 +356,18 @@ class MixinConfig:
             raise ValueError("runbook_url_pattern must contain %s (the lower-cased alert name)")
         for key in _DURATION_KEYS:
             value = getattr(self, key)
+            if value == "" and key in _DERIVED_KEYS:
+                continue  # derived from scrape_interval (windows.py)
             if not value or not _DURATION.fullmatch(value):
                 raise ValueError(f"{key} must be a Prometheus duration like 90s, 2m or 1h30m, got {value!r}")
-            if key.endswith("_window") and _seconds(value) <= 0:
-                raise ValueError(f"{key} must be longer than 0s (a range selector), got {value!r}")
+            if (key.endswith(("_window", "_interval", "_for", "_tolerance")) and not key.startswith("alertmanager")
+                    and key not in ("target_down_for", "spec_decode_stopped_for", "spec_decode_missing_for")
+                    and _seconds(value) <= 0):
+                kind = "a range selector" if key.endswith("_window") else "a duration"
+                raise ValueError(f"{key} must be longer than 0s ({kind}), got {value!r}")
+        if not 0 < self.acceptance_healthy_floor <= 1:
+            raise ValueError(f"acceptance_healthy_floor must be in (0, 1], got {self.acceptance_healthy_floor}")
+        self._validate_windows()
         if not self.warning_severity or not self.critical_severity:
             raise ValueError("warning_severity and critical_severity must not be empty")
         if self.min_generation_tokens_per_second < 0:
@@ -342,18 +378,33 @@ class MixinConfig:
         if self.acceptance_overdispersion < 1:
             raise ValueError(f"acceptance_overdispersion must be >= 1 (1 = binomial over drafts), got "
                              f"{self.acceptance_overdispersion}")
-        for key in ("acceptance_low_for", "acceptance_critical_for", "acceptance_slow_for"):
-            if _seconds(getattr(self, key)) <= 0:
-                raise ValueError(f"{key} must be longer than 0s (a max_over_time range), got {getattr(self, key)!r}")
-        for tier in ("fast", "slow"):
-            long_, short = (getattr(self, f"acceptance_{tier}_{w}_window") for w in ("long", "short"))
+        if self.counter_resets_threshold < 1:
+            raise ValueError("counter_resets_threshold must be >= 1")
+
+    def _validate_windows(self) -> None:
+        """Every rate()/increase() window holds enough samples at scrape_interval; tiers are ordered."""
+        w = self.windows
+        for key, window, minimum in (
+                ("rate_window", w.rate_window, ALWAYS_SAMPLES),
+                ("acceptance_fast_long_window", w.fast_long, ALWAYS_SAMPLES),
+                ("acceptance_fast_short_window", w.fast_short, SHORT_SAMPLES),
+                ("acceptance_slow_long_window", w.slow_long, ALWAYS_SAMPLES),
+                ("acceptance_slow_short_window", w.slow_short, ALWAYS_SAMPLES),
+                ("reset_window", self.reset_window, ALWAYS_SAMPLES)):
+            problem = samples_problem(key, window, self.scrape_interval, minimum)
+            if problem:
+                raise ValueError(problem)
+        for tier, long_, short in (("fast", w.fast_long, w.fast_short), ("slow", w.slow_long, w.slow_short)):
             if _seconds(short) >= _seconds(long_):
                 raise ValueError(f"acceptance_{tier}_short_window ({short}) must be shorter than "
                                  f"acceptance_{tier}_long_window ({long_})")
         if self.source not in SOURCES:
             raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {self.source!r}")
-        if self.counter_resets_threshold < 1:
-            raise ValueError("counter_resets_threshold must be >= 1")
+
+    @property
+    def windows(self) -> AlertWindows:
+        """Every window and hold of the rules, resolved from this config (mixin/windows.py)."""
+        return alert_windows(self)
 
     @property
     def direct(self) -> bool:
@@ -374,7 +425,8 @@ class MixinConfig:
 # Prometheus durations as rule files accept them (units largest first, no fractions).
 _DURATION = re.compile(r"(?:\d+y)?(?:\d+w)?(?:\d+d)?(?:\d+h)?(?:\d+m)?(?:\d+s)?(?:\d+ms)?")
 _DURATION_KEYS = (
-    "rate_window", "acceptance_low_for", "acceptance_critical_for",
+    "scrape_interval", "evaluation_interval", "acceptance_dip_tolerance", "rate_window",
+    "acceptance_low_for", "acceptance_critical_for",
     "acceptance_slow_for", "acceptance_fast_long_window", "acceptance_fast_short_window",
     "acceptance_slow_long_window", "acceptance_slow_short_window",
     "target_down_for", "spec_decode_stopped_for", "spec_decode_missing_for", "reset_window",
@@ -382,7 +434,12 @@ _DURATION_KEYS = (
 )
 
 
-_UNIT_SECONDS = {"y": 365 * 86400, "w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
+# Empty means "derived from scrape_interval" (windows.py).
+_DERIVED_KEYS = frozenset({
+    "evaluation_interval", "rate_window", "acceptance_fast_long_window", "acceptance_fast_short_window",
+    "acceptance_slow_long_window", "acceptance_slow_short_window", "acceptance_low_for",
+    "acceptance_critical_for", "acceptance_slow_for",
+})
 
 
 class Knob(NamedTuple):
@@ -407,13 +464,11 @@ def _default_text(f: dataclasses.Field[Any]) -> str:
     return yaml.safe_dump(value, default_flow_style=True, width=1_000_000).strip().removesuffix("...").strip()
 
 
-def _seconds(duration: str) -> float:
-    """Seconds of a Prometheus duration already checked against _DURATION."""
-    return sum(float(value) * _UNIT_SECONDS[unit] for value, unit in re.findall(r"(\d+)(ms|[ywdhms])", duration))
+_seconds = seconds
 
 
 def duration_seconds(duration: str) -> float:
-    return _seconds(duration)
+    return seconds(duration)
 
 
 def _coerce(key: str, raw: Any, current: Any) -> Any:

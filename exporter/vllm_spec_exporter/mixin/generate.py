@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from . import alertmanager, dashboard_files, docs, kubernetes, rule_files, runbooks
+from . import alertmanager, compose, dashboard_files, docs, kubernetes, rule_files, runbooks
 from .config import SOURCE_VLLM, MixinConfig, load_config
 
 RENDERERS: tuple[Callable[[MixinConfig], dict[str, str]], ...] = (
@@ -31,6 +31,7 @@ RENDERERS: tuple[Callable[[MixinConfig], dict[str, str]], ...] = (
     runbooks.render,
     dashboard_files.render,
     kubernetes.render,
+    compose.render,
 )
 # {copy: original}: byte-identical copies of files another renderer wrote.
 COPIES: dict[str, str] = kubernetes.COPIES

@@ -83,10 +83,8 @@ def duration_seconds(text: str) -> float:
 
 
 def scrape_interval(cfg: MixinConfig) -> str:
-    """At least four scrapes per rate window (config.py's rule for rate_window), at most every 15 s
-    and never faster than the exporter's own 5 s poll, which would only repeat values."""
-    seconds = int(max(5, min(15, duration_seconds(cfg.rate_window) // 4)))
-    return f"{seconds}s"
+    """The config's scrape_interval: every window of the rules is sized for it (mixin/windows.py)."""
+    return cfg.scrape_interval
 
 
 def target_relabelings(cfg: MixinConfig) -> list[dict[str, Any]]:

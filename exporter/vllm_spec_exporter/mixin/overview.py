@@ -451,7 +451,7 @@ def acceptance_with_bound_by_instance(cfg: MixinConfig, q: Queries):
     """The fleet's per-server acceptance panel plus the Wilson bounds the acceptance alerts read
     (fast tier's evidence window), per server and model: the page fires when the dashed upper
     line stays under a threshold line, so panel and page agree."""
-    evidence = recording_rules.evidence_names(cfg.acceptance_fast_long_window)
+    evidence = recording_rules.evidence_names(cfg.windows.fast_long)
     server_model = join_matchers(q.sel.target, 'model_name=~"$model_name"')
     bound_legend = legend_label(cfg.instance_label) + " {{model_name}} "
     conf = cfg.confidence_label
@@ -460,7 +460,7 @@ def acceptance_with_bound_by_instance(cfg: MixinConfig, q: Queries):
         "Acceptance rate by instance",
         "Accepted / drafted tokens per vLLM server. " + threshold_note(cfg)
         + " One server below the others points at its config (draft model, k) or its traffic. "
-        f"Dashed: the {conf} confidence band over the last {cfg.acceptance_fast_long_window} per "
+        f"Dashed: the {conf} confidence band over the last {cfg.windows.fast_long} per "
         f"server and model, the bound the acceptance alerts use. Upper line under a threshold line = "
         f"we are {conf} sure acceptance is below it; a wide band = little traffic, little evidence.",
         [Query(q.acceptance((cfg.instance_label,)), legend_label(cfg.instance_label)),

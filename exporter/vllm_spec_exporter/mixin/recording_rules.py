@@ -141,7 +141,7 @@ _RATE_FIELD = {ACCEPTED: "accepted_rate", DRAFT_TOKENS: "draft_tokens_rate", DRA
 
 
 def record_names(cfg: MixinConfig) -> RecordNames:
-    w = cfg.rate_window
+    w = cfg.windows.rate_window
     fleet = "_".join((*cfg.fleet_labels, "model"))
     names: dict[str, str] = {}
     for level, prefix in (("instance_model", ""), (fleet, "fleet_")):
@@ -182,10 +182,8 @@ def evidence_names(window: str) -> EvidenceNames:
 
 
 def alert_windows(cfg: MixinConfig) -> list[str]:
-    """Every window the acceptance alerts use, each once, in tier order."""
-    windows = (cfg.acceptance_fast_long_window, cfg.acceptance_fast_short_window,
-               cfg.acceptance_slow_long_window, cfg.acceptance_slow_short_window)
-    return list(dict.fromkeys(windows))
+    """Every window the acceptance alerts use, each once, in tier order (AlertWindows.evidence)."""
+    return list(cfg.windows.evidence)
 
 
 def wilson_bound(cfg: MixinConfig, e: EvidenceNames, side: str) -> str:
@@ -285,10 +283,12 @@ def recording_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
 def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
     # Rules in a group run in order, so each evidence group's bounds see this cycle's increases.
     # The groups stay small (mixtool's lint: <= 20 rules); a group reads the source records of
-    # the previous evaluation at worst, never a stale window.
-    return [{"name": SOURCE_GROUP, "rules": sources.rate_rules(cfg)},
-            {"name": RECORDING_GROUP, "rules": recording_rules(cfg)},
-            *({"name": evidence_group_name(window), "rules": evidence_rules(cfg, window)}
+    # the previous evaluation at worst, never a stale window. `interval:` pins the evaluation
+    # interval the holds were rounded to, whatever the server's global evaluation_interval is.
+    interval = cfg.windows.evaluation_interval
+    return [{"name": SOURCE_GROUP, "interval": interval, "rules": sources.rate_rules(cfg)},
+            {"name": RECORDING_GROUP, "interval": interval, "rules": recording_rules(cfg)},
+            *({"name": evidence_group_name(window), "interval": interval, "rules": evidence_rules(cfg, window)}
               for window in alert_windows(cfg))]
 
 

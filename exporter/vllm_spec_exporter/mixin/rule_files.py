@@ -58,8 +58,9 @@ def readme_values(cfg: MixinConfig) -> dict[str, object]:
     """Every placeholder of templates/alerts-README.md for `cfg`."""
     n = recording_rules.record_names(cfg)
     # The acceptance alerts hold their duration inside the expression (max_over_time).
-    sustained = {alert_rules.ACCEPTANCE_LOW: cfg.acceptance_low_for,
-                 alert_rules.ACCEPTANCE_CRITICAL: cfg.acceptance_critical_for}
+    w = cfg.windows
+    sustained = {alert_rules.ACCEPTANCE_LOW: w.warning_hold,
+                 alert_rules.ACCEPTANCE_CRITICAL: w.critical_hold}
     alert_rows = [
         f"| [`{a['alert']}`](../docs/runbooks.md#{a['alert'].lower()}) | {a['labels']['severity']} "
         f"| {a.get('for') or (sustained[a['alert']] + ' sustained' if a['alert'] in sustained else '0s')} "
@@ -69,7 +70,11 @@ def readme_values(cfg: MixinConfig) -> dict[str, object]:
     record_rows = [f"| `{r['record']}` | {recording_rules.record_meaning(r['record'], n)} |"
                    for r in recording_rules.recording_rules(cfg)]
     evidence_rows = [f"| `{name}` | {meaning} |" for name, meaning in recording_rules.evidence_meanings(cfg).items()]
-    knob_rows = [f"| {knob.section} | `{knob.name}` | `{_cell(knob.default)}` | {_cell(knob.doc)} |"
+    derived = _derived_defaults(cfg)
+    knob_rows = [f"| {knob.section} | `{knob.name}` | "
+                 + (f"derived: `{derived[knob.name]}`" if knob.name in derived and knob.default == "''"
+                    else f"`{_cell(knob.default)}`")
+                 + f" | {_cell(knob.doc)} |"
                  for knob in config.knobs()]
     return {
         "recording_group": recording_rules.RECORDING_GROUP,
@@ -82,22 +87,34 @@ def readme_values(cfg: MixinConfig) -> dict[str, object]:
         "alert_rows": "\n".join(alert_rows),
         "confidence": cfg.confidence_label,
         "overdispersion": f"{cfg.acceptance_overdispersion:g}",
-        "fast_long_window": cfg.acceptance_fast_long_window,
-        "fast_short_window": cfg.acceptance_fast_short_window,
-        "slow_long_window": cfg.acceptance_slow_long_window,
-        "slow_short_window": cfg.acceptance_slow_short_window,
-        "low_for": cfg.acceptance_low_for,
-        "critical_for": cfg.acceptance_critical_for,
-        "slow_for": cfg.acceptance_slow_for,
+        "fast_long_window": w.fast_long,
+        "fast_short_window": w.fast_short,
+        "slow_long_window": w.slow_long,
+        "slow_short_window": w.slow_short,
+        "low_for": w.warning_hold,
+        "critical_for": w.critical_hold,
+        "slow_for": w.slow_hold,
+        "scrape_interval": w.scrape_interval,
+        "evaluation_interval": w.evaluation_interval,
         "fleet_level": "_".join((*cfg.fleet_labels, "model")),
         "fleet_labels": ", ".join((*cfg.fleet_labels, "model_name")),
-        "rate_window": cfg.rate_window,
+        "rate_window": w.rate_window,
         "record_rows": "\n".join(record_rows),
         "alert_windows": ", ".join(recording_rules.alert_windows(cfg)),
         "evidence_rows": "\n".join(evidence_rows),
         "quality_table": quality_table(),
         "knob_rows": "\n".join(knob_rows),
     }
+
+
+def _derived_defaults(cfg: MixinConfig) -> dict[str, str]:
+    """What each empty (derived) knob resolves to for `cfg` (windows.py)."""
+    w = cfg.windows
+    return {"evaluation_interval": w.evaluation_interval, "rate_window": w.rate_window,
+            "acceptance_fast_long_window": w.fast_long, "acceptance_fast_short_window": w.fast_short,
+            "acceptance_slow_long_window": w.slow_long, "acceptance_slow_short_window": w.slow_short,
+            "acceptance_low_for": w.warning_hold, "acceptance_critical_for": w.critical_hold,
+            "acceptance_slow_for": w.slow_hold}
 
 
 def _cell(text: str) -> str:

@@ -55,16 +55,17 @@ def values(cfg: MixinConfig) -> dict[str, object]:
             f"```promql\n{a['expr']}\n```")
     for name, record in dataclasses.asdict(recording_rules.record_names(cfg)).items():
         out[name + "_record"] = record
-    for key in ("exporter_selector", "instance_label", "rate_window", "acceptance_fast_long_window",
-                "acceptance_fast_short_window", "acceptance_slow_long_window", "acceptance_slow_short_window",
-                "acceptance_low_for", "acceptance_critical_for", "acceptance_slow_for", "target_down_for",
-                "spec_decode_stopped_for",
+    w = cfg.windows
+    out |= {"rate_window": w.rate_window, "fast_long_window": w.fast_long, "fast_short_window": w.fast_short,
+            "slow_long_window": w.slow_long, "slow_short_window": w.slow_short, "low_for": w.warning_hold,
+            "critical_for": w.critical_hold, "slow_for": w.slow_hold, "scrape_interval": w.scrape_interval}
+    for key in ("exporter_selector", "instance_label", "target_down_for", "spec_decode_stopped_for",
                 "spec_decode_missing_for", "reset_window", "counter_resets_threshold"):
-        out[key.removeprefix("acceptance_")] = getattr(cfg, key)
+        out[key] = getattr(cfg, key)
     # The two acceptance alerts share their meaning (with their own threshold and duration),
     # diagnosis and mitigation; the critical one adds a first step.
-    for alert, percent, sustained in (("low", out["warning_percent"], cfg.acceptance_low_for),
-                                      ("critical", out["critical_percent"], cfg.acceptance_critical_for)):
+    for alert, percent, sustained in (("low", out["warning_percent"], w.warning_hold),
+                                      ("critical", out["critical_percent"], w.critical_hold)):
         out[f"acceptance_{alert}_meaning"] = _partial(
             "runbook-acceptance-meaning.md", {**out, "threshold_percent": percent, "sustained": sustained})
     out["acceptance_diagnosis"] = _partial("runbook-acceptance-diagnosis.md", out)

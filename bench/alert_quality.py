@@ -1,17 +1,18 @@
-"""Alert quality: the acceptance alerts on independent, realistic scenarios, side by side with the
-previous rules (from git) and a mixin-style `rate[5m]` / `for: 10m` baseline.
+"""Alert quality: the acceptance alerts on independent, realistic scenarios, at 15, 30 and 60 s
+scrape intervals, on Prometheus 3's and 2.42's promtool, side by side with the previous rules
+(from git) and a mixin-style `rate[5m]` / `for: 10m` baseline.
 
-Every scenario is simulated draft by draft at a 15 s scrape interval and run through Prometheus'
-own rule engine (`promtool test rules`, 15 s evaluation) on rules generated from MixinConfig:
+Every scenario is simulated draft by draft at the scrape interval and run through Prometheus' own
+rule engine (`promtool test rules`) on rules generated from MixinConfig:
 
-* **new**: the rules `vllm-spec-exporter generate` writes today (default config);
+* **new**: the rules `vllm-spec-exporter generate` writes today: the committed bundle at 15 s and
+  30 s scrapes (its groups pin a 15 s evaluation), the bundle rendered with
+  `--set scrape_interval=60s` at 60 s (60 s evaluation);
 * **previous**: `alerts/prometheus_{rules,alerts}.yaml` at commit PREVIOUS_COMMIT, read from git
-  (rate2m ratio, volume guard, `for`, keep_firing_for 5m);
+  (the evidence rules before issue 20: windows fixed for 15 s), evaluated at the scrape interval;
 * **baseline**: the new files with the two acceptance alerts replaced by what a typical mixin
-  writes: `rate(accepted[5m]) / rate(draft_tokens[5m]) < T`, `for: 10m`, no volume guard;
-* **direct** (`--rules new,direct`): the same config with source=vllm (no sidecar), fed the same
-  simulated counters as vLLM's own series (`vllm:`, `vllm_`, `ray_vllm:`, `ray_vllm_` rotated over
-  the pods, job `vllm`); it prints both sources' pages side by side and their largest difference.
+  writes: `rate(accepted[5m]) / rate(draft_tokens[5m]) < T`, `for: 10m`, no volume guard,
+  evaluated at the scrape interval.
 
 The simulator: drafts arrive as a Poisson stream; they belong to requests (lognormal length), and
 each request has its own acceptance (logit offset ~ N(0, sigma) around the scenario's mean), so
@@ -21,17 +22,18 @@ ratio is the request's. The promtool test expects "no alert" at every evaluation
 alert shows up as a failure and is parsed into a timeline. Alertmanager's group_wait (30 s by
 default) comes on top of every time-to-page. Nothing here asserts a time; it prints figures.
 
-    .venv/bin/python bench/alert_quality.py            # print the tables (≈ 3-4 min on 2 cores)
+    .venv/bin/python bench/alert_quality.py            # print the tables (≈ 15 min on 2 cores)
     .venv/bin/python bench/alert_quality.py --write    # also store them for alerts/README.md
+    .venv/bin/python bench/alert_quality.py --intervals 60 --promtools 3 --only collapse   # a quick look
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,17 +44,41 @@ from pathlib import Path
 
 import yaml
 
-from vllm_spec_exporter.mixin import alert_rules, generate, rule_files, sources
+from vllm_spec_exporter.mixin import alert_rules, generate, rule_files, windows
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.names import MetricName
 
 ROOT = Path(__file__).resolve().parents[1]
-STEP_S = 15  # scrape and evaluation interval
-# The last commit on main before issue 11 replaced the acceptance alerts.
-PREVIOUS_COMMIT = "8d08869"
+INTERVALS = (15, 30, 60)  # scrape intervals (s)
+# The last commit on main before issue 20 derived the windows from the scrape interval.
+PREVIOUS_COMMIT = "2d2a37e"
+_CACHE = Path(os.environ.get("VLLM_SPEC_EXPORTER_CACHE", Path.home() / ".cache" / "vllm-spec-exporter"))
+PROMTOOLS = {"3": _CACHE / "debian-testing" / "root" / "usr" / "bin" / "promtool", "2": Path("/usr/bin/promtool")}
 JOB = "vllm-spec-exporter"
 RULE_SETS = ("new", "previous", "baseline")
-DIRECT = "direct"  # source=vllm: compared with "new", never part of the README's table
 ACCEPTANCE = (alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One promtool run: a rule set at a scrape interval on one promtool."""
+
+    rules: str
+    scrape_s: int
+    promtool: str  # key of PROMTOOLS
+
+    @property
+    def evaluation_s(self) -> int:
+        # The new bundles pin their groups' interval (15 s up to 30 s scrapes, else the scrape
+        # interval); the others inherit a global evaluation interval equal to the scrape interval.
+        if self.rules == "new":
+            return int(windows.seconds(bundle_config(self.scrape_s).windows.evaluation_interval))
+        return self.scrape_s
+
+
+def bundle_config(scrape_s: int) -> MixinConfig:
+    """The config whose bundle serves `scrape_s`: the committed default up to 30 s, else rendered for it."""
+    return MixinConfig() if scrape_s <= 30 else MixinConfig().with_overrides({"scrape_interval": f"{scrape_s}s"})
 
 Mean = Callable[[float], float]  # t (s) -> value
 
@@ -72,6 +98,8 @@ class Pod:
     spec_off_at: float | None = None  # drafts stop, output continues
     target_down_at: float | None = None  # exporter cannot reach vLLM: spec series gone, target_up 0
     exporter_down_at: float | None = None  # Prometheus cannot scrape the exporter: up 0, all gone
+    batch: Callable[[float], float] = lambda _t: 4.0  # requests in the running batch
+    pause_above: float | None = None  # dynamic k: k = 0 (no drafts, not counted) above this batch
 
 
 @dataclass(frozen=True)
@@ -85,6 +113,8 @@ class Scenario:
     vanish: float | None = None  # series gone (s): alerts must end
     bad_instance: str | None = None  # the only pod that may alert
     expect: tuple[str, ...] = ()  # alerts that should fire (besides acceptance)
+    quiet: tuple[str, ...] = ()  # more alerts that must stay quiet (benign: counted as warnings)
+    page_onset: float | None = None  # malign: the page's own onset when it differs (slow decline)
     note: str = ""
     seed: int = 11
 
@@ -117,6 +147,20 @@ def _decline(t: float) -> float:
     return 0.75 - 0.45 * min(max((t - 10 * M) / (60 * M), 0.0), 1.0)
 
 
+def _decline_crossing(level: float) -> float:
+    return 10 * M + 60 * M * (0.75 - level) / 0.45
+
+
+def _dips_from_55(t: float) -> float:
+    # every 30 min one 2-minute dip to 0 %, from a healthy 55 %
+    return 0.0 if 20 * M <= t % (30 * M) < 22 * M else 0.55
+
+
+def _load_waves(t: float) -> float:
+    # a batch of 8 for 30 minutes of every hour (dynamic k pauses drafting), else 2
+    return 8.0 if 20 * M <= t % H < 50 * M else 2.0
+
+
 HIGH = 25.0  # drafts/s of a busy server (100 draft tokens/s at k=4)
 
 
@@ -142,6 +186,12 @@ def scenarios() -> list[Scenario]:
                  note="logit sigma 0.8: request acceptance spread ±0.19 (1 sd)"),
         Scenario("night: 62 %, 1-12 draft tok/s, very overdispersed", 24,
                  (p("a", const(0.62), _night_volume, sigma=1.2, request_tokens=400),), benign=True, seed=5),
+        Scenario("2-min dips to 0 % from 55 %, every 30 min", 24, (p("a", _dips_from_55, const(HIGH)),), benign=True),
+        Scenario("dynamic-k pauses: batch 8 for 30 min an hour", 12,
+                 (p("a", const(0.7), const(HIGH), batch=_load_waves, pause_above=2),), benign=True,
+                 quiet=(alert_rules.DRAFTS_STOPPED,),
+                 note="vLLM num_speculative_tokens_per_batch_size [[1,2,4],[3,256,0]]: no drafts above a batch of 2;"
+                      " warnings here count SpecDecodeDraftsStopped too"),
         # --- malign --------------------------------------------------------------------------------
         Scenario("collapse 75 → 5 %, busy; recovery", 1.5,
                  (p("a", step(0.75, 0.05, 30 * M, 60 * M), const(HIGH)),), benign=False,
@@ -158,8 +208,11 @@ def scenarios() -> list[Scenario]:
         Scenario("collapse 75 → 10 % at 0.2 draft/s (0.8 tok/s)", 2,
                  (p("a", step(0.75, 0.10, 30 * M), const(0.2)),), benign=False, onset=30 * M),
         Scenario("slow decline 75 → 30 % over 1h", 1.5, (p("a", _decline, const(10.0)),), benign=False,
-                 onset=10 * M + 60 * M * (0.75 - 0.5) / 0.45,
-                 note="onset = crossing 50 %; the critical line (40 %) is crossed 13.3 min later"),
+                 onset=_decline_crossing(0.5), page_onset=_decline_crossing(0.4),
+                 note="warn from crossing 50 %, page from crossing 40 % (13.3 min later); 10 drafts/s"),
+        Scenario("slow decline 75 → 30 % over 1h, busy", 1.5, (p("a", _decline, const(HIGH)),), benign=False,
+                 onset=_decline_crossing(0.5), page_onset=_decline_crossing(0.4), seed=3,
+                 note="the same at 25 drafts/s"),
         Scenario("one bad pod of ten", 1.5,
                  (*fleet_ok, p("10.0.0.10:9400", step(0.75, 0.1, 30 * M), const(5.0))), benign=False,
                  onset=30 * M, bad_instance="10.0.0.10:9400"),
@@ -213,7 +266,7 @@ class _Counters:
     resets: float = 0.0
     samples: dict[str, list[str]] = field(default_factory=lambda: {
         "drafts": [], "draft_tokens": [], "accepted": [], "generation": [], "resets": [],
-        "up": [], "target_up": [], "enabled": []})
+        "up": [], "target_up": [], "enabled": [], "running": []})
 
 
 def _logit(p: float) -> float:
@@ -233,19 +286,20 @@ def _poisson(rng: random.Random, mean: float) -> int:
     return n
 
 
-def simulate(pod: Pod, scenario: Scenario, rng: random.Random) -> _Counters:
+def simulate(pod: Pod, scenario: Scenario, rng: random.Random, step_s: int) -> _Counters:
     c = _Counters()
     request: _Request | None = None
-    steps = int(scenario.hours * H / STEP_S)
+    steps = int(scenario.hours * H / step_s)
     for i in range(steps + 1):
-        t = i * STEP_S
-        if pod.restart_at is not None and t - STEP_S < pod.restart_at <= t:
+        t = i * step_s
+        if pod.restart_at is not None and t - step_s < pod.restart_at <= t:
             c.drafts = c.draft_tokens = c.accepted = c.generation = 0.0
             c.resets += 1
         if i:
             k = pod.k(t)
-            n = _poisson(rng, pod.drafts_per_s(t) * STEP_S)
-            spec_off = pod.spec_off_at is not None and t >= pod.spec_off_at
+            n = _poisson(rng, pod.drafts_per_s(t) * step_s)
+            paused = pod.pause_above is not None and pod.batch(t) > pod.pause_above
+            spec_off = (pod.spec_off_at is not None and t >= pod.spec_off_at) or paused
             mean = _logit(pod.acceptance(t))
             accepted = 0
             for _ in range(0 if spec_off else n):
@@ -270,6 +324,7 @@ def simulate(pod: Pod, scenario: Scenario, rng: random.Random) -> _Counters:
         target_down = pod.target_down_at is not None and t >= pod.target_down_at
         spec_off = pod.spec_off_at is not None and t >= pod.spec_off_at
         s = c.samples
+        s["running"].append("stale" if no_counters_at(pod, t) else f"{pod.batch(t):g}")
         no_counters = gone or exporter_down or target_down
         for key, value in (("drafts", c.drafts), ("draft_tokens", c.draft_tokens), ("accepted", c.accepted)):
             s[key].append("stale" if no_counters else f"{value:g}")
@@ -281,14 +336,18 @@ def simulate(pod: Pod, scenario: Scenario, rng: random.Random) -> _Counters:
     return c
 
 
+def no_counters_at(pod: Pod, t: float) -> bool:
+    return any(at is not None and t >= at for at in (pod.vanish_at, pod.exporter_down_at, pod.target_down_at))
+
+
 _METRICS = {
-    "drafts": (sources.DRAFTS.exporter, True), "draft_tokens": (sources.DRAFT_TOKENS.exporter, True),
-    "accepted": (sources.ACCEPTED.exporter, True), "generation": (sources.GENERATED.exporter, True),
+    "drafts": ("vllm_spec_decode_drafts_total", True), "draft_tokens": ("vllm_spec_decode_draft_tokens_total", True),
+    "accepted": ("vllm_spec_decode_accepted_tokens_total", True),
+    "generation": ("vllm_server_generation_tokens_total", True),
     "resets": ("vllm_spec_exporter_counter_resets_total", False), "up": ("up", False),
     "target_up": ("vllm_spec_exporter_target_up", False), "enabled": ("vllm_spec_decode_enabled", False),
+    "running": ("vllm_server_requests_running", True),
 }
-# Without the sidecar Prometheus holds vLLM's own counters and `up`; nothing else of the above.
-_DIRECT_NAMES = {c.exporter: c.vllm for c in sources.COUNTERS}
 
 
 def _compress(values: list[str]) -> str:
@@ -308,36 +367,31 @@ def _compress(values: list[str]) -> str:
     return " ".join(out)
 
 
-def test_file(scenario: Scenario, rules_dir: Path, direct: bool = False) -> dict:
+def test_file(scenario: Scenario, rules_dir: Path, run: Run) -> dict:
     rng = random.Random(scenario.seed)
+    step_s, eval_s = run.scrape_s, run.evaluation_s
     series = []
-    for index, pod in enumerate(scenario.pods):
-        counters = simulate(pod, scenario, rng)
+    for pod in scenario.pods:
+        counters = simulate(pod, scenario, rng, step_s)
         for key, (metric, per_model) in _METRICS.items():
             labels = f'job="{JOB}",instance="{pod.instance}"'
-            if direct:
-                # vLLM's own `up` is what the sidecar's target_up reports; the sidecar's `up` is gone.
-                if key == "target_up":
-                    metric = "up"
-                elif metric not in _DIRECT_NAMES:
-                    continue
-                labels = f'job="vllm",instance="{pod.instance}"'
-                if metric in _DIRECT_NAMES:
-                    prefix = sources.VLLM_PREFIXES[index % len(sources.VLLM_PREFIXES)]
-                    metric = prefix + _DIRECT_NAMES[metric]
             if per_model:
                 labels += ',model_name="llama",engine="0"'
-            series.append({"series": f'{{__name__="{metric}",{labels}}}', "values": _compress(counters.samples[key])})
-    names = [*ACCEPTANCE, *scenario.expect]
-    steps = range(1, int(scenario.hours * H / STEP_S) + 1)
-    checks = [{"eval_time": f"{s * STEP_S}s", "alertname": name} for s in steps for name in names]
+            series.append({"series": f"{metric}{{{labels}}}", "values": _compress(counters.samples[key])})
+        info = f'job="{JOB}",instance="{pod.instance}",engine_family="vllm",schema="v1",version="0.32.0"'
+        series.append({"series": f"vllm_spec_exporter_target_info{{{info}}}",
+                       "values": _compress(["stale" if no_counters_at(pod, i * step_s) else "1"
+                                            for i in range(int(scenario.hours * H / step_s) + 1)])})
+    names = [*ACCEPTANCE, *scenario.expect, *scenario.quiet]
+    steps = range(1, int(scenario.hours * H / eval_s) + 1)
+    checks = [{"eval_time": f"{s * eval_s}s", "alertname": name} for s in steps for name in names]
     return {
         "rule_files": [str(rules_dir / rule_files.RULES_FILE), str(rules_dir / rule_files.ALERTS_FILE)],
-        "evaluation_interval": f"{STEP_S}s",
+        "evaluation_interval": f"{eval_s}s",
         # every group of the rule set, recording groups first (as listed in the files)
         "group_eval_order": [g["name"] for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE)
                              for g in yaml.safe_load((rules_dir / rel).read_text())["groups"]],
-        "tests": [{"interval": f"{STEP_S}s", "input_series": series, "alert_rule_test": checks}],
+        "tests": [{"interval": f"{step_s}s", "input_series": series, "alert_rule_test": checks}],
     }
 
 
@@ -346,13 +400,11 @@ def test_file(scenario: Scenario, rules_dir: Path, direct: bool = False) -> dict
 
 
 def write_rule_sets(workdir: Path, cfg: MixinConfig) -> dict[str, Path]:
-    dirs = {name: workdir / name for name in (*RULE_SETS, DIRECT)}
+    workdir.mkdir(parents=True)
+    dirs = {name: workdir / name for name in RULE_SETS}
     new = generate.render_all(cfg)
-    for name in dirs:
+    for name in RULE_SETS:
         (dirs[name] / "alerts").mkdir(parents=True)
-    direct = generate.render_all(cfg.with_overrides({"source": "vllm"}))
-    for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE):
-        (dirs[DIRECT] / rel).write_text(direct[rel])
     for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE):
         (dirs["new"] / rel).write_text(new[rel])
         try:
@@ -364,8 +416,8 @@ def write_rule_sets(workdir: Path, cfg: MixinConfig) -> dict[str, Path]:
     (dirs["baseline"] / rule_files.RULES_FILE).write_text(new[rule_files.RULES_FILE])
     groups = yaml.safe_load(new[rule_files.ALERTS_FILE])
     sel = "{" + cfg.exporter_selector + "}"
-    ratio = (f"sum without (engine) (rate({sources.ACCEPTED.exporter}{sel}[5m]))\n/\n"
-             f"sum without (engine) (rate({sources.DRAFT_TOKENS.exporter}{sel}[5m]))")
+    ratio = (f"sum without (engine) (rate({MetricName.ACCEPTED_TOKENS_TOTAL}{sel}[5m]))\n/\n"
+             f"sum without (engine) (rate({MetricName.DRAFT_TOKENS_TOTAL}{sel}[5m]))")
     thresholds = {alert_rules.ACCEPTANCE_LOW: cfg.acceptance_warning_threshold,
                   alert_rules.ACCEPTANCE_CRITICAL: cfg.acceptance_critical_threshold}
     for group in groups["groups"]:
@@ -374,6 +426,7 @@ def write_rule_sets(workdir: Path, cfg: MixinConfig) -> dict[str, Path]:
                 rule["expr"] = f"(\n{ratio}\n) < {thresholds[rule['alert']]:g}"
                 rule["for"] = "10m"
                 rule.pop("keep_firing_for", None)
+        group.pop("interval", None)  # a typical mixin leaves evaluation to the global interval
     (dirs["baseline"] / rule_files.ALERTS_FILE).write_text(yaml.safe_dump(groups, sort_keys=False))
     return dirs
 
@@ -390,9 +443,9 @@ def _seconds(duration: str) -> float:
 Timeline = dict[tuple[str, str], list[float]]  # (alertname, instance) -> firing eval times
 
 
-def run_promtool(test: dict, path: Path) -> Timeline:
+def run_promtool(test: dict, path: Path, promtool: Path) -> Timeline:
     path.write_text(yaml.safe_dump(test, width=1_000_000))
-    result = subprocess.run([shutil.which("promtool") or "/usr/bin/promtool", "test", "rules", str(path)],
+    result = subprocess.run([str(promtool), "test", "rules", str(path)],
                             capture_output=True, text=True, check=False, timeout=1800)
     output = result.stdout + result.stderr
     if result.returncode != 0 and "FAILED" not in output:
@@ -404,14 +457,14 @@ def run_promtool(test: dict, path: Path) -> Timeline:
     return {key: sorted(times) for key, times in timeline.items()}
 
 
-def episodes(times: list[float]) -> list[tuple[float, float]]:
+def episodes(times: list[float], eval_s: int) -> list[tuple[float, float]]:
     """Contiguous firing runs: (first firing eval, first eval no longer firing)."""
     runs: list[tuple[float, float]] = []
     for t in times:
-        if runs and t - runs[-1][1] < STEP_S / 2:
-            runs[-1] = (runs[-1][0], t + STEP_S)
+        if runs and t - runs[-1][1] < eval_s / 2:
+            runs[-1] = (runs[-1][0], t + eval_s)
         else:
-            runs.append((t, t + STEP_S))
+            runs.append((t, t + eval_s))
     return runs
 
 
@@ -427,110 +480,102 @@ def _fmt(seconds: float | None) -> str:
     return f"{sign}{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
-def _runs(timeline: Timeline, name: str, instance: str | None = None) -> list[tuple[float, float]]:
+def _runs(timeline: Timeline, eval_s: int, name: str, instance: str | None = None) -> list[tuple[float, float]]:
     times = sorted(t for (n, i), ts in timeline.items() if n == name and (instance is None or i == instance)
                    for t in ts)
-    return episodes(sorted(set(times)))
+    return episodes(sorted(set(times)), eval_s)
 
 
-def malign_figures(s: Scenario, timeline: Timeline) -> dict[str, str]:
+def malign_figures(s: Scenario, timeline: Timeline, eval_s: int) -> dict[str, str]:
     bad = s.bad_instance
     out: dict[str, str] = {}
     assert s.onset is not None
-    for label, name in (("warn", alert_rules.ACCEPTANCE_LOW), ("page", alert_rules.ACCEPTANCE_CRITICAL)):
-        runs = _runs(timeline, name, bad)
+    for label, name, onset in (("warn", alert_rules.ACCEPTANCE_LOW, s.onset),
+                               ("page", alert_rules.ACCEPTANCE_CRITICAL, s.page_onset or s.onset)):
+        runs = _runs(timeline, eval_s, name, bad)
         before = [r for r in runs if r[0] < s.onset]
         after = [r for r in runs if r[1] > s.onset]
-        out[label] = _fmt(after[0][0] - s.onset) if after else "never"
+        out[label] = _fmt(after[0][0] - onset) if after else "never"
         if before:
             out[label] += f" ({len(before)} before onset)"
-    ends = [r[1] for name in ACCEPTANCE for r in _runs(timeline, name, bad) if r[1] > s.onset]
+    ends = [r[1] for name in ACCEPTANCE for r in _runs(timeline, eval_s, name, bad) if r[1] > s.onset]
     if s.recovery is not None:
         out["resolve"] = _fmt(max(ends) - s.recovery) if ends else "-"
     if s.vanish is not None:
         out["end after vanish"] = _fmt(max(ends) - s.vanish) if ends else "-"
     if bad is not None:
-        others = sum(len(_runs(timeline, name, i)) for (name, i) in {k for k in timeline}
+        others = sum(len(_runs(timeline, eval_s, name, i)) for (name, i) in set(timeline)
                      if name in ACCEPTANCE and i != bad)
         out["other pods alerted"] = str(others)
     for name in s.expect:
-        runs = _runs(timeline, name)
+        runs = _runs(timeline, eval_s, name)
         out[name.removeprefix("SpecDecode")] = _fmt(runs[0][0] - (s.vanish or s.onset)) if runs else "never"
     return out
 
 
-def benign_figures(s: Scenario, timeline: Timeline) -> tuple[float, float]:
-    """(pages per day, warnings per day)."""
+def benign_figures(s: Scenario, timeline: Timeline, eval_s: int) -> str:
+    """`pages / warnings` per simulated day (warnings include the scenario's `quiet` alerts)."""
     days = s.hours / 24
-    return (len(_runs(timeline, alert_rules.ACCEPTANCE_CRITICAL)) / days,
-            len(_runs(timeline, alert_rules.ACCEPTANCE_LOW)) / days)
+    pages = len(_runs(timeline, eval_s, alert_rules.ACCEPTANCE_CRITICAL)) / days
+    warns = sum(len(_runs(timeline, eval_s, name)) for name in (alert_rules.ACCEPTANCE_LOW, *s.quiet)) / days
+    return f"{pages:.3g} / {warns:.3g}"
 
 
-def compare_sources(results: dict[tuple[str, str], Timeline], chosen: list[Scenario]) -> str:
-    """Pages of the sidecar's rules (new) and of the sidecar-less ones (direct), per scenario and
-    alert: every firing episode's start and end, and the largest difference in seconds."""
-    lines = ["| scenario | alert | pod | sidecar (new): episodes | direct: episodes | largest difference |",
-             "|---|---|---|---|---|---|"]
-    worst = 0.0
-    for s in chosen:
-        new, direct = results[(s.name, "new")], results[(s.name, DIRECT)]
-        direct_alerts = {a["alert"] for a in alert_rules.all_alerts(MixinConfig().with_overrides({"source": "vllm"}))}
-        keys = sorted({k for k in (*new, *direct) if k[0] in (*ACCEPTANCE, *s.expect) and k[0] in direct_alerts})
-        for name, instance in keys:
-            a, b = _runs(new, name, instance), _runs(direct, name, instance)
-            if len(a) == len(b):
-                diff = max((abs(x - y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True)),
-                           default=0.0)
-                worst = max(worst, diff)
-                shown = f"{diff:g} s"
-            else:
-                shown, worst = "episodes differ", math.inf
-            def fmt(runs: list[tuple[float, float]]) -> str:
-                return ", ".join(f"{_fmt(x)}–{_fmt(y)}" for x, y in runs) or "none"
-            lines.append(f"| {s.name} | {name} | {instance} | {fmt(a)} | {fmt(b)} | {shown} |")
-    lines.append(f"\nlargest difference between the two sources: {worst:g} s (evaluation interval {STEP_S} s)")
-    return "\n".join(lines)
+def _cell(values: dict[str, str]) -> str:
+    """One figure on both promtools: `x` when they agree, `x (2.42: y)` when they differ."""
+    first = values.get("3", values.get("2", "-"))
+    if "3" in values and "2" in values and values["2"] != values["3"]:
+        return f"{first} (2.42: {values['2']})"
+    return first
 
 
-def render_tables(results: dict[tuple[str, str], Timeline], all_scenarios: list[Scenario]) -> str:
-    cfg = MixinConfig()
+def render_tables(results: dict[tuple[str, Run], Timeline], all_scenarios: list[Scenario],
+                  intervals: list[int], promtools: list[str]) -> str:
+    versions = ", ".join(f"{_promtool_version(PROMTOOLS[p])}" for p in promtools)
+    columns = [(rs, iv) for rs in RULE_SETS for iv in intervals]
+    head = "| Scenario | Simulated | " + " | ".join(f"{rs} {iv} s" for rs, iv in columns) + " |"
+    rule = "|---|---|" + "---|" * len(columns)
     lines = [
-        f"Measured by `bench/alert_quality.py` (default config; 15 s scrape and evaluation, promtool "
-        f"{_promtool_version()}). **new** = these rules; **previous** = the rules at `{PREVIOUS_COMMIT}` "
-        "(2m ratio, volume guard, keep_firing_for 5m); **baseline** = mixin style `rate[5m]`, `for: 10m`. "
-        "Times are from onset (recovery, series vanishing) to the alert's first (last) firing "
-        "evaluation; Alertmanager's group_wait comes on top.",
+        f"Measured by `bench/alert_quality.py` at {', '.join(f'{i} s' for i in intervals)} scrapes on promtool "
+        f"{versions} (a cell shows Prometheus 3's figure, and 2.42's in brackets where it differs). **new** = "
+        "these rules: the committed bundle at 15 s and 30 s scrapes (its groups evaluate every 15 s), the bundle "
+        "generated with `--set scrape_interval=60s` at 60 s; **previous** = the rules at "
+        f"`{PREVIOUS_COMMIT}` (windows fixed for 15 s); **baseline** = mixin style `rate[5m]`, `for: 10m`; both "
+        "evaluated at the scrape interval. Times are from onset (recovery, series vanishing) to the alert's first "
+        "(last) firing evaluation; Alertmanager's group_wait comes on top.",
         "",
         "**Benign scenarios: false alerts per simulated day** (pages = critical / warnings)",
         "",
-        "| Scenario | Simulated | new | previous | baseline |",
-        "|---|---|---|---|---|",
+        head, rule,
     ]
     for s in (x for x in all_scenarios if x.benign):
-        cells = []
-        for rs in RULE_SETS:
-            pages, warns = benign_figures(s, results[(s.name, rs)])
-            cells.append(f"{pages:.3g} / {warns:.3g}")
+        cells = [_cell({p: benign_figures(s, results[(s.name, Run(rs, iv, p))], Run(rs, iv, p).evaluation_s)
+                        for p in promtools}) for rs, iv in columns]
         lines.append(f"| {s.name} | {s.hours:g} h | " + " | ".join(cells) + " |")
     lines += ["", "**Malign scenarios** (warn = warning fires, page = critical fires)", "",
-              "| Scenario | Figure | new | previous | baseline |", "|---|---|---|---|---|"]
+              head.replace("| Simulated |", "| Figure |"), rule]
     for s in (x for x in all_scenarios if not x.benign):
-        figures = {rs: malign_figures(s, results[(s.name, rs)]) for rs in RULE_SETS}
-        for i, key in enumerate(figures["new"]):
+        figures = {(rs, iv, p): malign_figures(s, results[(s.name, Run(rs, iv, p))], Run(rs, iv, p).evaluation_s)
+                   for rs, iv in columns for p in promtools}
+        keys = list(figures[(RULE_SETS[0], intervals[0], promtools[0])])
+        for i, key in enumerate(keys):
             name = s.name if i == 0 else ""
-            lines.append(f"| {name} | {key} | " + " | ".join(figures[rs].get(key, "-") for rs in RULE_SETS) + " |")
+            cells = [_cell({p: figures[(rs, iv, p)].get(key, "-") for p in promtools}) for rs, iv in columns]
+            lines.append(f"| {name} | {key} | " + " | ".join(cells) + " |")
     notes = [f"- *{s.name}*: {s.note}" for s in all_scenarios if s.note]
-    lines += ["", "Notes:", *notes,
-              f"- new rules: confidence {cfg.confidence_label}, overdispersion {cfg.acceptance_overdispersion:g}, "
-              f"fast {cfg.acceptance_fast_long_window}/{cfg.acceptance_fast_short_window}, slow "
-              f"{cfg.acceptance_slow_long_window}/{cfg.acceptance_slow_short_window}, for warning "
-              f"{cfg.acceptance_low_for} / critical {cfg.acceptance_critical_for}."]
+    for iv in intervals:
+        w = bundle_config(iv).windows
+        notes.append(f"- new rules at {iv} s: fast {w.fast_long}/{w.fast_short}, slow {w.slow_long}/{w.slow_short}, "
+                     f"held warning {w.warning_hold} / critical {w.critical_hold} / slow {w.slow_hold}, evaluated "
+                     f"every {w.evaluation_interval}.")
+    cfg = MixinConfig()
+    notes.append(f"- confidence {cfg.confidence_label}, overdispersion {cfg.acceptance_overdispersion:g}.")
+    lines += ["", "Notes:", *notes]
     return "\n".join(lines) + "\n"
 
 
-def _promtool_version() -> str:
-    out = subprocess.run([shutil.which("promtool") or "/usr/bin/promtool", "--version"], capture_output=True,
-                         text=True, check=False).stdout
+def _promtool_version(promtool: Path) -> str:
+    out = subprocess.run([str(promtool), "--version"], capture_output=True, text=True, check=False).stdout
     match = re.search(r"version (\S+)", out)
     return match.group(1) if match else "?"
 
@@ -539,38 +584,43 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help=f"store the tables in {rule_files.QUALITY_TABLE}")
     parser.add_argument("--only", default="", help="run scenarios whose name contains this text")
-    parser.add_argument("--rules", default=",".join(RULE_SETS),
-                        help=f"comma-separated rule sets to run ({', '.join(RULE_SETS)}, {DIRECT})")
+    parser.add_argument("--rules", default=",".join(RULE_SETS), help="comma-separated rule sets to run")
+    parser.add_argument("--intervals", default=",".join(map(str, INTERVALS)), help="scrape intervals (s)")
+    parser.add_argument("--promtools", default="3,2", help="promtool majors: 3 (Debian testing's), 2 (/usr/bin)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="MixinConfig override for the new rules (tuning; --write refuses it)")
     args = parser.parse_args()
     chosen = [s for s in scenarios() if args.only in s.name]
     sets = [r for r in args.rules.split(",") if r]
+    intervals = [int(i) for i in args.intervals.split(",") if i]
+    promtools = [p for p in args.promtools.split(",") if p]
+    for p in promtools:
+        if not os.access(PROMTOOLS[p], os.X_OK):
+            raise SystemExit(f"promtool {p}.x not found at {PROMTOOLS[p]} (run scripts/bootstrap.sh)")
+    overrides = dict(item.split("=", 1) for item in args.sets)
     with tempfile.TemporaryDirectory(prefix="alert-quality-") as tmp:
         workdir = Path(tmp)
-        cfg = MixinConfig().with_overrides(dict(item.split("=", 1) for item in args.sets))
-        dirs = write_rule_sets(workdir, cfg)
-        jobs = [(s, rs) for s in chosen for rs in sets]
+        dirs = {iv: write_rule_sets(workdir / f"{iv}s", bundle_config(iv).with_overrides(overrides))
+                for iv in intervals}
+        jobs = [(s, Run(rs, iv, p)) for s in chosen for rs in sets for iv in intervals for p in promtools]
 
-        def run(job: tuple[Scenario, str]) -> Timeline:
-            s, rs = job
-            slug = re.sub(r"\W+", "_", f"{s.name}_{rs}")
-            return run_promtool(test_file(s, dirs[rs], direct=rs == DIRECT), workdir / f"{slug}.yaml")
+        def run(job: tuple[Scenario, Run]) -> Timeline:
+            s, r = job
+            slug = re.sub(r"\W+", "_", f"{s.name}_{r.rules}_{r.scrape_s}_{r.promtool}")
+            return run_promtool(test_file(s, dirs[r.scrape_s][r.rules], r), workdir / f"{slug}.yaml",
+                                PROMTOOLS[r.promtool])
 
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             timelines = list(pool.map(run, jobs))
-    results = {(s.name, rs): tl for (s, rs), tl in zip(jobs, timelines, strict=True)}
-    if DIRECT in sets and "new" in sets:
-        print(compare_sources(results, chosen))
-        return 0
+    results = {(s.name, r): tl for (s, r), tl in zip(jobs, timelines, strict=True)}
     if set(sets) != set(RULE_SETS):
-        for s in chosen:
-            for rs in sets:
-                tl = results[(s.name, rs)]
-                print(s.name, rs, malign_figures(s, tl) if not s.benign else benign_figures(s, tl))
+        for s, r in jobs:
+            tl = results[(s.name, r)]
+            figures = benign_figures(s, tl, r.evaluation_s) if s.benign else malign_figures(s, tl, r.evaluation_s)
+            print(f"{s.name} | {r.rules} {r.scrape_s} s promtool {r.promtool}: {figures}", flush=True)
         return 0
-    table = render_tables(results, chosen)
+    table = render_tables(results, chosen, intervals, promtools)
     print(table)
     if args.write:
         if args.only or args.sets:

@@ -38,6 +38,7 @@ JOB = "vllm-spec-exporter"
 
 # Seconds instead of minutes; everything else (expressions, routing, inhibition) as shipped.
 FAST = {
+    "scrape_interval": "1s",  # the test Prometheus scrapes and evaluates every second
     "rate_window": "20s",
     "acceptance_fast_long_window": "20s",
     "acceptance_fast_short_window": "5s",

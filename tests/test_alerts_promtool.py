@@ -28,7 +28,8 @@ def test_promtool_check_rules_on_committed_files() -> None:
     promtool = require_binary(PROMTOOL_BIN)
     result = run_tool([promtool, "check", "rules", rule_files.RULES_FILE, rule_files.ALERTS_FILE], cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 32 rules found" in result.stdout  # 16 dashboard records + 4 windows x 4 evidence
+    # 5 source records, 16 + 4 drafting-state records, 4 windows x (3 source increases + 4 evidence)
+    assert "SUCCESS: 53 rules found" in result.stdout
     assert "SUCCESS: 8 rules found" in result.stdout
 
 
@@ -40,7 +41,7 @@ def test_promtool_check_rules_on_prometheusrule_spec(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(spec))
     result = run_tool([promtool, "check", "rules", str(path)])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 40 rules found" in result.stdout
+    assert "SUCCESS: 61 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:

@@ -50,7 +50,7 @@ def test_promql_wilson_bound_matches_independent_computation(overrides: dict, tm
     for rel, text in generate.render_all(cfg).items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
-    window = cfg.acceptance_fast_long_window
+    window = cfg.windows.fast_long
     e = recording_rules.evidence_names(window)
     steps = int(duration_seconds(window) // 15)
     tests = []

@@ -39,7 +39,9 @@ DERIVED = (
     Metric(
         MetricName.POSITION_ACCEPTANCE_RATIO, "gauge", POSITION_LABELS,
         "Share of drafts whose token at this 0-based position was accepted over the window "
-        "(vllm:spec_decode_num_accepted_tokens_per_pos_total / ..._num_drafts_total).",
+        "(vllm:spec_decode_num_accepted_tokens_per_pos_total / ..._num_drafts_total). Every draft "
+        "counts, also drafts shorter than the position (n-gram misses, dynamic k): a lower bound "
+        "when drafts vary in length.",
         "ΔA_pos / ΔD",
     ),
     Metric(

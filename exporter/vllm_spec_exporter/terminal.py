@@ -56,6 +56,11 @@ def model_lines(m: dict[str, Any], threshold: float, color: bool = False) -> lis
         lines.append(f"  acceptance        {judged} {bar(rate)}   (threshold {threshold:.0%})")
     for pos, value in sorted(m.get("positions", {}).items(), key=lambda kv: int(kv[0])):
         lines.append(f"  position {pos:>2}       {value:6.1%} {bar(value)}")
+    draft_length = m.get("spec_decode_mean_draft_length")
+    if m.get("positions") and k and draft_length is not None and draft_length < k - 0.05:
+        # vLLM has no per-position drafted counter: every draft is in each position's denominator.
+        lines.append(f"  (drafts averaged {draft_length:.2f} of k={k} tokens: each position divides by all "
+                     "drafts, so later positions read low; lower bounds)")
     mal = m.get("spec_decode_mean_acceptance_length")
     if mal is not None:
         lines.append(f"  mean accept. len  {mal:6.2f}  of k+1 = {k + 1 if k else '?'}")

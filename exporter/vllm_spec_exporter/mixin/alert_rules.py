@@ -131,8 +131,32 @@ def acceptance_condition(cfg: MixinConfig, threshold: float, sustained: str) -> 
     )
 
 
-def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
+def drafts_stopped_condition(cfg: MixinConfig) -> str:
+    """No drafts while output flows, and not paused by design, labelled with the engine family.
+
+    vLLM and llama.cpp: the recording rule drafts_stopped (no drafts at a batch size at which the
+    server drafted before; a dynamic-k pause under load is drafting_paused, never alerted).
+    TensorRT-LLM switches speculation off by itself when its rolling acceptance falls below a
+    threshold and keeps it off: any stop there is the engine's own gate. `group_left` copies
+    target_info's engine_family, so the description can name the engine.
+    """
     n = record_names(cfg)
+    if cfg.direct:
+        # No sidecar, no target_info: vLLM's own counters, whose stops the records classify.
+        return n.drafts_stopped
+    sel = links.exporter_selector(cfg)
+    info = MetricName.TARGET_INFO
+    target_only = "ignoring (model_name, engine_family, schema, version)"
+    trtllm = f"{info}{{{cfg.exporter_selector},engine_family=\"trtllm\"}}"
+    return (
+        f"(\n  {n.drafts_stopped}\nor\n"
+        f"  (\n    {n.generation_rate} >= {cfg.min_generation_tokens_per_second:g}\n  and\n"
+        f"    {n.draft_tokens_rate} == 0\n  )\n  and {target_only}\n    {trtllm}\n)\n"
+        f"* {target_only} group_left (engine_family)\n  {info}{sel}"
+    )
+
+
+def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
     inst = _label_template(cfg.instance_label)
     w = cfg.windows.rate_window
     conf = cfg.confidence_label
@@ -162,14 +186,18 @@ def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
                    "Speculation is now costing latency and GPU time instead of saving them."),
         _alert(
             cfg, DRAFTS_STOPPED,
-            expr=(f"(\n  {n.generation_rate} >= {cfg.min_generation_tokens_per_second:g}\n)\nand\n"
-                  f"(\n  {n.drafts_rate} == 0\n)"),
+            expr=drafts_stopped_condition(cfg),
             severity=cfg.warning_severity,
             summary="Speculative decoding proposes no drafts while tokens are generated.",
             description=(
                 "Model {{ $labels.model_name }} on " + inst + " generated {{ $value | humanize }} "
                 f"tokens/s over the last {w} without a single draft, although speculative decoding is "
-                "configured. Every request runs at plain decoding speed."
+                "configured. "
+                '{{ if eq $labels.engine_family "trtllm" }}TensorRT-LLM switched speculation off by itself: '
+                "its rolling acceptance fell below acceptance_rate_threshold (PR #12905), and it stays off "
+                "until the server restarts.{{ else }}The batch is no larger than batches at which it drafted "
+                f"in the last {cfg.drafting_batch_memory}, so this is not a dynamic-k pause under load."
+                "{{ end }} Every request runs at plain decoding speed."
             ),
             for_=cfg.spec_decode_stopped_for,
             dashboard_variables=SERVER_MODEL_VARIABLES,

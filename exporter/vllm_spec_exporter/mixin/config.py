@@ -233,6 +233,14 @@ class MixinConfig:
         "Spec decoding silently stopped (output flows, no drafts) for this long. Long, because an n-gram drafter "
         "legitimately proposes nothing for a while on text without repeats.",
     )
+    drafting_batch_memory: str = knob(
+        EVIDENCE, "1h",
+        "Drafting paused by design is not speculation lost. Engines stop drafting on purpose under load (vLLM's "
+        "num_speculative_tokens_per_batch_size with k = 0 above a batch size: those steps count no draft at all). "
+        "The rules remember, over this long, the smallest running batch of every window in which the server "
+        "drafted; no drafts while the batch stays larger than that is *paused* (shown on the overview, never "
+        "alerted), no drafts at a batch where it drafted before is *stopped* (SpecDecodeDraftsStopped).",
+    )
     min_generation_tokens_per_second: float = knob(
         EVIDENCE, 1.0,
         'Minimum output tokens/s for "spec decoding stopped" to be meaningful.',
@@ -429,7 +437,7 @@ _DURATION_KEYS = (
     "acceptance_low_for", "acceptance_critical_for",
     "acceptance_slow_for", "acceptance_fast_long_window", "acceptance_fast_short_window",
     "acceptance_slow_long_window", "acceptance_slow_short_window",
-    "target_down_for", "spec_decode_stopped_for", "spec_decode_missing_for", "reset_window",
+    "target_down_for", "spec_decode_stopped_for", "spec_decode_missing_for", "reset_window", "drafting_batch_memory",
     "alertmanager_group_wait", "alertmanager_group_interval", "alertmanager_repeat_interval",
 )
 

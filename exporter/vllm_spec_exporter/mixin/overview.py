@@ -169,6 +169,28 @@ def acceptance_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         [Query(q.mean_draft_length(by_model), "{{model_name}} draft length"),
          Query(q.k(by_model), "{{model_name}} k")],
     ), 12, 8)
+    layout.add(named_stat(
+        "Drafting: on, paused by design, or stopped",
+        "Per server and model while it generates. Paused: no drafts, and the running batch is larger "
+        f"than any at which the server drafted in the last {cfg.drafting_batch_memory}: the engine "
+        "pauses speculation on purpose under load (vLLM's num_speculative_tokens_per_batch_size with "
+        "k = 0), not a fault; it resumes when the batch shrinks. Stopped: no drafts at a batch where it"
+        f" drafted before: {alert_rules.DRAFTS_STOPPED} after {cfg.spec_decode_stopped_for}. Good: "
+        "drafting, or paused only at peak load.",
+        [Query(q.drafting_state(), legend_label(cfg.instance_label) + " {{model_name}}", instant=True)],
+        mappings=drafting_state_mappings(),
+        color_mode=BACKGROUND,
+    ).links(runbook_links(cfg, alert_rules.DRAFTS_STOPPED)), 24, 3)
+
+
+def drafting_state_mappings() -> list[dashboard_models.ValueMapping]:
+    """promql.Queries.drafting_state's values as words."""
+    def word(value: int, text: str, color: str) -> dashboard_models.ValueMap:
+        return dashboard_models.ValueMap(options={f"{value}": dashboard_models.ValueMappingResult(
+            text=text, color=color, index=value)})
+
+    return [word(0, "Drafting", "green"), word(1, "Paused by design (batch)", "blue"),
+            word(2, "Stopped", "orange"), *no_traffic_mapping()]
 
 
 def position_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
@@ -184,7 +206,10 @@ def position_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "Acceptance by draft position",
         "Share of drafts whose token at each 0-based position was accepted (accepted at position "
         "/ drafts). It can only fall with position: where it drops below the line is where the "
-        "draft stops paying off. Good: every position green. " + advice,
+        "draft stops paying off. Good: every position green. vLLM counts no drafts per position, so "
+        "every draft is in the denominator, also drafts too short to reach the position (n-gram "
+        "misses, dynamic k's smaller k under load): when the Draft length panel is below k, the "
+        "later positions are lower bounds, not a reason to lower k by themselves. " + advice,
         RATIO,
         [Query(q.position_acceptance(), "{{model_name}} position {{position}}", instant=True)],
         thresholds_config=position_thresholds(cfg),

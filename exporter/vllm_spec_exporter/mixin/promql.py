@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..names import MetricName
-from . import sources
+from . import recording_rules, sources
 from .config import MixinConfig
 from .recording_rules import (
     ACCEPTANCE,
@@ -299,6 +299,15 @@ class Queries:
         by_instance = (self.cfg.instance_label,)
         return (f"count({self.acceptance_band(by_instance, low, high)}) "
                 f"or (0 * count({self.acceptance(by_instance)}))")
+
+    def drafting_state(self) -> str:
+        """Per server and model while it drafts or generates: 0 drafting, 1 paused by design (no
+        drafts at a larger batch than any at which it drafted), 2 stopped (recording_rules)."""
+        names = recording_rules.record_names(self.cfg)
+        matchers = join_matchers(self.sel.target, 'model_name=~"$model_name"')
+        return (f"(0 * {selector(names.drafts_stopped, matchers)} + 2)"
+                f" or (0 * {selector(names.drafting_paused, matchers)} + 1)"
+                f" or (0 * ({selector(names.draft_tokens_rate, matchers)} > 0))")
 
     def per_target(self, metric: str, op: str = "min") -> str:
         """One value per scrape target of an exporter health gauge (no model/engine labels)."""

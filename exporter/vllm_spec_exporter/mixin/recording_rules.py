@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..names import MetricName
 from . import sources
 from .config import MixinConfig
 from .sources import ACCEPTED, ACCEPTED_BY_POSITION, DRAFT_TOKENS, DRAFTS, GENERATED, SourceCounter
@@ -124,6 +125,11 @@ class RecordNames:
     acceptance_ratio: str
     acceptance_length: str
     position_acceptance_ratio: str
+    # Per server and model: drafting paused by design vs stopped (config.drafting_batch_memory).
+    running_batch: str
+    drafting_batch: str
+    drafts_stopped: str
+    drafting_paused: str
     # The same across the fleet, per model.
     fleet_accepted_rate: str
     fleet_draft_tokens_rate: str
@@ -143,7 +149,12 @@ _RATE_FIELD = {ACCEPTED: "accepted_rate", DRAFT_TOKENS: "draft_tokens_rate", DRA
 def record_names(cfg: MixinConfig) -> RecordNames:
     w = cfg.windows.rate_window
     fleet = "_".join((*cfg.fleet_labels, "model"))
-    names: dict[str, str] = {}
+    names: dict[str, str] = {
+        "running_batch": f"instance_model:vllm_num_requests_running:min_active_over_time{w}",
+        "drafting_batch": f"instance_model:vllm_num_requests_running:min_drafting_over_time{w}",
+        "drafts_stopped": f"instance_model:vllm_spec_decode_drafts_stopped:rate{w}",
+        "drafting_paused": f"instance_model:vllm_spec_decode_drafting_paused:rate{w}",
+    }
     for level, prefix in (("instance_model", ""), (fleet, "fleet_")):
         names |= {
             f"{prefix}accepted_rate": f"{level}:vllm_spec_decode_accepted_tokens:rate{w}",
@@ -277,7 +288,34 @@ def recording_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
         record(fields[prefix + "acceptance_ratio"], ACCEPTANCE.expr(read))
         record(fields[prefix + "acceptance_length"], MEAN_ACCEPTANCE_LENGTH.expr(read))
         record(fields[prefix + "position_acceptance_ratio"], POSITION_ACCEPTANCE.expr(read, POSITION_MATCHING))
-    return rules
+    return rules + drafting_state_rules(cfg, n)
+
+
+def drafting_state_rules(cfg: MixinConfig, n: RecordNames) -> list[dict[str, Any]]:
+    """Drafting paused by design vs speculation stopped, per server and model.
+
+    vLLM's dynamic k (num_speculative_tokens_per_batch_size) sets k = 0 above a batch size, and
+    such steps count no draft at all: drafts/s falls to 0 under load while output flows. The
+    server's running batch tells the two apart. `drafting_batch` is the smallest batch of a window
+    in which the server drafted (a batch size at which it drafts, whatever its k table); with no
+    drafts now, a batch still larger than any such size over drafting_batch_memory is a pause by
+    design, and a batch at or below one is speculation stopped. Idle moments (no running request)
+    are left out, so bursts separated by idle gaps do not look like a small batch. A server with
+    no drafting on record is neither: nothing to compare with, so nothing is claimed.
+    """
+    w = cfg.windows.rate_window
+    no_drafts = (f"(\n  {n.generation_rate} >= {cfg.min_generation_tokens_per_second:g}\nand\n"
+                 f"  {n.draft_tokens_rate} == 0\n)")
+    drafted_at = f"max_over_time({n.drafting_batch}[{cfg.drafting_batch_memory}])"
+    running = sources.raw_gauge(cfg, MetricName.REQUESTS_RUNNING, sources.selector(cfg))
+    return [
+        # A subquery at the evaluation interval, so idle moments (no sample above 0) are skipped.
+        {"record": n.running_batch,
+         "expr": f"min_over_time((sum without (engine) ({running}) > 0)[{w}:])"},
+        {"record": n.drafting_batch, "expr": f"{n.running_batch}\nand\n({n.draft_tokens_rate} > 0)"},
+        {"record": n.drafts_stopped, "expr": f"{no_drafts}\nand\n({n.running_batch} <= {drafted_at})"},
+        {"record": n.drafting_paused, "expr": f"{no_drafts}\nand\n({n.running_batch} > {drafted_at})"},
+    ]
 
 
 def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
@@ -320,7 +358,17 @@ def record_meaning(name: str, n: RecordNames) -> str:
         "accepted_by_position_rate": "Accepted draft tokens per second at each 0-based position.",
         "acceptance_ratio": "Acceptance rate: accepted / proposed draft tokens (0..1).",
         "acceptance_length": "Mean acceptance length: 1 + accepted tokens / drafts (1..k+1).",
-        "position_acceptance_ratio": "Share of drafts whose token at this position was accepted.",
+        "position_acceptance_ratio": "Share of drafts whose token at this position was accepted (drafts of any "
+                                     "length count in the denominator: a lower bound when drafts are shorter than"
+                                     " k, e.g. n-gram misses or dynamic k).",
+        "running_batch": "The smallest running batch (requests, engines summed) of the window, idle moments left "
+                         "out; absent when idle throughout.",
+        "drafting_batch": "The smallest running batch of the window, when the server drafted in it: a batch size "
+                          "at which it drafts.",
+        "drafts_stopped": "Output tokens/s while no draft is proposed at a batch where the server drafted before "
+                          "(speculation stopped; SpecDecodeDraftsStopped).",
+        "drafting_paused": "Output tokens/s while drafting is paused by design: no drafts, and the batch is larger"
+                           " than any at which the server drafted (vLLM dynamic k = 0 under load).",
     }
     for field_name, record in dataclasses.asdict(n).items():
         if record == name:

@@ -67,7 +67,8 @@ def readme_values(cfg: MixinConfig) -> dict[str, object]:
         f"| {a['annotations']['summary']} |"
         for a in alert_rules.all_alerts(cfg)
     ]
-    record_rows = [f"| `{r['record']}` | {recording_rules.record_meaning(r['record'], n)} |"
+    source_rows = [f"| `{name}` | {meaning} |" for name, meaning in recording_rules.source_meanings(cfg).items()]
+    record_rows = source_rows + [f"| `{r['record']}` | {recording_rules.record_meaning(r['record'], n)} |"
                    for r in recording_rules.recording_rules(cfg)]
     evidence_rows = [f"| `{name}` | {meaning} |" for name, meaning in recording_rules.evidence_meanings(cfg).items()]
     derived = _derived_defaults(cfg)
@@ -77,6 +78,9 @@ def readme_values(cfg: MixinConfig) -> dict[str, object]:
                  + f" | {_cell(knob.doc)} |"
                  for knob in config.knobs()]
     return {
+        "source_group": recording_rules.SOURCE_GROUP,
+        "source_origin": ("vLLM's own series (`source=vllm`)" if cfg.direct
+                          else "the exporter's counters (`source=exporter`, the default)"),
         "recording_group": recording_rules.RECORDING_GROUP,
         "evidence_group": recording_rules.EVIDENCE_GROUP,
         "acceptance_group": alert_rules.ACCEPTANCE_GROUP,
@@ -96,6 +100,9 @@ def readme_values(cfg: MixinConfig) -> dict[str, object]:
         "slow_for": w.slow_hold,
         "scrape_interval": w.scrape_interval,
         "evaluation_interval": w.evaluation_interval,
+        "drafting_batch_memory": cfg.drafting_batch_memory,
+        "drafting_paused_record": n.drafting_paused,
+        "drafts_stopped_record": n.drafts_stopped,
         "fleet_level": "_".join((*cfg.fleet_labels, "model")),
         "fleet_labels": ", ".join((*cfg.fleet_labels, "model_name")),
         "rate_window": w.rate_window,

@@ -60,6 +60,7 @@ def values(cfg: MixinConfig) -> dict[str, object]:
             "slow_long_window": w.slow_long, "slow_short_window": w.slow_short, "low_for": w.warning_hold,
             "critical_for": w.critical_hold, "slow_for": w.slow_hold, "scrape_interval": w.scrape_interval}
     for key in ("exporter_selector", "instance_label", "target_down_for", "spec_decode_stopped_for",
+                "drafting_batch_memory",
                 "spec_decode_missing_for", "reset_window", "counter_resets_threshold"):
         out[key] = getattr(cfg, key)
     # The two acceptance alerts share their meaning (with their own threshold and duration),

@@ -35,7 +35,7 @@ from support.exporter import ExporterProcess
 from support.fakevllm import FakeVllm, _per_position_counts
 from support.grafana import expand_variables
 from support.prom import require_binary
-from vllm_spec_exporter.mixin import dashboard_files, fleet, overview, promql
+from vllm_spec_exporter.mixin import dashboard_files, fleet, overview, promql, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, free_port, http_get_json, wait_until
 
@@ -101,7 +101,18 @@ def values(result: list[dict]) -> list[float]:
     return [float(sample["value"][1]) for sample in result]
 
 
-RECORDING_RULES = Path(__file__).resolve().parents[1] / "alerts" / "prometheus_rules.yaml"
+def stack_config(rate_window: str) -> MixinConfig:
+    """The generated bundle for this stack's 1 s scrapes: the dashboards read the source records,
+    whose rate window is the rules' (the committed 2m would hide every change for two minutes)."""
+    return MixinConfig().with_overrides({"scrape_interval": "1s", "evaluation_interval": "1s",
+                                         "rate_window": rate_window})
+
+
+def recording_rules_file(folder: Path, cfg: MixinConfig) -> Path:
+    """The recording rules generated from `cfg` (source records, evidence) for the stack's Prometheus."""
+    path = folder / "prometheus_rules.yaml"
+    path.write_text(rule_files.render(cfg)[rule_files.RULES_FILE])
+    return path
 
 
 def always_firing_rules(folder: Path) -> Path:
@@ -116,7 +127,7 @@ def always_firing_rules(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def model() -> dict:
-    return overview.build(MixinConfig())
+    return overview.build(stack_config(RATE_INTERVAL))
 
 
 # vLLM's own prefix and Ray Serve's: each served twice (below), so every panel is run on all four
@@ -127,7 +138,9 @@ PREFIXES = ("vllm:", "ray_vllm:")
 @pytest.fixture(scope="module", params=PREFIXES, ids=lambda prefix: prefix.rstrip(":"))
 def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     require_binary(PROMETHEUS_BIN)
-    rules = always_firing_rules(tmp_path_factory.mktemp("rules"))
+    folder = tmp_path_factory.mktemp("rules")
+    rules = always_firing_rules(folder)
+    recorded = recording_rules_file(folder, stack_config(RATE_INTERVAL))
     prefix = request.param
     fake = FakeVllm(models=MODELS, engines=ENGINES, k=K, latency_histograms=True, step_seconds=STEP_SECONDS,
                     prefix=prefix)
@@ -142,7 +155,7 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         negotiated_instance = fake_url.split("//", 1)[1]
         scrape = {"vllm-spec-exporter": [f"127.0.0.1:{exporter_port}"], "vllm": [negotiated_instance, classic_instance]}
         # The generated recording rules too: the acceptance panel draws the alerts' confidence bounds.
-        with Prometheus(scrape_targets=scrape, rule_files=[rules, RECORDING_RULES]) as prom:
+        with Prometheus(scrape_targets=scrape, rule_files=[rules, recorded]) as prom:
             wait_until(prom.targets_up, timeout=20)
             wait_until(lambda: prom.query("vllm_spec_exporter_target_up == 1"), timeout=20)
             # A full rate window of polled samples, plus slack for the first scrape.
@@ -500,7 +513,9 @@ def _drive_fleet(fakes: dict[str, FakeVllm], stop: threading.Event) -> None:
 @pytest.fixture(scope="module")
 def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     require_binary(PROMETHEUS_BIN)
-    rules = always_firing_rules(tmp_path_factory.mktemp("fleet-rules"))
+    folder = tmp_path_factory.mktemp("fleet-rules")
+    rules = always_firing_rules(folder)
+    recorded = recording_rules_file(folder, stack_config(FLEET_RATE_INTERVAL))
     fakes: dict[str, FakeVllm] = {}
     exporters: list[ExporterProcess] = []
     stop = threading.Event()
@@ -519,7 +534,7 @@ def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         threading.Thread(target=_drive_fleet, args=(fakes, stop), daemon=True).start()
         scrape = {"vllm-spec-exporter": list(instances.values()),
                   "vllm": [url.split("//", 1)[1] for server, url in urls.items() if server in fakes]}
-        with Prometheus(scrape_targets=scrape, rule_files=[rules]) as prom:
+        with Prometheus(scrape_targets=scrape, rule_files=[rules, recorded]) as prom:
             wait_until(prom.targets_up, timeout=20)
             wait_until(lambda: len(prom.query("vllm_spec_exporter_target_up == 1")) == len(fakes), timeout=20)
             time.sleep(FLEET_RATE_INTERVAL_SECONDS + 5)
@@ -535,7 +550,7 @@ def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 
 @pytest.fixture(scope="module")
 def fleet_model() -> dict:
-    return fleet.build(MixinConfig())
+    return fleet.build(stack_config(FLEET_RATE_INTERVAL))
 
 
 def fleet_run(stack: dict, expr: str, overrides: dict[str, str] | None = None) -> list[dict]:

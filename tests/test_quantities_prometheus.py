@@ -97,11 +97,19 @@ def openmetrics(start: int) -> tuple[str, dict[str, list[str]]]:
 
 
 def inline(expr: str, records: dict[str, str]) -> str:
-    """Replace every record (with or without a selector) by its own expression, recursively."""
+    """Replace every record (with or without a selector) by its own expression, recursively; a
+    record read over a range (`max_over_time(record[1h])`) becomes a subquery at the rules'
+    evaluation interval, the samples the record would have."""
     names = sorted(records, key=len, reverse=True)
-    pattern = re.compile("(?:" + "|".join(re.escape(n) for n in names) + r")(?:\{[^}]*\})?")
-    for _ in range(5):
-        expr, count = pattern.subn(lambda m: "(" + records[m.group(0).split("{")[0]] + ")", expr)
+    pattern = re.compile("(" + "|".join(re.escape(n) for n in names) + r")(?:\{[^}]*\})?(\[[^\]:]+\])?")
+    step = CFG.windows.evaluation_interval
+
+    def replace(m: re.Match[str]) -> str:
+        inner = "(" + records[m.group(1)] + ")"
+        return inner + (f"{m.group(2)[:-1]}:{step}]" if m.group(2) else "")
+
+    for _ in range(6):
+        expr, count = pattern.subn(replace, expr)
         if not count:
             return expr
     raise AssertionError("records nest deeper than expected")

@@ -39,6 +39,7 @@ __all__ = [
     "DRAFT_TOKENS",
     "EVIDENCE_COUNTERS",
     "GENERATED",
+    "VLLM_GAUGES",
     "VLLM_PREFIXES",
     "SourceCounter",
     "drafts_present",

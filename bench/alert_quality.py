@@ -349,7 +349,7 @@ _METRICS = {
     "drafts": ("vllm_spec_decode_drafts_total", True), "draft_tokens": ("vllm_spec_decode_draft_tokens_total", True),
     "accepted": ("vllm_spec_decode_accepted_tokens_total", True),
     "generation": ("vllm_server_generation_tokens_total", True),
-    "resets": ("vllm_spec_exporter_counter_resets_total", False), "up": ("up", False),
+    "resets": ("vllm_spec_exporter_target_restarts_total", False), "up": ("up", False),
     "target_up": ("vllm_spec_exporter_target_up", False), "enabled": ("vllm_spec_decode_enabled", False),
     "running": ("vllm_server_requests_running", True),
 }

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Install everything this project needs on a fresh Debian 12 machine, idempotently:
-#   - Debian's prometheus (promtool), prometheus-alertmanager (amtool) and tmux, when missing;
+#   - Debian's prometheus (promtool), prometheus-alertmanager (amtool) and tmux, when missing (12's
+#     Prometheus 2.42 / Alertmanager 0.25: the oldest supported, and the fallback);
+#   - Prometheus 3.x, Alertmanager 0.3x and VictoriaMetrics from Debian testing, unpacked into the
+#     cache (below): the real servers of the demo and the tests;
 #   - Debian's docker.io (dockerd 20.10) and debootstrap for the container tests, when missing;
 #   - the project venv .venv with the exporter (editable) and its `generate` and `test` extras, and
 #     the lab (lab/: the vLLM test bench and the demo, a separate package) beside it;
@@ -27,6 +30,75 @@ if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/de
       prometheus prometheus-alertmanager tmux >/dev/null
   else
     say "promtool/alertmanager/tmux missing and cannot apt-get install them (not root?); tests needing them will fail"
+  fi
+fi
+
+# Prometheus 3, Alertmanager 0.3x and VictoriaMetrics (victoria-metrics, vmalert, vmalert-tool) from
+# Debian testing, the real servers of the demo and the tests. Never through the system's apt sources
+# (that would upgrade the system): a private apt state under the cache, `apt-get download`, and
+# `dpkg-deb -x` into $VLLM_SPEC_EXPORTER_CACHE/debian-testing/root (binaries in root/usr/bin), with
+# the package versions in debian-testing/versions.txt (vmalert's Debian build prints no version).
+# Testing moves: any Prometheus 3.x and Alertmanager 0.3x is accepted. Anything else, or no network,
+# leaves the lab on Debian 12's 2.42 / 0.25 with a LOUD line: a change in testing never fails bootstrap.
+TESTING_DIR="$VLLM_SPEC_EXPORTER_CACHE/debian-testing"
+TESTING_PACKAGES=(prometheus promtool prometheus-alertmanager victoria-metrics)
+TESTING_BINARIES=(prometheus promtool prometheus-alertmanager amtool victoria-metrics vmalert vmalert-tool)
+loud() { printf '\033[1;31m[bootstrap] !!! %s\033[0m\n' "$*" >&2; }
+testing_installed() {
+  [ -s "$TESTING_DIR/versions.txt" ] || return 1
+  local bin
+  for bin in "${TESTING_BINARIES[@]}"; do [ -x "$TESTING_DIR/root/usr/bin/$bin" ] || return 1; done
+}
+install_debian_testing() {
+  local apt_opts=(-o "Dir::Etc::sourcelist=$TESTING_DIR/sources.list" -o Dir::Etc::sourceparts=/nonexistent
+                  -o "Dir::State::Lists=$TESTING_DIR/lists" -o "Dir::Cache=$TESTING_DIR/cache"
+                  -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
+  mkdir -p "$TESTING_DIR/lists/partial" "$TESTING_DIR/cache/archives/partial" "$TESTING_DIR/debs"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian forky main" \
+    > "$TESTING_DIR/sources.list"
+  # Reuse debs already downloaded (the cache is shared); fetch only what is missing.
+  local pkg missing=()
+  for pkg in "${TESTING_PACKAGES[@]}"; do
+    compgen -G "$TESTING_DIR/debs/${pkg}_*.deb" >/dev/null || missing+=("$pkg")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    say "downloading ${missing[*]} from Debian testing (private apt state in $TESTING_DIR, ~90 MB)"
+    apt-get "${apt_opts[@]}" update -qq >/dev/null 2>&1 || return 1
+    (cd "$TESTING_DIR/debs" && apt-get "${apt_opts[@]}" download -qq "${missing[@]}" >/dev/null 2>&1) || return 1
+  fi
+  # Newest deb of each package (several may pile up as testing moves), checked before unpacking.
+  local deb version versions=""
+  for pkg in "${TESTING_PACKAGES[@]}"; do
+    deb="$(ls -1 "$TESTING_DIR/debs/${pkg}"_*.deb | sort -V | tail -n 1)"
+    version="$(dpkg-deb -f "$deb" Version)"
+    case "$pkg:$version" in
+      prometheus:3.*|promtool:3.*|prometheus-alertmanager:0.3*|victoria-metrics:*) ;;
+      *) loud "Debian testing offers $pkg $version, not the 3.x / 0.3x the tests expect"; return 1 ;;
+    esac
+    versions+="$pkg $version"$'\n'
+  done
+  # Already unpacked from these debs (e.g. by hand): keep it, other sessions may be running it.
+  local bin have_all=1 prom_version="${versions#prometheus }"
+  for bin in "${TESTING_BINARIES[@]}"; do [ -x "$TESTING_DIR/root/usr/bin/$bin" ] || have_all=0; done
+  if [ "$have_all" = 1 ] && "$TESTING_DIR/root/usr/bin/prometheus" --version 2>&1 | grep -qF "version ${prom_version%%-*} "; then
+    printf '%s' "$versions" > "$TESTING_DIR/versions.txt"
+    say "Debian testing servers already unpacked: $(tr '\n' ' ' < "$TESTING_DIR/versions.txt")"
+    return 0
+  fi
+  rm -rf "$TESTING_DIR/root.new" && mkdir -p "$TESTING_DIR/root.new"
+  for pkg in "${TESTING_PACKAGES[@]}"; do
+    dpkg-deb -x "$(ls -1 "$TESTING_DIR/debs/${pkg}"_*.deb | sort -V | tail -n 1)" "$TESTING_DIR/root.new"
+  done
+  "$TESTING_DIR/root.new/usr/bin/prometheus" --version >/dev/null 2>&1 || { loud "Debian testing's prometheus does not run here"; return 1; }
+  rm -rf "$TESTING_DIR/root" && mv "$TESTING_DIR/root.new" "$TESTING_DIR/root"
+  printf '%s' "$versions" > "$TESTING_DIR/versions.txt"
+  say "Debian testing servers ready: $(tr '\n' ' ' < "$TESTING_DIR/versions.txt")"
+}
+if [ "${SKIP_DEBIAN_TESTING:-0}" != 1 ] && ! testing_installed; then
+  if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
+    loud "no apt-get/dpkg-deb: Prometheus 3 / Alertmanager 0.3x / VictoriaMetrics not installed; the lab falls back to Debian 12's Prometheus 2.42 and Alertmanager 0.25, and the VictoriaMetrics tests fail in CI"
+  elif ! (exec 9>"$VLLM_SPEC_EXPORTER_CACHE/.debian-testing.lock" && flock 9 && { testing_installed || install_debian_testing; }); then
+    loud "Prometheus 3 / Alertmanager 0.3x / VictoriaMetrics from Debian testing NOT installed: the lab falls back to Debian 12's Prometheus 2.42 and Alertmanager 0.25; the VictoriaMetrics tests fail in CI (see $TESTING_DIR)"
   fi
 fi
 

@@ -6,6 +6,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+def pytest_sessionstart(session):
+    """Name the real servers this run uses, once, at the start, whatever the verbosity
+    (`vllm-spec-lab versions`)."""
+    from vllm_spec_lab.versions import server_versions
+
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("real servers (vllm-spec-lab versions):")
+        for server in server_versions():
+            reporter.write_line(f"  {server.line()}")
+
+
 def pytest_terminal_summary(terminalreporter):
     """Print the fault-injection table (tests/test_faults.py) when those tests ran."""
     from test_faults import FAULT_TABLE

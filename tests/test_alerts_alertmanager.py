@@ -1,4 +1,5 @@
-"""The generated alertmanager.yml in a real Alertmanager 0.25: routing, secrets from files, inhibition.
+"""The generated alertmanager.yml in a real Alertmanager (0.33.1; 0.25 on the fallback): routing,
+secrets from files, inhibition.
 
 Alerts are pushed straight into Alertmanager's API (the rules are covered by promtool tests and
 the end-to-end test); the receivers' URLs point at a local webhook recorder. Only the URLs, the
@@ -70,7 +71,9 @@ def test_critical_pages_and_warning_goes_to_chat(stack) -> None:
     assert page["payload"]["summary"] == "SpecDecodeAcceptanceCritical summary. (llama)"
     assert page["payload"]["custom_details"]["runbook_url"].endswith("specdecodeacceptancecritical")
     chat = hook.received("/chat")[0]["body"]
-    assert chat["channel"] == "#vllm-alerts"
+    # Alertmanager 0.25 sends the configured channel; 0.33.1 sends none (nor username and color) in
+    # these posts, observed: the incoming webhook's own channel applies.
+    assert chat.get("channel", "#vllm-alerts") == "#vllm-alerts"
     attachment = chat["attachments"][0]
     assert attachment["title"] == "[FIRING] SpecDecodeAcceptanceLow: SpecDecodeAcceptanceLow summary."
     assert "SpecDecodeAcceptanceLow on 10.0.0.2:9400." in attachment["text"]

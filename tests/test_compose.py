@@ -42,6 +42,7 @@ from vllm_spec_exporter.mixin import alertmanager, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.links import fleet_uid, overview_uid
 from vllm_spec_exporter.settings import DEFAULT_PORT
+from vllm_spec_lab.monitoring import AMTOOL_BIN, PROMTOOL_BIN
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_DIR = ROOT / "compose"
@@ -49,8 +50,10 @@ ENV_EXAMPLE = COMPOSE_DIR / ".env.example"
 FULL = "docker-compose.yml"
 MONITORING = "docker-compose.monitoring.yml"
 COMPOSE_FILES = (FULL, MONITORING)
-PROMTOOL = "/usr/bin/promtool"
-AMTOOL = "/usr/bin/amtool"
+# The compose files pin Prometheus 3 and Alertmanager 0.3x: checked with the same major versions
+# (Debian testing's, from the cache; Debian 12's 2.42 / 0.25 only when bootstrap fell back).
+PROMTOOL = PROMTOOL_BIN
+AMTOOL = AMTOOL_BIN
 TEST_PASSWORD = "test-only-not-a-real-password"
 
 

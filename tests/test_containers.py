@@ -3,9 +3,10 @@
 No registry is reachable here, so the images the compose files name cannot be pulled: Debian-made
 stand-ins take their place (tests/support/docker.py, tests/support/images/): a stand-in for
 python:3.11-slim-bookworm as the Dockerfile's base (passed as the PYTHON_IMAGE build argument, the
-Dockerfile itself unchanged), and Debian's Prometheus 2.42 and Alertmanager 0.25 for prom/prometheus
-and prom/alertmanager. Grafana cannot be had at all (no package, no image): it is not started; its
-provisioning is checked in tests/test_compose.py.
+Dockerfile itself unchanged), and Debian testing's Prometheus 3.x and Alertmanager 0.3x packages
+for prom/prometheus and prom/alertmanager (the same major versions as the compose pins). Grafana
+cannot be had at all (no package, no image): it is not started; its provisioning is checked in
+tests/test_compose.py.
 
 NETWORK RULE: every container runs with host networking (the daemon has no bridge), every server
 listens on 127.0.0.1 on a free port; nothing ever addresses a container bridge or another host.

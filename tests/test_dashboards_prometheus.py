@@ -1,15 +1,21 @@
-"""Every query of the generated dashboards, run against a real Prometheus.
+"""Every query of the generated dashboards, run against a real Prometheus and a real VictoriaMetrics.
 
 The overview first (one exporter, below); the fleet dashboard at the end of the module, against
 five exporters (see `fleet_stack`).
 
-A real Prometheus (Debian 2.42) scrapes the real exporter (`vllm-spec-exporter serve`), which polls
+A real Prometheus (3.x from Debian testing; 2.42 when bootstrap fell back) scrapes the real
+exporter (`vllm-spec-exporter serve`), which polls
 the fake vLLM (a simulation: real prometheus_client exposition with vLLM 0.32's names, scripted
 values); Prometheus also scrapes the fake vLLM directly as the `vllm` job for the latency panels,
-twice: as Prometheus 2.x does (OpenMetrics, so prometheus_client escapes `vllm:` to `vllm_`) and
-in the classic text format (names keep the colon, as Prometheus 3 stores them); and the whole
+three times: with the server's own Accept header (Prometheus 2.x asks for OpenMetrics and
+prometheus_client escapes `vllm:` to `vllm_`; Prometheus 3 asks with `escaping=allow-utf-8` and
+the colon stays), in the classic text format (names keep the colon), and in the shape
+prometheus/client_python#1177 writes under underscore escaping (`vllm_` samples); and the whole
 overview stack runs twice, with vLLM's names and with Ray Serve's `ray_vllm:` prefix, so every
-panel is proven on all four spellings the exporter accepts.
+panel is proven on all four spellings the exporter accepts. A third overview stack replaces
+Prometheus with VictoriaMetrics single-node (scraping the same targets) and vmalert (evaluating
+the generated recording rules and the test's alert, writing them back), with the timing flags the
+docs give (`-rule.evalDelay=0s`, `-search.latencyOffset=0s`, `-search.disableCache`).
 The dashboard's variables are substituted the way Grafana does (All = `.+`), every target is run
 through the HTTP API, and the values are compared with what the scripted traffic must produce:
 acceptance 0.6 with k = 4 gives exact per-position rates, tokens per step, efficiency and shares.
@@ -23,8 +29,10 @@ import math
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -37,7 +45,9 @@ from support.grafana import expand_variables
 from support.prom import require_binary
 from vllm_spec_exporter.mixin import dashboard_files, fleet, overview, promql, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
-from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, free_port, http_get_json, wait_until
+from vllm_spec_lab.binaries import VICTORIA_METRICS_BIN, VMALERT_BIN
+from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, PromQueryApi, free_port, http_get_json, wait_until
+from vllm_spec_lab.victoria import VictoriaRuleStack
 
 pytestmark = pytest.mark.prometheus
 
@@ -80,11 +90,21 @@ class _Quiet(WSGIRequestHandler):
         pass
 
 
-def serve_classic_text(fake: FakeVllm):
-    """The fake's registry in the classic text format whatever the Accept header: colon names."""
+def escape_sample_names(text: bytes, prefix: str) -> bytes:
+    """`vllm:` → `vllm_` on sample lines only, HELP and TYPE keep the colon: what prometheus_client
+    writes under underscore escaping (prometheus/client_python#1177)."""
+    escaped = prefix.replace(":", "_").encode()
+    return b"".join(escaped + line[len(prefix):] if line.startswith(prefix.encode()) else line
+                    for line in text.splitlines(keepends=True))
+
+
+def serve_classic_text(fake: FakeVllm, escape_prefix: str | None = None):
+    """The fake's registry in the classic text format whatever the Accept header: colon names, or
+    with `escape_prefix` the #1177 shape (escaped sample names)."""
     def app(environ, start_response):
         start_response("200 OK", [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")])
-        return [generate_latest(fake.registry)]
+        body = generate_latest(fake.registry)
+        return [escape_sample_names(body, escape_prefix) if escape_prefix else body]
 
     server = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -131,50 +151,71 @@ def model() -> dict:
 
 
 # vLLM's own prefix and Ray Serve's: each served twice (below), so every panel is run on all four
-# spellings the exporter accepts: vllm:, vllm_, ray_vllm:, ray_vllm_.
-PREFIXES = ("vllm:", "ray_vllm:")
+# spellings the exporter accepts: vllm:, vllm_, ray_vllm:, ray_vllm_. Then vLLM's names once more
+# on VictoriaMetrics + vmalert.
+STACKS = (("prometheus", "vllm:"), ("prometheus", "ray_vllm:"), ("victoria-metrics", "vllm:"))
 
 
-@pytest.fixture(scope="module", params=PREFIXES, ids=lambda prefix: prefix.rstrip(":"))
+@contextmanager
+def query_backend(backend: str, scrape: dict[str, list[str]], rules: list[Path]) -> Iterator[Any]:
+    """A Prometheus with `rules`, or VictoriaMetrics with vmalert evaluating them; either way an
+    object with the Prometheus query API (`query`, `url`) once every target has been scraped."""
+    if backend == "prometheus":
+        require_binary(PROMETHEUS_BIN)
+        with Prometheus(scrape_targets=scrape, rule_files=rules) as prom:
+            wait_until(prom.targets_up, timeout=20)
+            yield prom
+        return
+    require_binary(VICTORIA_METRICS_BIN)
+    require_binary(VMALERT_BIN)
+    with VictoriaRuleStack(scrape, rules) as victoria:
+        wait_until(victoria.targets_up, timeout=20)
+        yield victoria
+
+
+@pytest.fixture(scope="module", params=STACKS, ids=lambda stack: "-".join(stack).rstrip(":"))
 def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    require_binary(PROMETHEUS_BIN)
     folder = tmp_path_factory.mktemp("rules")
     rules = always_firing_rules(folder)
     recorded = recording_rules_file(folder, stack_config(RATE_INTERVAL))
-    prefix = request.param
+    backend, prefix = request.param
     fake = FakeVllm(models=MODELS, engines=ENGINES, k=K, latency_histograms=True, step_seconds=STEP_SECONDS,
                     prefix=prefix)
     fake_url = fake.start()
     classic = serve_classic_text(fake)
     classic_instance = f"127.0.0.1:{classic.server_port}"
+    escaped = serve_classic_text(fake, escape_prefix=prefix)
+    escaped_instance = f"127.0.0.1:{escaped.server_port}"
     exporter = ExporterProcess(fake_url, interval=float(EXPORTER_INTERVAL), timeout=float(EXPORTER_TIMEOUT),
                                window=30, min_draft_tokens=100).start()
     exporter_port = exporter.port
     try:
         fake.drive(DRAFTS_PER_SECOND, ACCEPTANCE)
         negotiated_instance = fake_url.split("//", 1)[1]
-        scrape = {"vllm-spec-exporter": [f"127.0.0.1:{exporter_port}"], "vllm": [negotiated_instance, classic_instance]}
+        scrape = {"vllm-spec-exporter": [f"127.0.0.1:{exporter_port}"],
+                  "vllm": [negotiated_instance, classic_instance, escaped_instance]}
         # The generated recording rules too: the acceptance panel draws the alerts' confidence bounds.
-        with Prometheus(scrape_targets=scrape, rule_files=[rules, recorded]) as prom:
-            wait_until(prom.targets_up, timeout=20)
+        with query_backend(backend, scrape, [rules, recorded]) as prom:
             wait_until(lambda: prom.query("vllm_spec_exporter_target_up == 1"), timeout=20)
             # A full rate window of polled samples, plus slack for the first scrape.
             time.sleep(RATE_INTERVAL_SECONDS + 4)
             yield {"prom": prom, "fake": fake, "exporter_instance": f"127.0.0.1:{exporter_port}", "prefix": prefix,
-                   "vllm_instances": {"negotiated": negotiated_instance, "classic": classic_instance}}
+                   "vllm_instances": {"negotiated": negotiated_instance, "classic": classic_instance,
+                                      "escaped": escaped_instance}}
     finally:
         exporter.stop()
-        classic.shutdown()
-        classic.server_close()
+        for server in (classic, escaped):
+            server.shutdown()
+            server.server_close()
         fake.stop()
 
 
-def run(prom: Prometheus, expr: str, overrides: dict[str, str] | None = None,
+def run(prom: PromQueryApi, expr: str, overrides: dict[str, str] | None = None,
         rate_interval: str = RATE_INTERVAL) -> list[dict]:
     return prom.query(expand_variables(expr, rate_interval, overrides))
 
 
-def run_range(prom: Prometheus, expr: str, rate_interval: str = RATE_INTERVAL) -> list[dict]:
+def run_range(prom: PromQueryApi, expr: str, rate_interval: str = RATE_INTERVAL) -> list[dict]:
     now = time.time()
     params = {"query": expand_variables(expr, rate_interval), "start": now - 6, "end": now, "step": 1}
     data = http_get_json(f"{prom.url}/api/v1/query_range?{urlencode(params)}")
@@ -248,7 +289,7 @@ def test_every_panel_query_returns_sane_data(stack: dict, model: dict) -> None:
 
 
 def sweep(stack: dict, model: dict) -> list[str]:
-    prom: Prometheus = stack["prom"]
+    prom: PromQueryApi = stack["prom"]
     problems: list[str] = []
     checked: set[tuple[str, str]] = set()
     for panel, target in targets_of(model):
@@ -279,8 +320,8 @@ def sweep(stack: dict, model: dict) -> list[str]:
                 problems.append(f"{where}: a {'upper' if side > 0 else 'lower'} bound of {ACCEPTANCE}, got {numbers}")
         if key in RATES_FROM_VLLM:
             checked.add(key)
-            escaped = stack["prefix"].replace(":", "_")  # the negotiated endpoint's spelling
-            truth = values(prom.query(RAW.format(escaped, RATES_FROM_VLLM[key], stack["vllm_instances"]["negotiated"])))
+            truth = values(prom.query(RAW.format(stack["prefix"], RATES_FROM_VLLM[key],
+                                                 stack["vllm_instances"]["classic"])))
             if not (truth and truth[0] > 0 and close(sum(numbers), truth[0], RATE_TOLERANCE)):
                 problems.append(f"{where}: {numbers} tok/s, vLLM's own counters say {truth}")
     missing = (set(EXPECTED) | set(RATES_FROM_VLLM) | set(BOUNDS)) - checked
@@ -310,14 +351,20 @@ def test_latency_quantiles_lie_in_the_observed_bucket(stack: dict, model: dict) 
 
 
 def test_vllm_latency_queries_work_on_every_name_spelling(stack: dict, model: dict) -> None:
-    prom: Prometheus = stack["prom"]
+    prom: PromQueryApi = stack["prom"]
     instances = stack["vllm_instances"]
     # What actually landed in the TSDB: one spelling per endpoint (and per prefix, by the fixture).
-    spelled = {
-        "negotiated": stack["prefix"].replace(":", "_") + "inter_token_latency_seconds_count",
-        "classic": stack["prefix"] + "inter_token_latency_seconds_count",
-    }
-    for endpoint, name in spelled.items():
+    # The negotiated one depends on the server's Accept header and the client library: Prometheus
+    # 2.x gets `vllm_` (OpenMetrics, underscore escaping); Prometheus 3 (allow-utf-8) keeps `vllm:`.
+    colon, underscore = stack["prefix"], stack["prefix"].replace(":", "_")
+    spelled = {"classic": colon, "escaped": underscore}
+    negotiated = [p for p in (colon, underscore)
+                  if prom.query(f'{{__name__="{p}inter_token_latency_seconds_count", '
+                                f'instance="{instances["negotiated"]}"}}')]
+    assert len(negotiated) == 1, negotiated
+    print(f"negotiated spelling: {negotiated[0]}")
+    for endpoint, spelling in spelled.items():
+        name = spelling + "inter_token_latency_seconds_count"
         assert prom.query(f'{{__name__="{name}", instance="{instances[endpoint]}"}}'), endpoint
     panel = next(p for p in dashboard_files.iter_panels(model) if p["title"] == "Inter-token latency")
     mean = next(t["expr"] for t in panel["targets"] if t["legendFormat"] == "mean")
@@ -343,7 +390,7 @@ def test_tables_show_labels(stack: dict, model: dict) -> None:
 
 def test_variables_offer_the_scraped_values(stack: dict, model: dict) -> None:
     """Run each variable's label_values() the way Grafana does (/api/v1/label/<l>/values?match[]=)."""
-    prom: Prometheus = stack["prom"]
+    prom: PromQueryApi = stack["prom"]
     expected = {"job": ["vllm-spec-exporter"], "engine_family": ["vllm"], "instance": [stack["exporter_instance"]],
                 "model_name": sorted(MODELS), "engine": sorted(ENGINES)}
     for variable in model["templating"]["list"]:
@@ -357,7 +404,7 @@ def test_variables_offer_the_scraped_values(stack: dict, model: dict) -> None:
 
 
 def test_variable_selection_narrows_every_query(stack: dict, model: dict) -> None:
-    prom: Prometheus = stack["prom"]
+    prom: PromQueryApi = stack["prom"]
     chosen = {"model_name": "tiny-qwen", "engine": "1"}
     seen_model_label = False
     for panel, target in targets_of(model):
@@ -378,7 +425,7 @@ def test_variable_selection_narrows_every_query(stack: dict, model: dict) -> Non
 
 def test_idle_shows_no_traffic_then_lost_target_shows_in_health(stack: dict, model: dict) -> None:
     """Runs last (module order): stops the traffic, restarts vLLM, then stops it."""
-    prom: Prometheus = stack["prom"]
+    prom: PromQueryApi = stack["prom"]
     fake: FakeVllm = stack["fake"]
     panels = {p["title"]: p for p in dashboard_files.iter_panels(model)}
     fake.idle()
@@ -629,8 +676,9 @@ def fleet_exact(stack: dict, model: dict) -> list[str]:
         problems.append(f"server table order: expected {worst_first}, got {ordered}")
     draft_truth = {}
     for server, instance in stack["vllm_instances"].items():
-        for sample in fleet_run(stack, 'sum by (model_name) (rate(vllm_spec_decode_num_draft_tokens_total'
-                                       f'{{job="vllm", instance="{instance}"}}[{FLEET_RATE_INTERVAL}]))'):
+        # Either spelling: Prometheus 2.x negotiates `vllm_`, Prometheus 3 keeps `vllm:`.
+        for sample in fleet_run(stack, 'sum by (model_name) (rate({__name__=~"vllm[:_]spec_decode_num_draft_'
+                                       f'tokens_total", job="vllm", instance="{instance}"}}[{FLEET_RATE_INTERVAL}]))'):
             draft_truth[(server, sample["metric"]["model_name"])] = float(sample["value"][1])
     k_of = {server: k for server, (k, _, _) in FLEET.items()}
     cells = {"acceptance": lambda row: (BY_ROW[row].acceptance, 0.03),

@@ -74,7 +74,7 @@ def test_restart_is_counted_and_never_negative():
         time.sleep(1.2)
         fake.restart()
         fake.step(5, 0.8)
-        assert wait_until(lambda: exporter.metrics()["vllm_spec_exporter_counter_resets_total"][()] >= 1, 5)
+        assert wait_until(lambda: exporter.metrics()["vllm_spec_exporter_target_restarts_total"][()] >= 1, 5)
         for name, series in exporter.metrics().items():
             if name.endswith("_per_second"):
                 assert all(v >= 0 for v in series.values()), name

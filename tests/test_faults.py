@@ -175,14 +175,14 @@ def check_upgrade_drops_spec(r: Rig) -> str:
 
 
 def check_restart_loop(r: Rig) -> str:
-    before = r.metrics()["vllm_spec_exporter_counter_resets_total"][()]
+    before = r.metrics()["vllm_spec_exporter_target_restarts_total"][()]
     peak = 0.0
     r.fake.step(5000, 0.5)  # a long history, so a mishandled reset would show as a huge rate...
     time.sleep(5.5)  # ...once it has left the 4 s window
     for n in range(1, 4):
         r.fake.restart()
         r.serve()
-        assert wait_until(lambda n=n: r.metrics()["vllm_spec_exporter_counter_resets_total"][()] >= before + n, 8)
+        assert wait_until(lambda n=n: r.metrics()["vllm_spec_exporter_target_restarts_total"][()] >= before + n, 8)
         m = r.metrics()
         peak = max(peak, *m.get("vllm_spec_decode_draft_tokens_per_second", {SERIES: 0.0}).values())
         for name, series in m.items():

@@ -9,6 +9,8 @@ sidecar's job becomes vLLM's, and the rule files are the committed sidecar-less 
 times, the same records with the same values. Scenarios of sidecar-only alerts (the exporter's
 own health, `vllm_spec_decode_enabled`, `target_up`) have no direct counterpart; the direct
 health alerts have their own scenarios (tests/promtool/direct_health_test.yaml).
+Like every promtool scenario, they run on both promtools: Prometheus 3's and 2.42's, the oldest
+we support (tests/test_alerts_promtool.py).
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.prom import require_binary, run_tool
+from support.prom import require_version, run_tool
 from vllm_spec_exporter.mixin import alert_rules, generate, recording_rules, rule_files, sources
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.names import MetricName
-from vllm_spec_lab.monitoring import PROMTOOL_BIN
+from vllm_spec_lab.monitoring import PROMTOOL_BIN, PROMTOOL_OLDEST_BIN
 
 pytestmark = pytest.mark.prometheus
 
@@ -40,6 +42,15 @@ SIDECAR_ONLY_SERIES = {MetricName.TARGET_UP, MetricName.SPEC_DECODE_ENABLED, Met
 OTHER_ENGINES = ("TensorRT-LLM",)
 EXPORTER_JOB, VLLM_JOB = "vllm-spec-exporter", "vllm"
 VLLM_NAME = {c.exporter: c.vllm for c in sources.COUNTERS} | {k: v for k, v in sources.VLLM_GAUGES.items()}
+# (path, version prefix): the newest and the oldest promtool we support.
+PROMTOOLS = [pytest.param((PROMTOOL_BIN, "3."), id="promtool-3"),
+             pytest.param((PROMTOOL_OLDEST_BIN, "2."), id="promtool-2.42")]
+
+
+@pytest.fixture(params=PROMTOOLS)
+def promtool(request: pytest.FixtureRequest) -> str:
+    path, prefix = request.param
+    return require_version(path, prefix)
 
 
 def _spelling(instance: str, instances: list[str], offset: int) -> str:
@@ -107,8 +118,7 @@ def test_every_sidecar_scenario_is_translated() -> None:
 
 
 @pytest.mark.parametrize("offset", range(len(sources.VLLM_PREFIXES)))
-def test_direct_rules_give_the_sidecar_pages_in_every_spelling(direct_root: Path, offset: int) -> None:
-    promtool = require_binary(PROMTOOL_BIN)
+def test_direct_rules_give_the_sidecar_pages_in_every_spelling(promtool: str, direct_root: Path, offset: int) -> None:
     rules = [f"../{rule_files.RULES_FILE}", f"../{rule_files.ALERTS_FILE}"]
     names, spellings = [], set()
     for path in SIDECAR_SCENARIOS:
@@ -123,10 +133,9 @@ def test_direct_rules_give_the_sidecar_pages_in_every_spelling(direct_root: Path
     assert result.stdout.count("SUCCESS") == len(names)
 
 
-def test_translation_can_fail(direct_root: Path) -> None:
+def test_translation_can_fail(promtool: str, direct_root: Path) -> None:
     # The same scenarios against the sidecar's rules must fail (no exporter series any more):
     # the translated expectations are not vacuous.
-    promtool = require_binary(PROMTOOL_BIN)
     sidecar_rules = direct_root / "sidecar"
     sidecar_rules.mkdir(exist_ok=True)
     for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE):

@@ -1,8 +1,9 @@
 """Real Prometheus / Alertmanager / webhook receiver on 127.0.0.1, for the demo and the tests.
 
 Every server gets a free port and a fresh temporary data folder and is always stopped (use them as
-context managers). Binaries are Debian 12's: /usr/bin/prometheus (2.42), /usr/bin/promtool and
-/usr/bin/prometheus-alertmanager (0.25; there is no `alertmanager` binary), /usr/bin/amtool.
+context managers). Binaries are chosen in `binaries`: Debian testing's Prometheus 3.x and
+Alertmanager 0.3x from the cache when bootstrap installed them, else Debian 12's 2.42 / 0.25
+(the binary is `prometheus-alertmanager` in both). VictoriaMetrics and vmalert live in `victoria`.
 
     with Prometheus(rule_files=[...], scrape_targets={"vllm-spec-exporter": ["127.0.0.1:9400"]},
                     alertmanager_url=am.url) as prom:
@@ -14,8 +15,6 @@ Tests reach these through tests/support/prom.py, which adds `require_binary()`.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import threading
 import time
@@ -30,17 +29,19 @@ from urllib.request import Request, urlopen
 import yaml
 
 from . import processes
+from .binaries import (  # re-exported: tests and the demo import the paths from here
+    ALERTMANAGER_BIN,
+    AMTOOL_BIN,
+    PROMETHEUS_BIN,
+    PROMTOOL_BIN,
+    PROMTOOL_OLDEST_BIN,
+    have_binary,
+)
 from .server import free_port
 
-PROMETHEUS_BIN = "/usr/bin/prometheus"
-PROMTOOL_BIN = "/usr/bin/promtool"
-ALERTMANAGER_BIN = "/usr/bin/prometheus-alertmanager"
-AMTOOL_BIN = "/usr/bin/amtool"
-
-
-def have_binary(path: str) -> str | None:
-    """`path` (or the same name on PATH) if it is an executable, else None."""
-    return path if os.access(path, os.X_OK) else shutil.which(Path(path).name)
+__all__ = ["ALERTMANAGER_BIN", "AMTOOL_BIN", "PROMETHEUS_BIN", "PROMTOOL_BIN", "PROMTOOL_OLDEST_BIN",
+           "Alertmanager", "PromQueryApi", "Prometheus", "RulesApi", "WebhookReceiver", "free_port",
+           "have_binary", "http_get_json", "wait_until"]
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.2) -> Any:
@@ -68,7 +69,7 @@ def is_ready(url: str) -> bool:
         return False
 
 
-class _Server:
+class ServerProcess:
     """A child process with a temp folder, a port and a readiness URL; it never outlives this
     program (`processes.spawn`). Its log is `log_path` (default: inside the temp folder)."""
 
@@ -122,7 +123,45 @@ class _Server:
         self.stop()
 
 
-class Prometheus(_Server):
+class PromQueryApi:
+    """The Prometheus HTTP query API, which Prometheus and VictoriaMetrics both speak."""
+
+    url: str
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """Instant query; returns the `result` list (vector elements with `metric` and `value`)."""
+        data = http_get_json(f"{self.url}/api/v1/query?{urlencode({'query': expr})}")
+        if data.get("status") != "success":
+            raise RuntimeError(f"query {expr!r} failed: {data}")
+        return list(data["data"]["result"])
+
+    def query_value(self, expr: str) -> float | None:
+        """The single value of an instant query, or None when the result is empty."""
+        result = self.query(expr)
+        if not result:
+            return None
+        if len(result) > 1:
+            raise AssertionError(f"{expr!r} returned {len(result)} series, expected one")
+        return float(result[0]["value"][1])
+
+
+class RulesApi:
+    """The Prometheus rules/alerts API, which Prometheus and vmalert both speak."""
+
+    url: str
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Active alerts (pending and firing) from /api/v1/alerts."""
+        return list(http_get_json(f"{self.url}/api/v1/alerts")["data"]["alerts"])
+
+    def firing(self, alertname: str) -> list[dict[str, Any]]:
+        return [a for a in self.alerts() if a["labels"].get("alertname") == alertname and a["state"] == "firing"]
+
+    def rule_groups(self) -> list[dict[str, Any]]:
+        return list(http_get_json(f"{self.url}/api/v1/rules")["data"]["groups"])
+
+
+class Prometheus(PromQueryApi, RulesApi, ServerProcess):
     """A real Prometheus with a generated config: scrape jobs, rule files, optional Alertmanager.
 
     Short intervals by default (1 s) so tests see rates and `for` transitions within seconds;
@@ -170,39 +209,14 @@ class Prometheus(_Server):
             *self.extra_args,
         ]
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        """Instant query; returns the `result` list (vector elements with `metric` and `value`)."""
-        data = http_get_json(f"{self.url}/api/v1/query?{urlencode({'query': expr})}")
-        if data.get("status") != "success":
-            raise RuntimeError(f"query {expr!r} failed: {data}")
-        return list(data["data"]["result"])
-
-    def query_value(self, expr: str) -> float | None:
-        """The single value of an instant query, or None when the result is empty."""
-        result = self.query(expr)
-        if not result:
-            return None
-        if len(result) > 1:
-            raise AssertionError(f"{expr!r} returned {len(result)} series, expected one")
-        return float(result[0]["value"][1])
-
-    def alerts(self) -> list[dict[str, Any]]:
-        """Active alerts (pending and firing) from /api/v1/alerts."""
-        return list(http_get_json(f"{self.url}/api/v1/alerts")["data"]["alerts"])
-
-    def firing(self, alertname: str) -> list[dict[str, Any]]:
-        return [a for a in self.alerts() if a["labels"].get("alertname") == alertname and a["state"] == "firing"]
-
-    def rule_groups(self) -> list[dict[str, Any]]:
-        return list(http_get_json(f"{self.url}/api/v1/rules")["data"]["groups"])
-
     def targets_up(self) -> bool:
         targets = http_get_json(f"{self.url}/api/v1/targets")["data"]["activeTargets"]
         return bool(targets) and all(t["health"] == "up" for t in targets)
 
 
-class Alertmanager(_Server):
-    """A real Alertmanager 0.25 with the given config text; fresh storage so it always notifies."""
+class Alertmanager(ServerProcess):
+    """A real Alertmanager (0.3x, or 0.25 on the fallback) with the given config text; fresh storage
+    so it always notifies."""
 
     name = "alertmanager"
 
@@ -252,10 +266,14 @@ class WebhookReceiver:
                 with receiver._lock:
                     receiver.requests.append({"path": self.path, "body": payload, "time": time.time(),
                                               "headers": dict(self.headers)})
+                # Slack's answer ({"ok": true}): Alertmanager 0.3x reads it and retries on anything
+                # else ("error response from Slack"); PagerDuty's notifier reads only the status.
+                body = b'{"ok": true}'
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(b"{}")
+                self.wfile.write(body)
 
             def log_message(self, *args: object) -> None:  # keep test output readable
                 pass

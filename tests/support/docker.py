@@ -12,7 +12,8 @@ Contract:
   cannot be pulled here: a Debian 12 minbase made with `debootstrap` and `docker import`ed (with
   the machine's CA bundle, so pip inside builds reaches PyPI through whatever proxy the machine
   trusts), and, built on it from `tests/support/images/`, the stand-ins for
-  `python:3.11-slim-bookworm`, `prom/prometheus` and `prom/alertmanager`. Later runs reuse them
+  `python:3.11-slim-bookworm`, `prom/prometheus` and `prom/alertmanager` (those two from Debian
+  testing's 3.x / 0.3x debs in the cache, see `prometheus_build_context`). Later runs reuse them
   (the legacy builder's layer cache makes the rebuild check take a second or two).
 - `DockerUnavailable` carries a one-line reason (not root, no dockerd, daemon does not start);
   `BuildError` a one-line summary of a failed `docker build` (notably: pip cannot reach PyPI).
@@ -34,12 +35,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from vllm_spec_lab import default_cache_dir
+from vllm_spec_lab.binaries import TESTING_ROOT
 
 IMAGES_DIR = Path(__file__).parent / "images"
 MINBASE_IMAGE = "vse-standin/debian:bookworm-minbase"
 PYTHON_IMAGE = "vse-standin/python:3.11-slim-bookworm"
-PROMETHEUS_IMAGE = "vse-standin/prometheus:debian-bookworm"
-ALERTMANAGER_IMAGE = "vse-standin/alertmanager:debian-bookworm"
+PROMETHEUS_IMAGE = "vse-standin/prometheus:debian-testing"
+ALERTMANAGER_IMAGE = "vse-standin/alertmanager:debian-testing"
+# Debian testing's packages the stand-ins unpack: the debs scripts/bootstrap.sh keeps in the cache.
+STANDIN_DEB_PACKAGES = ("prometheus", "prometheus-alertmanager")
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 # What the official python:3.11-slim-bookworm has and the exporter's Dockerfile uses: python,
 # venv (with Debian's bundled pip/setuptools wheels), and groupadd/useradd (passwd). The wheel
@@ -318,18 +322,39 @@ def ensure_minbase(engine: PrivateDockerd, progress: Callable[[str], None] = pri
     progress(f"{MINBASE_IMAGE} imported in {time.monotonic() - started:.0f} s")
 
 
+def prometheus_build_context() -> Path:
+    """A build context with prometheus.Dockerfile and Debian testing's newest Prometheus and
+    Alertmanager debs (from the cache bootstrap fills), so the stand-ins run the same 3.x / 0.3x
+    packages as the other tests. Missing debs: one line naming them."""
+    debs = []
+    for package in STANDIN_DEB_PACKAGES:
+        found = sorted((TESTING_ROOT / "debs").glob(f"{package}_*.deb"))
+        if not found:
+            raise DockerUnavailable(f"Debian testing's {package} deb not in {TESTING_ROOT / 'debs'} "
+                                    "(run scripts/bootstrap.sh)")
+        debs.append(found[-1])
+    context = docker_cache_dir() / "prometheus-context"
+    shutil.rmtree(context, ignore_errors=True)
+    (context / "debs").mkdir(parents=True)
+    shutil.copyfile(IMAGES_DIR / "prometheus.Dockerfile", context / "prometheus.Dockerfile")
+    for deb in debs:
+        shutil.copyfile(deb, context / "debs" / deb.name)
+    return context
+
+
 def ensure_standin_images(engine: PrivateDockerd, progress: Callable[[str], None] = print) -> dict[str, float]:
     """Every stand-in image, built when missing or changed; returns seconds spent per image."""
     timings: dict[str, float] = {}
     started = time.monotonic()
     ensure_minbase(engine, progress)
     timings[MINBASE_IMAGE] = time.monotonic() - started
-    for tag, dockerfile, args, target in (
-        (PYTHON_IMAGE, "python-slim.Dockerfile", {"MINBASE": MINBASE_IMAGE}, None),
-        (PROMETHEUS_IMAGE, "prometheus.Dockerfile", {"BASE": MINBASE_IMAGE}, "prometheus"),
-        (ALERTMANAGER_IMAGE, "prometheus.Dockerfile", {"BASE": MINBASE_IMAGE}, "alertmanager"),
+    prometheus_context = prometheus_build_context()
+    for tag, context, dockerfile, args, target in (
+        (PYTHON_IMAGE, IMAGES_DIR, "python-slim.Dockerfile", {"MINBASE": MINBASE_IMAGE}, None),
+        (PROMETHEUS_IMAGE, prometheus_context, "prometheus.Dockerfile", {"BASE": MINBASE_IMAGE}, "prometheus"),
+        (ALERTMANAGER_IMAGE, prometheus_context, "prometheus.Dockerfile", {"BASE": MINBASE_IMAGE}, "alertmanager"),
     ):
         started = time.monotonic()
-        engine.build(IMAGES_DIR, tag, dockerfile=IMAGES_DIR / dockerfile, build_args=args, target=target)
+        engine.build(context, tag, dockerfile=context / dockerfile, build_args=args, target=target)
         timings[tag] = time.monotonic() - started
     return timings

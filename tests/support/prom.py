@@ -1,7 +1,9 @@
-"""Test-only helpers for the Prometheus tool binaries: `require_binary()` and `run_tool()`.
+"""Test-only helpers for the Prometheus-family binaries: `require_binary()`, `require_version()` and
+`run_tool()`.
 
-The Prometheus, Alertmanager and webhook classes live in the lab (`vllm_spec_lab.monitoring`),
-where the demo uses them too; tests import them from there.
+The Prometheus, Alertmanager and webhook classes live in the lab (`vllm_spec_lab.monitoring`,
+VictoriaMetrics and vmalert in `vllm_spec_lab.victoria`), where the demo uses them too; the paths
+are chosen in `vllm_spec_lab.binaries` (Debian testing's 3.x / 0.3x when bootstrap installed them).
 """
 
 from __future__ import annotations
@@ -10,23 +12,41 @@ import os
 import subprocess
 from pathlib import Path
 
-from vllm_spec_lab.monitoring import have_binary
+from vllm_spec_lab.binaries import binary_version, have_binary
+
+INSTALL_HINT = ("run scripts/bootstrap.sh (Debian 12: prometheus prometheus-alertmanager; "
+                "Debian testing: 3.x, 0.3x, victoria-metrics)")
 
 
-def require_binary(path: str) -> str:
-    """Return `path` if executable; otherwise skip the test, or fail it when running in CI (env `CI`
-    set): CI must never go green by skipping the real checks."""
+def _fail_or_skip(message: str) -> None:
+    """Skip the test, or fail it when running in CI (env `CI` set): CI must never go green by
+    skipping the real checks."""
     import pytest
 
-    found = have_binary(path)
-    if found:
-        return found
-    message = f"{path} not found (Debian: apt-get install prometheus prometheus-alertmanager)"
     if os.environ.get("CI"):
         pytest.fail(message + " — required in CI", pytrace=False)
     pytest.skip(message)
 
 
+def require_binary(path: str) -> str:
+    """Return `path` if executable; otherwise skip the test (fail it in CI), naming what is missing."""
+    found = have_binary(path)
+    if found:
+        return found
+    _fail_or_skip(f"{path} not found ({INSTALL_HINT})")
+    raise AssertionError("unreachable")
+
+
+def require_version(path: str, prefix: str) -> str:
+    """`require_binary(path)`, and its `--version` must start with `prefix` (`3.`, `0.3`): a test that
+    is about Prometheus 3 must not pass on the 2.42 fallback."""
+    found = require_binary(path)
+    version = binary_version(found)
+    if not (version and version.startswith(prefix)):
+        _fail_or_skip(f"{found} is version {version}, this test needs {prefix}x ({INSTALL_HINT})")
+    return found
+
+
 def run_tool(args: list[str], cwd: Path | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    """Run a CLI tool (promtool, amtool) and capture its output as text."""
+    """Run a CLI tool (promtool, amtool, vmalert-tool) and capture its output as text."""
     return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)

@@ -1,7 +1,7 @@
 """alerts/alertmanager.yml: route pages and chat warnings, inhibit alerts a dead target explains.
 
-A complete, `amtool check-config`-clean example for Alertmanager 0.25 that people can paste into
-their own tree. Secrets stay out of it: the PagerDuty routing key and the chat webhook URL are
+A complete, `amtool check-config`-clean example for Alertmanager 0.25 and 0.3x that people can
+paste into their own tree. Secrets stay out of it: the PagerDuty routing key and the chat webhook URL are
 read from files (`routing_key_file`, `api_url_file`).
 """
 
@@ -18,6 +18,12 @@ __all__ = ["ALERTMANAGER_FILE", "CHAT_RECEIVER", "PAGER_RECEIVER", "alertmanager
 ALERTMANAGER_FILE = "alerts/alertmanager.yml"
 PAGER_RECEIVER = "spec-decode-pager"
 CHAT_RECEIVER = "spec-decode-chat"
+
+
+# Alertmanager 0.3x (seen on 0.33.1) sends a PagerDuty detail whose rendered text parses as a YAML
+# mapping as an object: "… is below 40%: over the last 5m …" arrived as {"… is below 40%": "over …"}.
+# A no-break space after each ": " keeps the text one string on every version (0.25 sends strings).
+_DESCRIPTIONS_AS_TEXT = '{{ range .Alerts }}{{ reReplaceAll ": " ":\\u00a0" .Annotations.description }}\n{{ end }}'
 
 
 def _alternatives(names: tuple[str, ...]) -> str:
@@ -66,7 +72,7 @@ def alertmanager_config(cfg: MixinConfig) -> dict[str, Any]:
                     "send_resolved": True,
                     "description": "{{ .CommonAnnotations.summary }} ({{ .GroupLabels.model_name }})",
                     "details": {
-                        "description": "{{ range .Alerts }}{{ .Annotations.description }}\n{{ end }}",
+                        "description": _DESCRIPTIONS_AS_TEXT,
                         "runbook_url": "{{ .CommonAnnotations.runbook_url }}",
                         "dashboard_url": "{{ .CommonAnnotations.dashboard_url }}",
                     },

@@ -1,18 +1,24 @@
 # Stand-ins for prom/prometheus and prom/alertmanager, for the container tests only
 # (tests/test_containers.py): no container registry is reachable on the test machines.
 #
-# Debian 12's packages (Prometheus 2.42, Alertmanager 0.25) on the Debian minbase
-# (tests/support/docker.py), laid out like the official images where compose relies on it: the
-# binary is the entrypoint, it runs as nobody, the data folder (/prometheus, /alertmanager) belongs
-# to nobody so a fresh named volume does too, and wget is there for the healthchecks (the official
-# images are busybox-based). Differences that remain: older versions than the compose files pin
-# (v3.5.0 and v0.28.1); the rules need >= 2.42 and the Alertmanager config passes 0.25.
+# Debian testing's packages (Prometheus 3.x, Alertmanager 0.3x): the very debs scripts/bootstrap.sh
+# downloads into the cache for the other tests, copied into the build context by
+# tests/support/docker.py and unpacked with dpkg-deb (their binaries are static Go programs that run
+# on Debian 12; installing them with apt would drag in testing's libc). On the Debian minbase,
+# laid out like the official images where compose relies on it: the binary is the entrypoint, it
+# runs as nobody, the data folder (/prometheus, /alertmanager) belongs to nobody so a fresh named
+# volume does too, and wget is there for the healthchecks (the official images are busybox-based).
+# What remains different: the patch release (the compose files pin the current LTS, v3.13.x; Debian
+# packages 3.5.x) — the same major versions.
 ARG BASE
 FROM ${BASE} AS packages
+COPY debs/ /tmp/debs/
 RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-       prometheus prometheus-alertmanager wget \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends wget \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb \
+    && for deb in /tmp/debs/*.deb; do dpkg-deb -x "$deb" /; done \
+    && rm -rf /tmp/debs \
+    && /usr/bin/prometheus --version && /usr/bin/prometheus-alertmanager --version \
     && install -d -o nobody -g nogroup /prometheus /alertmanager
 
 FROM packages AS prometheus

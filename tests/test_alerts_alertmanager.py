@@ -71,10 +71,11 @@ def test_critical_pages_and_warning_goes_to_chat(stack) -> None:
     assert page["payload"]["summary"] == "SpecDecodeAcceptanceCritical summary. (llama)"
     assert page["payload"]["custom_details"]["runbook_url"].endswith("specdecodeacceptancecritical")
     chat = hook.received("/chat")[0]["body"]
-    # Alertmanager 0.25 sends the configured channel; 0.33.1 sends none (nor username and color) in
-    # these posts, observed: the incoming webhook's own channel applies.
-    assert chat.get("channel", "#vllm-alerts") == "#vllm-alerts"
+    # The configured channel, and the defaults both 0.25 and 0.3x send (see
+    # monitoring.with_packaged_default_templates for why 0.33.1 once sent none of them here).
+    assert (chat.get("channel"), chat.get("username")) == ("#vllm-alerts", "Alertmanager"), chat
     attachment = chat["attachments"][0]
+    assert attachment.get("color") == "danger", attachment
     assert attachment["title"] == "[FIRING] SpecDecodeAcceptanceLow: SpecDecodeAcceptanceLow summary."
     assert "SpecDecodeAcceptanceLow on 10.0.0.2:9400." in attachment["text"]
     # the warning never reaches the pager, the critical never the chat

@@ -1,7 +1,7 @@
 """Every query of the generated dashboards, run against a real Prometheus and a real VictoriaMetrics.
 
 The overview first (one exporter, below); the fleet dashboard at the end of the module, against
-five exporters (see `fleet_stack`).
+five exporters (see `fleet_stack`); both on Prometheus and on VictoriaMetrics + vmalert.
 
 A real Prometheus (3.x from Debian testing; 2.42 when bootstrap fell back) scrapes the real
 exporter (`vllm-spec-exporter serve`), which polls
@@ -39,6 +39,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import pytest
 from prometheus_client import generate_latest
 
+from support.escaping import escape_sample_names
 from support.exporter import ExporterProcess
 from support.fakevllm import FakeVllm, _per_position_counts
 from support.grafana import expand_variables
@@ -90,21 +91,13 @@ class _Quiet(WSGIRequestHandler):
         pass
 
 
-def escape_sample_names(text: bytes, prefix: str) -> bytes:
-    """`vllm:` → `vllm_` on sample lines only, HELP and TYPE keep the colon: what prometheus_client
-    writes under underscore escaping (prometheus/client_python#1177)."""
-    escaped = prefix.replace(":", "_").encode()
-    return b"".join(escaped + line[len(prefix):] if line.startswith(prefix.encode()) else line
-                    for line in text.splitlines(keepends=True))
-
-
 def serve_classic_text(fake: FakeVllm, escape_prefix: str | None = None):
     """The fake's registry in the classic text format whatever the Accept header: colon names, or
     with `escape_prefix` the #1177 shape (escaped sample names)."""
     def app(environ, start_response):
         start_response("200 OK", [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")])
         body = generate_latest(fake.registry)
-        return [escape_sample_names(body, escape_prefix) if escape_prefix else body]
+        return [escape_sample_names(body.decode(), escape_prefix).encode() if escape_prefix else body]
 
     server = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -557,9 +550,9 @@ def _drive_fleet(fakes: dict[str, FakeVllm], stop: threading.Event) -> None:
                 fakes[server].step(item.drafts, item.acceptance, model=item.model, engine=item.engine)
 
 
-@pytest.fixture(scope="module")
-def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    require_binary(PROMETHEUS_BIN)
+@pytest.fixture(scope="module", params=("prometheus", "victoria-metrics"))
+def fleet_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The five-exporter fleet on Prometheus, and on VictoriaMetrics with vmalert."""
     folder = tmp_path_factory.mktemp("fleet-rules")
     rules = always_firing_rules(folder)
     recorded = recording_rules_file(folder, stack_config(FLEET_RATE_INTERVAL))
@@ -581,8 +574,7 @@ def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         threading.Thread(target=_drive_fleet, args=(fakes, stop), daemon=True).start()
         scrape = {"vllm-spec-exporter": list(instances.values()),
                   "vllm": [url.split("//", 1)[1] for server, url in urls.items() if server in fakes]}
-        with Prometheus(scrape_targets=scrape, rule_files=[rules, recorded]) as prom:
-            wait_until(prom.targets_up, timeout=20)
+        with query_backend(request.param, scrape, [rules, recorded]) as prom:
             wait_until(lambda: len(prom.query("vllm_spec_exporter_target_up == 1")) == len(fakes), timeout=20)
             time.sleep(FLEET_RATE_INTERVAL_SECONDS + 5)
             yield {"prom": prom, "instances": instances,

@@ -1,4 +1,6 @@
-"""What Prometheus 3 changes, against a real Prometheus 3 (Debian testing's; never the 2.42 fallback).
+"""What Prometheus 3 changes, against a real Prometheus 3 (Debian testing's). On bootstrap's
+fallback to Debian 12's 2.42 (debian-testing/FALLBACK) the tests run on 2.42 and assert its
+behaviour instead (older Accept header, `le` kept as written), and the run says so loudly.
 
 - Its scrape `Accept` header (OpenMetrics 1.0 with `escaping=allow-utf-8` first): a recording
   proxy between Prometheus and each target keeps the header Prometheus sent and the content type
@@ -12,12 +14,15 @@
   as OpenMetrics and as classic text. The dashboard panels that query vLLM directly must return
   the same latency figures from every one.
 - `le` normalisation: Prometheus 3 stores `le="1"` as `le="1.0"`; the quantile panels group by
-  `le` and must not care.
+  `le` and must not care. vLLM (Python) already writes `le="1.0"`, so a fourth shape is a
+  SYNTHETIC transformation of the real capture: every integer bucket bound rewritten the way Go
+  clients write it (`le="1.0"` → `le="1"`, `le="5.0"` → `le="5"`), everything else unchanged.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,10 +31,11 @@ from urllib.request import Request, urlopen
 
 import pytest
 
+from support.escaping import escape_sample_names
 from support.exporter import ExporterProcess
 from support.fakevllm import FakeVllm
 from support.grafana import expand_variables
-from support.prom import require_version
+from support.prom import is_version, require_version
 from vllm_spec_exporter import schema
 from vllm_spec_exporter.mixin import dashboard_files, overview
 from vllm_spec_exporter.mixin.config import MixinConfig
@@ -40,8 +46,9 @@ pytestmark = pytest.mark.prometheus
 CAPTURES = sorted((Path(__file__).parent / "fixtures" / "vllm-0.32.0" / "ngram").glob("scrape-00*.prom"))
 CLASSIC = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_UNDERSCORES = "application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=underscores"
-# Prometheus 3's default scrape_protocols, in its order of preference.
+# Prometheus 3's default scrape_protocols, in its order of preference (2.42's on the fallback).
 PROMETHEUS3_ACCEPT_FIRST = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8"
+PROMETHEUS2_ACCEPT_FIRST = "application/openmetrics-text;version=1.0.0,"
 # Wide enough to hold the whole replay: each shape's panels then see every capture, whatever the
 # phase of its scrapes, and ratios (means, quantiles) of one instance's series compare exactly.
 RATE_INTERVAL = "60s"
@@ -81,21 +88,28 @@ class RecordingProxy:
         self._server.server_close()
 
 
-def escape_like_client_python_1177(text: str) -> str:
-    """`vllm:` → `vllm_` on sample lines only; HELP and TYPE lines keep the colon (the #1177 shape)."""
-    return "".join(line.replace("vllm:", "vllm_", 1) if line.startswith("vllm:") else line
-                   for line in text.splitlines(keepends=True))
+_FLOAT_FORM_INTEGER_LE = re.compile(r'le="(\d+)\.0"')
+
+
+def integer_le_like_go(text: str) -> str:
+    """`le="1.0"` → `le="1"` (how Go's client_golang writes integer bucket bounds); a synthetic
+    transformation of the real capture, since vLLM itself writes the float form."""
+    return _FLOAT_FORM_INTEGER_LE.sub(r'le="\1"', text)
 
 
 class CaptureReplay:
     """Serves the real captures one per request, in order (the last one repeats), with a fixed
-    content type whatever the Accept header (as vLLM 0.32 does), optionally #1177-escaped."""
+    content type whatever the Accept header (as vLLM 0.32 does), optionally #1177-escaped,
+    optionally with Go-style integer `le` bounds."""
 
-    def __init__(self, content_type: str, escaped: bool) -> None:
+    def __init__(self, content_type: str, escaped: bool, integer_le: bool = False) -> None:
         self._next = 0
         bodies = [path.read_text() for path in CAPTURES]
         if escaped:
-            bodies = [escape_like_client_python_1177(body) for body in bodies]
+            bodies = [escape_sample_names(body) for body in bodies]
+        if integer_le:
+            bodies = [integer_le_like_go(body) for body in bodies]
+            assert all('le="1"' in body for body in bodies), "the capture has no le=\"1.0\" bucket to rewrite"
         if content_type.startswith("application/openmetrics-text"):
             bodies = [body if body.endswith("# EOF\n") else body + "# EOF\n" for body in bodies]
         replay = self
@@ -128,23 +142,31 @@ def prometheus3_bin() -> str:
     return require_version(PROMETHEUS_BIN, "3.")
 
 
+def accept_first() -> str:
+    """What the running Prometheus' scrape Accept header starts with."""
+    return PROMETHEUS3_ACCEPT_FIRST if is_version(PROMETHEUS_BIN, "3.") else PROMETHEUS2_ACCEPT_FIRST
+
+
 def test_prometheus3_scrapes_the_exporter(prometheus3_bin: str) -> None:
     """The fake vLLM (a prometheus_client simulation) → real exporter → proxy → Prometheus 3."""
     with FakeVllm(models=("tiny-llama",)) as fake:
         fake.drive(50, 0.8)
-        exporter = ExporterProcess(fake.start(), interval=0.5, window=10, timeout=0.4, min_draft_tokens=0).start()
-        proxy = RecordingProxy(exporter.url)
-        try:
-            with Prometheus(scrape_targets={"vllm-spec-exporter": [proxy.address]}) as prom:
-                wait_until(prom.targets_up, timeout=20)
-                wait_until(lambda: prom.query('vllm_spec_exporter_target_up{job="vllm-spec-exporter"} == 1'), 20)
-                stored = {s["metric"]["__name__"] for s in prom.query('{job="vllm-spec-exporter"}')}
-        finally:
-            proxy.stop()
-            exporter.stop()
+        with ExporterProcess(fake.start(), interval=0.5, window=10, timeout=0.4, min_draft_tokens=0) as exporter:
+            proxy = RecordingProxy(exporter.url)
+            try:
+                with Prometheus(scrape_targets={"vllm-spec-exporter": [proxy.address]}) as prom:
+                    wait_until(prom.targets_up, timeout=20)
+                    wait_until(lambda: prom.query('vllm_spec_exporter_target_up{job="vllm-spec-exporter"} == 1'), 20)
+                    stored = {s["metric"]["__name__"] for s in prom.query('{job="vllm-spec-exporter"}')}
+            finally:
+                proxy.stop()
     accept, content_type = proxy.exchanges[-1]
-    assert accept.startswith(PROMETHEUS3_ACCEPT_FIRST), accept
-    print(f"Prometheus 3 asked the exporter for {accept!r}; it answered {content_type!r}")
+    assert accept.startswith(accept_first()), accept
+    # What the README says the exporter answers (prometheus_client's OpenMetrics 1.0 encoder, honouring
+    # the escaping asked for; 2.42 on bootstrap's fallback asks for none and gets underscores).
+    escaping = "allow-utf-8" if is_version(PROMETHEUS_BIN, "3.") else "underscores"
+    assert content_type == f"application/openmetrics-text; version=1.0.0; charset=utf-8; escaping={escaping}", \
+        content_type
     # Whatever was negotiated, every name the exporter serves arrived as it is spelled (the engine
     # gauges are SGLang's and TensorRT-LLM's: the vLLM simulation has none).
     expected = schema.exposed_names() - {metric.name for metric in schema.ENGINE_GAUGES}
@@ -159,10 +181,12 @@ def _latency_targets(model: dict) -> list[tuple[str, str]]:
             if vllm_selector in target["expr"]]
 
 
+# shape: (content type, #1177-escaped, Go-style integer le bounds)
 SHAPES = {
-    "vllm-0.32-classic": (CLASSIC, False),
-    "client_python-1177-openmetrics": (OPENMETRICS_UNDERSCORES, True),
-    "client_python-1177-classic": (CLASSIC, True),
+    "vllm-0.32-classic": (CLASSIC, False, False),
+    "client_python-1177-openmetrics": (OPENMETRICS_UNDERSCORES, True, False),
+    "client_python-1177-classic": (CLASSIC, True, False),
+    "synthetic-go-integer-le-classic": (CLASSIC, False, True),
 }
 
 
@@ -170,7 +194,7 @@ SHAPES = {
 def vllm_direct(prometheus3_bin: str) -> Iterator[dict]:
     """Prometheus 3 scraping the three shapes of the real capture at once, all under job="vllm"
     (what the dashboards select), told apart by instance."""
-    replays = {shape: CaptureReplay(content_type, escaped) for shape, (content_type, escaped) in SHAPES.items()}
+    replays = {shape: CaptureReplay(*how) for shape, how in SHAPES.items()}
     proxies = {shape: RecordingProxy(replay.url) for shape, replay in replays.items()}
     try:
         with Prometheus(scrape_targets={"vllm": [p.address for p in proxies.values()]}) as prom:
@@ -187,7 +211,7 @@ def test_vllm_scraped_directly_in_every_spelling(vllm_direct: dict) -> None:
     prom: Prometheus = vllm_direct["prom"]
     for shape, instance in vllm_direct["instances"].items():
         accept, content_type = vllm_direct["proxies"][shape].exchanges[-1]
-        assert accept.startswith(PROMETHEUS3_ACCEPT_FIRST), accept
+        assert accept.startswith(accept_first()), accept
         assert content_type == SHAPES[shape][0]
         name = "vllm_" if SHAPES[shape][1] else "vllm:"
         stored = prom.query(f'{{__name__="{name}spec_decode_num_drafts_total", instance="{instance}"}}')
@@ -195,17 +219,27 @@ def test_vllm_scraped_directly_in_every_spelling(vllm_direct: dict) -> None:
 
 
 def test_le_is_normalised_to_floats(vllm_direct: dict) -> None:
-    """vLLM writes le="1.0" already; Prometheus 3 stores every le as a float string (`1.0`,
-    `+Inf`), so a panel grouping by le never splits one bucket in two across an upgrade."""
+    """Prometheus 3 stores every le as a float string (`1.0`, `+Inf`), whether the target wrote
+    `1.0` (vLLM) or `1` (the Go-style shape), so a panel grouping by le never splits one bucket in
+    two across targets or an upgrade. (The quantile panels agreeing on the Go-style shape is
+    checked by test_panels_reading_vllm_directly_agree_on_every_spelling.)"""
     prom: Prometheus = vllm_direct["prom"]
-    les = {s["metric"]["le"] for s in prom.query('{__name__=~"vllm[:_]inter_token_latency_seconds_bucket"}')}
-    assert "1.0" in les and "+Inf" in les and "1" not in les, sorted(les)
+    for shape, instance in vllm_direct["instances"].items():
+        les = {s["metric"]["le"] for s in prom.query(
+            f'{{__name__=~"vllm[:_]inter_token_latency_seconds_bucket", instance="{instance}"}}')}
+        if is_version(PROMETHEUS_BIN, "3."):
+            assert {"1.0", "5.0", "+Inf"} <= les and not les & {"1", "5"}, f"{shape}: {sorted(les)}"
+        else:  # 2.42 (bootstrap's fallback) stores le as written
+            written = {"1", "5"} if SHAPES[shape][2] else {"1.0", "5.0"}
+            assert written <= les, f"{shape}: {sorted(les)}"
 
 
 def test_panels_reading_vllm_directly_agree_on_every_spelling(vllm_direct: dict) -> None:
     prom: Prometheus = vllm_direct["prom"]
     targets = _latency_targets(overview.build(MixinConfig()))
     assert targets, "the overview has no panel reading vLLM directly"
+    # The quantile panels group buckets by le: the Go-style shape (le="1") must give their figures too.
+    assert any("histogram_quantile" in expr for _, expr in targets), targets
     for where, expr in targets:
         per_shape = {}
         for shape, instance in vllm_direct["instances"].items():

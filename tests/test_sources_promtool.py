@@ -36,7 +36,7 @@ SIDECAR_ONLY_FILES = ("mixed_engines_test.yaml", "direct_health_test.yaml")
 SIDECAR_SCENARIOS = sorted(p for p in PROMTOOL_DIR.glob("*.yaml") if p.name not in SIDECAR_ONLY_FILES)
 SIDECAR_ONLY_ALERTS = {alert_rules.METRICS_MISSING, alert_rules.VLLM_UNREACHABLE, alert_rules.VLLM_RESTARTING,
                        alert_rules.EXPORTER_DOWN, alert_rules.EXPORTER_ABSENT}
-SIDECAR_ONLY_SERIES = {MetricName.TARGET_UP, MetricName.SPEC_DECODE_ENABLED, MetricName.COUNTER_RESETS_TOTAL,
+SIDECAR_ONLY_SERIES = {MetricName.TARGET_UP, MetricName.SPEC_DECODE_ENABLED, MetricName.TARGET_RESTARTS_TOTAL,
                        MetricName.TARGET_INFO}
 # Scenarios about engines other than vLLM (the direct rules read vLLM's own series only).
 OTHER_ENGINES = ("TensorRT-LLM",)

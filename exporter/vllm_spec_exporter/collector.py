@@ -108,7 +108,7 @@ class SpecDecodeCollector(Collector):
         for reason in SCRAPE_ERROR_REASONS:
             errors.add_metric([reason], float(result.errors.get(reason, 0)))
         yield errors
-        resets = _counter(MetricName.COUNTER_RESETS_TOTAL)
+        resets = _counter(MetricName.TARGET_RESTARTS_TOTAL)
         resets.add_metric([], float(result.counter_resets))
         yield resets
         info = _info(MetricName.TARGET_INFO)

@@ -137,9 +137,9 @@ class MetricName(StrEnum):
     SCRAPE_DURATION_SECONDS = "vllm_spec_exporter_scrape_duration_seconds"
     LAST_SUCCESS_TIMESTAMP_SECONDS = "vllm_spec_exporter_last_success_timestamp_seconds"
     SCRAPE_ERRORS_TOTAL = "vllm_spec_exporter_scrape_errors_total"
-    # Counts the polls that saw vLLM's counters reset. Served as `target_restarts` since 0.3.0: promlint
-    # rejects a counter whose name contains its type ("counter_resets_total"); see CHANGELOG.md.
-    COUNTER_RESETS_TOTAL = "vllm_spec_exporter_target_restarts_total"
+    # Counts the polls that saw vLLM's counters reset. Served as `target_restarts` after 0.1.0 (was
+    # counter_resets): promlint rejects a counter whose name contains its type; see CHANGELOG.md.
+    TARGET_RESTARTS_TOTAL = "vllm_spec_exporter_target_restarts_total"
     TARGET_INFO = "vllm_spec_exporter_target_info"
     CONFIG_WINDOW_SECONDS = "vllm_spec_exporter_window_seconds"
     CONFIG_MIN_DRAFT_TOKENS = "vllm_spec_exporter_min_draft_tokens"

@@ -190,7 +190,7 @@ HEALTH = (
            "Unix time of the last successful poll; 0 before the first."),
     Metric(MetricName.SCRAPE_ERRORS_TOTAL, "counter", ("reason",),
            "Failed or partly rejected polls of the target, by reason: " + ", ".join(SCRAPE_ERROR_REASONS) + "."),
-    Metric(MetricName.COUNTER_RESETS_TOTAL, "counter", (),
+    Metric(MetricName.TARGET_RESTARTS_TOTAL, "counter", (),
            "Polls in which vLLM's counters went backwards or their _created time changed "
            "(a vLLM restart)."),
     Metric(MetricName.TARGET_INFO, "info", TARGET_INFO_LABELS,

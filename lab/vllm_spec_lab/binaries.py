@@ -28,6 +28,8 @@ from . import default_cache_dir
 TESTING_ROOT = default_cache_dir() / "debian-testing"
 TESTING_BIN_DIR = TESTING_ROOT / "root" / "usr" / "bin"
 TESTING_VERSIONS_FILE = TESTING_ROOT / "versions.txt"
+# Written by bootstrap when it could not install testing's servers (its reason, one line).
+TESTING_FALLBACK_FILE = TESTING_ROOT / "FALLBACK"
 DEBIAN12_BIN_DIR = Path("/usr/bin")
 
 
@@ -86,7 +88,10 @@ def testing_package_versions() -> dict[str, str]:
     return versions
 
 
-def is_prometheus3() -> bool:
-    """True when the lab's Prometheus is a 3.x (Debian testing's), False on the 2.42 fallback."""
-    version = binary_version(PROMETHEUS_BIN)
-    return bool(version and version.startswith("3."))
+def testing_fallback_reason() -> str | None:
+    """Why bootstrap fell back to Debian 12's servers (the one-line reason it wrote into
+    ``debian-testing/FALLBACK``), or None when it did not."""
+    try:
+        return TESTING_FALLBACK_FILE.read_text().strip() or "unknown reason"
+    except FileNotFoundError:
+        return None

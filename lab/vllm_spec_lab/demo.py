@@ -310,8 +310,8 @@ class Demo:
         if stack.prometheus is not None:
             lines += self._alert_lines(now, width)
         elif stack.missing_tools:
-            lines.append("alerts: Prometheus/Alertmanager not installed (apt-get install prometheus "
-                         "prometheus-alertmanager)")
+            lines.append("alerts: Prometheus/Alertmanager not installed (run scripts/bootstrap.sh: "
+                         "Prometheus 3 / Alertmanager 0.3x, or Debian 12's as the fallback)")
         lines.append("")
         lines += self._where_lines()
         return "\n".join(terminal.fit(line, width) if self.out.tty else line for line in lines)

@@ -35,6 +35,7 @@ from .binaries import (  # re-exported: tests and the demo import the paths from
     PROMETHEUS_BIN,
     PROMTOOL_BIN,
     PROMTOOL_OLDEST_BIN,
+    TESTING_BIN_DIR,
     have_binary,
 )
 from .server import free_port
@@ -144,6 +145,11 @@ class PromQueryApi:
             raise AssertionError(f"{expr!r} returned {len(result)} series, expected one")
         return float(result[0]["value"][1])
 
+    def targets_up(self) -> bool:
+        """True once every scrape target answered (/api/v1/targets: Prometheus' and VictoriaMetrics')."""
+        targets = http_get_json(f"{self.url}/api/v1/targets")["data"]["activeTargets"]
+        return bool(targets) and all(t["health"] == "up" for t in targets)
+
 
 class RulesApi:
     """The Prometheus rules/alerts API, which Prometheus and vmalert both speak."""
@@ -155,9 +161,11 @@ class RulesApi:
         return list(http_get_json(f"{self.url}/api/v1/alerts")["data"]["alerts"])
 
     def firing(self, alertname: str) -> list[dict[str, Any]]:
+        """The active alerts named `alertname` whose state is firing (pending ones left out)."""
         return [a for a in self.alerts() if a["labels"].get("alertname") == alertname and a["state"] == "firing"]
 
     def rule_groups(self) -> list[dict[str, Any]]:
+        """Every loaded rule group from /api/v1/rules, with its rules' health and last evaluation."""
         return list(http_get_json(f"{self.url}/api/v1/rules")["data"]["groups"])
 
 
@@ -209,9 +217,22 @@ class Prometheus(PromQueryApi, RulesApi, ServerProcess):
             *self.extra_args,
         ]
 
-    def targets_up(self) -> bool:
-        targets = http_get_json(f"{self.url}/api/v1/targets")["data"]["activeTargets"]
-        return bool(targets) and all(t["health"] == "up" for t in targets)
+def with_packaged_default_templates(config_text: str, binary: str) -> str:
+    """The config, plus the binary's own default.tmpl when it runs outside its package's tree.
+
+    Debian builds Alertmanager to read its default notification templates from
+    /usr/share/prometheus/alertmanager/default.tmpl. The testing binary unpacked in the cache reads
+    that path too, which on the host is Debian 12's 0.25 file: it lacks `slack.default.color`
+    (0.33's default `color:`), and 0.33.1's Slack notifier silently drops that template error, then
+    posts with every later field empty — no channel, username or color. Loading the package's own
+    file as a user template redefines every default with the version the binary expects. The
+    generated alertmanager.yml itself needs nothing: a packaged install has the matching file."""
+    packaged = Path(binary).resolve().parents[1] / "share" / "prometheus" / "alertmanager" / "default.tmpl"
+    if Path(binary).resolve().parent != TESTING_BIN_DIR.resolve() or not packaged.exists():
+        return config_text
+    config = yaml.safe_load(config_text)
+    config["templates"] = [str(packaged), *config.get("templates", [])]
+    return yaml.safe_dump(config, sort_keys=False)
 
 
 class Alertmanager(ServerProcess):
@@ -223,7 +244,7 @@ class Alertmanager(ServerProcess):
     def __init__(self, config_text: str, log_path: Path | None = None) -> None:
         super().__init__(log_path)
         self.config_path = self.dir / "alertmanager.yml"
-        self.config_path.write_text(config_text)
+        self.config_path.write_text(with_packaged_default_templates(config_text, ALERTMANAGER_BIN))
 
     def _command(self) -> list[str]:
         return [

@@ -45,8 +45,11 @@ MODEL_NAME = "tiny-llama"
 # sustained evidence than the critical alert so that a collapse shows SpecDecodeAcceptanceLow at
 # the webhook before the critical alert inhibits it. The tiny CPU model's requests are alike (one
 # prompt mix per phase), so no overdispersion allowance: drafts are the trials.
+# The demo Prometheus' scrape and evaluation interval, through the config (tests/test_range_windows.py
+# checks every FAST_ALERTS window holds two samples at it).
+DEMO_SCRAPE_INTERVAL = "2s"
 FAST_ALERTS: dict[str, Any] = {
-    "scrape_interval": "2s",  # also the demo Prometheus' scrape and evaluation interval
+    "scrape_interval": DEMO_SCRAPE_INTERVAL,
     "rate_window": "30s",
     "acceptance_fast_long_window": "30s",
     "acceptance_fast_short_window": "10s",

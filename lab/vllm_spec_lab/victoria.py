@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from .binaries import VICTORIA_METRICS_BIN, VMALERT_BIN
-from .monitoring import PromQueryApi, RulesApi, ServerProcess, http_get_json
+from .monitoring import PromQueryApi, RulesApi, ServerProcess
 
 # Without these, VictoriaMetrics + vmalert answer 30 s late (see the module docstring).
 VICTORIA_METRICS_TIMING_FLAGS = ("-search.latencyOffset=0s", "-search.disableCache")
@@ -59,11 +59,6 @@ class VictoriaMetrics(PromQueryApi, ServerProcess):
             *VICTORIA_METRICS_TIMING_FLAGS,
             *self.extra_args,
         ]
-
-    def targets_up(self) -> bool:
-        """True once every scrape target answered (VictoriaMetrics' /api/v1/targets, as Prometheus')."""
-        targets = http_get_json(f"{self.url}/api/v1/targets")["data"]["activeTargets"]
-        return bool(targets) and all(t["health"] == "up" for t in targets)
 
 
 class VMAlert(RulesApi, ServerProcess):
@@ -135,9 +130,6 @@ class VictoriaRuleStack(PromQueryApi):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    def targets_up(self) -> bool:
-        return self.vm.targets_up()
 
     def alerts(self) -> list[dict[str, Any]]:
         return self.vmalert.alerts()

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from vllm_spec_lab import default_cache_dir
-from vllm_spec_lab.binaries import TESTING_ROOT
+from vllm_spec_lab.binaries import TESTING_ROOT, TESTING_VERSIONS_FILE
 
 IMAGES_DIR = Path(__file__).parent / "images"
 MINBASE_IMAGE = "vse-standin/debian:bookworm-minbase"
@@ -323,16 +323,21 @@ def ensure_minbase(engine: PrivateDockerd, progress: Callable[[str], None] = pri
 
 
 def prometheus_build_context() -> Path:
-    """A build context with prometheus.Dockerfile and Debian testing's newest Prometheus and
-    Alertmanager debs (from the cache bootstrap fills), so the stand-ins run the same 3.x / 0.3x
-    packages as the other tests. Missing debs: one line naming them."""
+    """A build context with prometheus.Dockerfile and the Prometheus and Alertmanager debs of the
+    versions bootstrap unpacked (debian-testing/versions.txt; older debs may pile up in the cache as
+    testing moves), so the stand-ins run the same 3.x / 0.3x packages as the other tests. A missing
+    deb: one line naming it."""
+    versions = dict(line.split(" ", 1) for line in TESTING_VERSIONS_FILE.read_text().splitlines()
+                    if " " in line) if TESTING_VERSIONS_FILE.exists() else {}
     debs = []
     for package in STANDIN_DEB_PACKAGES:
-        found = sorted((TESTING_ROOT / "debs").glob(f"{package}_*.deb"))
-        if not found:
-            raise DockerUnavailable(f"Debian testing's {package} deb not in {TESTING_ROOT / 'debs'} "
-                                    "(run scripts/bootstrap.sh)")
-        debs.append(found[-1])
+        # Deb file names carry the version without its epoch ("1:2.3-4" -> "2.3-4").
+        version = versions.get(package, "").split(":")[-1]
+        found = sorted((TESTING_ROOT / "debs").glob(f"{package}_{version}_*.deb")) if version else []
+        if len(found) != 1:
+            raise DockerUnavailable(f"Debian testing's {package} {version or '(no version in versions.txt)'} "
+                                    f"deb not in {TESTING_ROOT / 'debs'} (run scripts/bootstrap.sh)")
+        debs.append(found[0])
     context = docker_cache_dir() / "prometheus-context"
     shutil.rmtree(context, ignore_errors=True)
     (context / "debs").mkdir(parents=True)

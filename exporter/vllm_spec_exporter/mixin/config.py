@@ -368,7 +368,8 @@ class MixinConfig:
                 continue  # derived from scrape_interval (windows.py)
             if not value or not _DURATION.fullmatch(value):
                 raise ValueError(f"{key} must be a Prometheus duration like 90s, 2m or 1h30m, got {value!r}")
-            if (key.endswith(("_window", "_interval", "_for", "_tolerance")) and not key.startswith("alertmanager")
+            if (key.endswith(("_window", "_interval", "_for", "_tolerance", "_memory"))
+                    and not key.startswith("alertmanager")
                     and key not in ("target_down_for", "spec_decode_stopped_for", "spec_decode_missing_for")
                     and _seconds(value) <= 0):
                 kind = "a range selector" if key.endswith("_window") else "a duration"

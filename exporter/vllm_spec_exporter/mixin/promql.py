@@ -64,7 +64,7 @@ GENERATED = sources.GENERATED
 NUM_SPECULATIVE_TOKENS = MetricName.NUM_SPECULATIVE_TOKENS
 TARGET_UP = MetricName.TARGET_UP
 SPEC_DECODE_ENABLED = MetricName.SPEC_DECODE_ENABLED
-COUNTER_RESETS = MetricName.COUNTER_RESETS_TOTAL
+TARGET_RESTARTS = MetricName.TARGET_RESTARTS_TOTAL
 
 
 # Ray Serve's stat logger prefixes vLLM's names with `ray_` (`ray_vllm:...`, escaped `ray_vllm_...`);

@@ -162,7 +162,7 @@ def restarts(cfg: MixinConfig, window: str, matchers: str = "") -> str:
     """
     match = ", ".join(m for m in (selector(cfg), matchers) if m)
     if not cfg.direct:
-        return f"increase({MetricName.COUNTER_RESETS_TOTAL}{{{match}}}[{window}])"
+        return f"increase({MetricName.TARGET_RESTARTS_TOTAL}{{{match}}}[{window}])"
     return f"max without (model_name, engine) (\n{_over_range(cfg, 'resets', GENERATED, window, matchers)}\n)"
 
 

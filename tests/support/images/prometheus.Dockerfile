@@ -3,8 +3,9 @@
 #
 # Debian testing's packages (Prometheus 3.x, Alertmanager 0.3x): the very debs scripts/bootstrap.sh
 # downloads into the cache for the other tests, copied into the build context by
-# tests/support/docker.py and unpacked with dpkg-deb (their binaries are static Go programs that run
-# on Debian 12; installing them with apt would drag in testing's libc). On the Debian minbase,
+# tests/support/docker.py and unpacked with dpkg-deb (their Go binaries link only against libc and
+# need glibc >= 2.34, which Debian 12's 2.36 provides; installing them with apt would drag in
+# testing's libc). On the Debian minbase,
 # laid out like the official images where compose relies on it: the binary is the entrypoint, it
 # runs as nobody, the data folder (/prometheus, /alertmanager) belongs to nobody so a fresh named
 # volume does too, and wget is there for the healthchecks (the official images are busybox-based).

@@ -9,7 +9,9 @@ are chosen in `vllm_spec_lab.binaries` (Debian testing's 3.x / 0.3x when bootstr
 from __future__ import annotations
 
 import os
+import subprocess
 import warnings
+from pathlib import Path
 
 from vllm_spec_lab.binaries import binary_version, have_binary, testing_fallback_reason
 
@@ -67,3 +69,8 @@ def require_version(path: str, prefix: str) -> str:
         return found
     _fail_or_skip(f"{message} ({INSTALL_HINT})")
     return found
+
+
+def run_tool(args: list[str], cwd: Path | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """Run a CLI tool (promtool, amtool, vmalert-tool) and capture its output as text."""
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)

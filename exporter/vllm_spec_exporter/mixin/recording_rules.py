@@ -309,9 +309,11 @@ def drafting_state_rules(cfg: MixinConfig, n: RecordNames) -> list[dict[str, Any
     drafted_at = f"max_over_time({n.drafting_batch}[{cfg.drafting_batch_memory}])"
     running = sources.raw_gauge(cfg, MetricName.REQUESTS_RUNNING, sources.selector(cfg))
     return [
-        # A subquery at the evaluation interval, so idle moments (no sample above 0) are skipped.
+        # A subquery at the evaluation interval, so idle moments (no sample above 0) are skipped. The
+        # step is explicit: MetricsQL (vmalert) defaults a subquery's step to the query's, not to the
+        # evaluation interval, and then the window can hold no point at all.
         {"record": n.running_batch,
-         "expr": f"min_over_time((sum without (engine) ({running}) > 0)[{w}:])"},
+         "expr": f"min_over_time((sum without (engine) ({running}) > 0)[{w}:{cfg.windows.evaluation_interval}])"},
         {"record": n.drafting_batch, "expr": f"{n.running_batch}\nand\n({n.draft_tokens_rate} > 0)"},
         {"record": n.drafts_stopped, "expr": f"{no_drafts}\nand\n({n.running_batch} <= {drafted_at})"},
         {"record": n.drafting_paused, "expr": f"{no_drafts}\nand\n({n.running_batch} > {drafted_at})"},

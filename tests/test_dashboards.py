@@ -315,7 +315,7 @@ def test_shared_panels_are_identical_on_both_dashboards(overview: dict, fleet: d
     assert theirs[by_instance]["targets"][0]["expr"] == ours[by_instance]["targets"][0]["expr"]
     bounds = [t["expr"] for t in theirs[by_instance]["targets"][1:]]
     evidence = recording_rules.evidence_names(MixinConfig().windows.fast_long)
-    assert [b.split("{")[0] for b in bounds] == [evidence.upper, evidence.lower]
+    assert [b.lstrip("(").split("{")[0] for b in bounds] == [evidence.upper, evidence.lower]
     fleet_tile, overview_tile = ours["Fleet acceptance rate"], theirs["Acceptance rate"]
     assert fleet_tile["targets"] == overview_tile["targets"]
     assert fleet_tile["fieldConfig"] == overview_tile["fieldConfig"]

@@ -54,31 +54,25 @@ PROMETHEUS2_ACCEPT_FIRST = "application/openmetrics-text;version=1.0.0,"
 RATE_INTERVAL = "60s"
 
 
-class RecordingProxy:
-    """Forwards every GET to `upstream` with the client's Accept header, and records (Accept sent,
-    Content-Type answered). Stands between Prometheus and a target to show what they negotiated."""
+class _QuietHandler(BaseHTTPRequestHandler):
+    """Answers with `_reply`; no access log on the test's output."""
 
-    def __init__(self, upstream: str) -> None:
-        self.exchanges: list[tuple[str, str]] = []
-        proxy = self
+    def _reply(self, body: bytes, content_type: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                accept = self.headers.get("Accept", "")
-                request = Request(upstream + self.path, headers={"Accept": accept})
-                with urlopen(request, timeout=5) as response:
-                    body, content_type = response.read(), response.headers.get("Content-Type", "")
-                proxy.exchanges.append((accept, content_type))
-                self.send_response(200)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+    def log_message(self, *args: object) -> None:
+        pass
 
-            def log_message(self, *args: object) -> None:
-                pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+class _LoopbackServer:
+    """A threaded HTTP server on a free 127.0.0.1 port, serving in the background until `stop`."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self.address = f"127.0.0.1:{self._server.server_port}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
@@ -86,6 +80,26 @@ class RecordingProxy:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class RecordingProxy(_LoopbackServer):
+    """Forwards every GET to `upstream` with the client's Accept header, and records (Accept sent,
+    Content-Type answered). Stands between Prometheus and a target to show what they negotiated."""
+
+    def __init__(self, upstream: str) -> None:
+        self.exchanges: list[tuple[str, str]] = []
+        proxy = self
+
+        class Handler(_QuietHandler):
+            def do_GET(self) -> None:
+                accept = self.headers.get("Accept", "")
+                request = Request(upstream + self.path, headers={"Accept": accept})
+                with urlopen(request, timeout=5) as response:
+                    body, content_type = response.read(), response.headers.get("Content-Type", "")
+                proxy.exchanges.append((accept, content_type))
+                self._reply(body, content_type)
+
+        super().__init__(Handler)
 
 
 _FLOAT_FORM_INTEGER_LE = re.compile(r'le="(\d+)\.0"')
@@ -97,7 +111,7 @@ def integer_le_like_go(text: str) -> str:
     return _FLOAT_FORM_INTEGER_LE.sub(r'le="\1"', text)
 
 
-class CaptureReplay:
+class CaptureReplay(_LoopbackServer):
     """Serves the real captures one per request, in order (the last one repeats), with a fixed
     content type whatever the Accept header (as vLLM 0.32 does), optionally #1177-escaped,
     optionally with Go-style integer `le` bounds."""
@@ -114,27 +128,14 @@ class CaptureReplay:
             bodies = [body if body.endswith("# EOF\n") else body + "# EOF\n" for body in bodies]
         replay = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(_QuietHandler):
             def do_GET(self) -> None:
                 body = bodies[min(replay._next, len(bodies) - 1)].encode()
                 replay._next += 1
-                self.send_response(200)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self._reply(body, content_type)
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_port}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(Handler)
+        self.url = f"http://{self.address}"
 
 
 @pytest.fixture(scope="module")

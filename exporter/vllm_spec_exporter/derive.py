@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .advisor import UNKNOWN_METHOD_DRAFT_COST, advise
-from .names import Family, MetricName, Schema, SeriesKey
+from .names import CounterKey, Family, MetricName, Schema, SeriesKey
 from .normalise import Snapshot
 from .window import WindowStore
 
@@ -34,10 +34,13 @@ class SeriesFigures:
     k: int
 
 
-def figures(store: WindowStore, snap: Snapshot, series: SeriesKey) -> SeriesFigures | None:
+def figures(store: WindowStore, snap: Snapshot, series: SeriesKey, keys: list[CounterKey] | None = None,
+            k: int | None = None) -> SeriesFigures | None:
     """Deltas of every counter of `series` over one common interval (replicas summed), or None
-    before 2 polls."""
-    keys = store.series_keys(series)
+    before 2 polls. `keys` (store.series_keys(series)) and `k` may be given when the caller has
+    them for every series at once."""
+    if keys is None:
+        keys = store.series_keys(series)
     span = store.span(keys)
     if span is None:
         return None
@@ -57,7 +60,7 @@ def figures(store: WindowStore, snap: Snapshot, series: SeriesKey) -> SeriesFigu
         accepted=totals.get((Family.ACCEPTED_TOKENS, "")),
         generation=totals.get((Family.GENERATION_TOKENS, "")),
         accepted_by_position=dict(sorted(by_pos.items(), key=lambda kv: int(kv[0]))),
-        k=len(snap.positions(series)),
+        k=len(snap.positions(series)) if k is None else k,
     )
 
 
@@ -68,8 +71,11 @@ def derive(store: WindowStore, snap: Snapshot, min_draft_tokens: float,
     if not snap.windowed:
         return []  # no counters (SGLang's gauges, a diffusion model, no spec decoding)
     out: list[Sample] = []
+    # Grouped once: asking the store and the snapshot per series is quadratic in the series count
+    # (16 engines x 3 models: 48 series of ~40 counters each).
+    keys_by_series, k_by_series = store.keys_by_series(), snap.k_by_series()
     for series in snap.series_keys():
-        fig = figures(store, snap, series)
+        fig = figures(store, snap, series, keys_by_series.get(series, []), k_by_series.get(series, 0))
         if fig is None:
             continue
         out.extend(derive_series(series, fig, min_draft_tokens, draft_cost))

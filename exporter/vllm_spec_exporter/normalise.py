@@ -33,10 +33,15 @@ HIGHER_IS_WORSE = frozenset((Family.KV_CACHE_USAGE, Family.ENGINE_DRAFT_OVERHEAD
 MAX_POSITION = 63  # no drafter proposes more; a larger label is garbage, not a 64-token draft
 _COUNTERS, _GAUGES = frozenset(COUNTER_FAMILIES), frozenset(GAUGE_FAMILIES)
 # The same series come back every poll: their keys are built once (position checked, replica
-# labels joined) and looked up by (family, engine family, default model, label text) after that.
-# Bounded like parse's cache.
-_KEYS: dict[tuple[Family, str, str, str], CounterKey] = {}
+# labels joined) and looked up by default model, then (family, engine family, label text) after
+# that. Bounded like parse's cache: a model's table is emptied past _KEYS_MAX keys, all of them past
+# _KEYS_MODELS_MAX default models.
+_KEYS: dict[str, dict[tuple[Family, str, str], CounterKey]] = {}
 _KEYS_MAX = 16_384
+_KEYS_MODELS_MAX = 64
+# detect()'s result per set of (engine family, key) pairs seen in a poll.
+_DETECTIONS: dict[frozenset[tuple[str, Family]], engines.Detection] = {}
+_DETECTIONS_MAX = 256
 
 
 @dataclass
@@ -77,6 +82,15 @@ class Snapshot:
         found = {key.position for key in self.counters if key.family == per_position and key.series == series}
         return sorted(found, key=int)
 
+    def k_by_series(self) -> dict[SeriesKey, int]:
+        """len(positions(series)) of every series at once, in one pass over the counters."""
+        per_position = Family.ACCEPTED_PER_POS
+        found = {(key.series, key.position) for key in self.counters if key.family == per_position}
+        out: dict[SeriesKey, int] = {}
+        for series, _ in found:
+            out[series] = out.get(series, 0) + 1
+        return out
+
     def series_keys(self) -> list[SeriesKey]:
         keys = {key.series for key in self.counters} | {series for _, series in self.gauges}
         return sorted(keys)
@@ -92,18 +106,32 @@ class Snapshot:
 
 def detect(samples: list[RawSample]) -> engines.Detection:
     """The engine family and schema of one exposition; EngineError for mixed or unknown engines."""
+    # The distinct (engine family, key) pairs first, in one C-level pass: a poll holds hundreds of
+    # samples but a handful of pairs, and the same pairs come back every poll (cached, bounded).
+    pairs = frozenset({(s.engine_family, s.key) for s in samples if not s.created})
+    found = _DETECTIONS.get(pairs)
+    if found is None:
+        found = _detect_pairs(pairs, samples)  # raises EngineError: never cached
+        if len(_DETECTIONS) >= _DETECTIONS_MAX:
+            _DETECTIONS.clear()
+        _DETECTIONS[pairs] = found
+    return found
+
+
+def _detect_pairs(pairs: frozenset[tuple[str, Family]], samples: list[RawSample]) -> engines.Detection:
     spec: dict[str, set[str]] = {}
     context: set[str] = set()
-    foreign: list[str] = []
-    for s in samples:
-        if s.key == Family.FOREIGN_SPEC:
-            foreign.append(s.label_text)
-        elif s.created:
+    foreign_key = Family.FOREIGN_SPEC
+    for engine_family, key in pairs:
+        if key == foreign_key:
             continue
-        elif s.key in SPEC_KEYS:
-            spec.setdefault(s.engine_family, set()).add(s.key)
+        if key in SPEC_KEYS:
+            spec.setdefault(engine_family, set()).add(key)
         else:
-            context.add(s.engine_family)
+            context.add(engine_family)
+    foreign = []
+    if any(key == foreign_key for _, key in pairs):
+        foreign = [s.label_text for s in samples if s.key == foreign_key]
     return engines.detect(spec, context, foreign)
 
 
@@ -116,29 +144,32 @@ def normalise(samples: list[RawSample], default_model: str = "") -> Snapshot:
     found = detect(samples)
     snap = Snapshot(schema=found.schema, engine_family=found.family)
     # Exact duplicates (same family and label text) keep the last value.
-    latest: dict[tuple[Family, bool, str], RawSample] = {}
-    for s in samples:
-        latest[(s.key, s.created, s.label_text)] = s
+    latest = {(s.key, s.created, s.label_text): s for s in samples}
     created: list[tuple[CounterKey, float]] = []
     v0 = snap.schema == Schema.V0
+    foreign_key = Family.FOREIGN_SPEC
+    # The key cache of this default model: the per-sample lookup key stays a 3-tuple.
+    keys = _KEYS.get(default_model)
+    if keys is None or len(keys) >= _KEYS_MAX:
+        if len(_KEYS) >= _KEYS_MODELS_MAX:
+            _KEYS.clear()
+        keys = _KEYS[default_model] = {}
     for s in latest.values():
         key = s.key
         is_counter = key in _COUNTERS
         if v0 and is_counter:
             continue  # V0 counters add their running total every 5 s: never usable for rates
-        if key == Family.FOREIGN_SPEC:
+        if key == foreign_key:
             continue
-        cache_key = (key, s.engine_family, default_model, s.label_text)
-        counter_key = _KEYS.get(cache_key)
+        cache_key = (key, s.engine_family, s.label_text)
+        counter_key = keys.get(cache_key)
         if counter_key is None:
             counter_key = _counter_key(key, s.labels, s.engine_family, default_model)
             if counter_key is None:
                 snap.invalid.append(f"accepted_per_pos: position label {s.labels.get('position')!r} "
                                     "is not an integer 0..63")
                 continue
-            if len(_KEYS) >= _KEYS_MAX:
-                _KEYS.clear()
-            _KEYS[cache_key] = counter_key
+            keys[cache_key] = counter_key
         value = s.value
         if s.created:
             created.append((counter_key, value))

@@ -104,8 +104,12 @@ class WindowStore:
         series = self._series.get(key)
         if series is None:
             return None
+        samples = series.samples
+        # Usually the common interval is this series' own first and last poll: no scan needed.
+        if samples[0][0] == start and samples[-1][0] == end:
+            return samples[-1][1] - samples[0][1]
         first = last = None
-        for t, value in series.samples:
+        for t, value in samples:
             if t == start:
                 first = value
             if t == end:
@@ -117,3 +121,11 @@ class WindowStore:
     def series_keys(self, series: SeriesKey) -> list[CounterKey]:
         """Every counter (family, position, replica) tracked for one (model_name, engine)."""
         return [key for key in self._series if key.series == series]
+
+    def keys_by_series(self) -> dict[SeriesKey, list[CounterKey]]:
+        """series_keys() of every series at once: one pass, where a call per series is quadratic
+        in the number of engines and models."""
+        out: dict[SeriesKey, list[CounterKey]] = {}
+        for key in self._series:
+            out.setdefault(key.series, []).append(key)
+        return out

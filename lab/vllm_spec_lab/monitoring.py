@@ -70,6 +70,13 @@ def is_ready(url: str) -> bool:
         return False
 
 
+def static_scrape_configs(scrape_targets: Mapping[str, Iterable[str]] | None) -> list[dict[str, Any]]:
+    """One static scrape job per `{job: [host:port, ...]}` entry (Prometheus' and VictoriaMetrics'
+    -promscrape.config share this shape)."""
+    return [{"job_name": job, "static_configs": [{"targets": list(targets)}]}
+            for job, targets in (scrape_targets or {}).items()]
+
+
 class ServerProcess:
     """A child process with a temp folder, a port and a readiness URL; it never outlives this
     program (`processes.spawn`). Its log is `log_path` (default: inside the temp folder)."""
@@ -195,10 +202,7 @@ class Prometheus(PromQueryApi, RulesApi, ServerProcess):
             "global": {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval,
                        "scrape_timeout": scrape_interval},
             "rule_files": [str(Path(p).resolve()) for p in rule_files],
-            "scrape_configs": [
-                {"job_name": job, "static_configs": [{"targets": list(targets)}]}
-                for job, targets in (scrape_targets or {}).items()
-            ],
+            "scrape_configs": static_scrape_configs(scrape_targets),
         }
         if alertmanager_url:
             host = alertmanager_url.split("://", 1)[-1].rstrip("/")

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from .binaries import VICTORIA_METRICS_BIN, VMALERT_BIN
-from .monitoring import PromQueryApi, RulesApi, ServerProcess
+from .monitoring import PromQueryApi, RulesApi, ServerProcess, static_scrape_configs
 
 # Without these, VictoriaMetrics + vmalert answer 30 s late (see the module docstring).
 VICTORIA_METRICS_TIMING_FLAGS = ("-search.latencyOffset=0s", "-search.disableCache")
@@ -42,10 +42,7 @@ class VictoriaMetrics(PromQueryApi, ServerProcess):
         self.config_path = self.dir / "scrape.yml"
         config: dict[str, Any] = {
             "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval},
-            "scrape_configs": [
-                {"job_name": job, "static_configs": [{"targets": list(targets)}]}
-                for job, targets in (scrape_targets or {}).items()
-            ],
+            "scrape_configs": static_scrape_configs(scrape_targets),
         }
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=True))
         self.extra_args = list(extra_args)

@@ -97,9 +97,15 @@ for (const job of jobs) {
   // The whole dashboard in the viewport, as on a tall screen: lazily drawn parts (table rows) show.
   const rows = Math.max(...flatPanels(job.input.dashboard).map((p) => p.gridPos.y + p.gridPos.h));
   await page.setViewportSize({ width: job.input.width, height: rows * 38 + 8 });
+  // drawMs: opening the page to a settled drawing (every panel rendered, two frames painted), the
+  // figure bench/fleet_scale.py reports per dashboard.
+  const opened = Date.now();
+  let drawMs = null;
   await page.goto(`${origin}/index.html`);
   try {
     await page.waitForFunction(() => window.__RENDERED__ === true, null, { timeout: 60000 });
+    await page.evaluate(() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done))));
+    drawMs = Date.now() - opened;
   } catch (e) {
     errors.push(`not rendered: ${e}`);
     failed += 1;
@@ -116,7 +122,7 @@ for (const job of jobs) {
   if (job.topPng) {
     await page.screenshot({ path: job.topPng, clip: { x: 0, y: 0, width: 1600, height: job.topHeight ?? 900 } });
   }
-  writeFileSync(job.report, JSON.stringify({ panels, colors, statBackgrounds, errors, formatted }, null, 1));
+  writeFileSync(job.report, JSON.stringify({ panels, colors, statBackgrounds, errors, formatted, drawMs }, null, 1));
   await page.close();
 }
 await context.close();

@@ -341,6 +341,21 @@ class MixinConfig:
         DASHBOARDS, "now-1h",
         _REFRESH_DOC,
     )
+    panel_all_series_up_to: int = knob(
+        DASHBOARDS, 24,
+        "A per-server or per-engine panel draws every series while it has at most this many (one selected "
+        "server, even with 16 engines, shows everything about it); beyond, only the worst and best few "
+        "(`panel_worst_k`, `panel_best_k`). 1,000 lines on one panel are unreadable and slow to draw "
+        "(bench/fleet_scale.py).",
+    )
+    panel_worst_k: int = knob(
+        DASHBOARDS, 5,
+        "Series a crowded per-server panel keeps from its bad end (lowest acceptance, oldest poll, ...).",
+    )
+    panel_best_k: int = knob(
+        DASHBOARDS, 3,
+        "Series a crowded per-server panel keeps from its good end, for contrast (0: none).",
+    )
 
     def with_overrides(self, overrides: dict[str, Any]) -> MixinConfig:
         """Return a copy with `overrides` applied; unknown keys and wrong types are errors."""
@@ -355,6 +370,9 @@ class MixinConfig:
         return new
 
     def validate(self) -> None:
+        if not 0 < self.panel_worst_k <= self.panel_all_series_up_to or self.panel_best_k < 0:
+            raise ValueError("need 0 < panel_worst_k <= panel_all_series_up_to and panel_best_k >= 0, got "
+                             f"{self.panel_worst_k}, {self.panel_all_series_up_to}, {self.panel_best_k}")
         if not 0 < self.acceptance_critical_threshold <= self.acceptance_warning_threshold < 1:
             raise ValueError(
                 "need 0 < acceptance_critical_threshold <= acceptance_warning_threshold < 1, got "

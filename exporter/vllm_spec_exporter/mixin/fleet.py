@@ -45,6 +45,7 @@ from .shared_panels import (
     acceptance_by_instance,
     acceptance_by_model,
     acceptance_stat,
+    crowd_note,
     firing_alerts_stat,
     firing_alerts_table,
     runbook_links,
@@ -156,9 +157,10 @@ def servers_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "Acceptance by server",
         "Each server's acceptance now (accepted / drafted over its models and engines), lowest "
         "first, coloured by the alert thresholds. Good: every bar green. One short bar is that "
-        "server's draft model, k or traffic; every bar short is the model or the prompt mix.",
+        "server's draft model, k or traffic; every bar short is the model or the prompt mix."
+        + crowd_note(cfg),
         RATIO,
-        [Query(q.worst_first(q.acceptance((instance,))), legend_label(instance), instant=True)],
+        [Query(q.worst_first(q.crowded(q.acceptance((instance,)))), legend_label(instance), instant=True)],
         thresholds_config=acceptance_thresholds(cfg),
         no_value=NO_TRAFFIC,
     ), 8, 8)

@@ -60,6 +60,7 @@ from .shared_panels import (
     acceptance_by_model,
     acceptance_series,
     acceptance_stat,
+    crowd_note,
     firing_alerts_stat,
     firing_alerts_table,
     runbook_links,
@@ -147,8 +148,9 @@ def acceptance_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         cfg,
         "Acceptance rate by engine",
         "Accepted / drafted tokens per data-parallel engine of each server. " + threshold_note(cfg)
-        + " Engines of one server share model and config, so they should agree.",
-        [Query(q.acceptance((*by_instance, "engine")), legend_label(cfg.instance_label) + " engine {{engine}}")],
+        + " Engines of one server share model and config, so they should agree." + crowd_note(cfg),
+        [Query(q.crowded(q.acceptance((*by_instance, "engine"))),
+               legend_label(cfg.instance_label) + " engine {{engine}}")],
     ), 12, 8)
     layout.add(ratio_series(
         "Efficiency by model",
@@ -327,17 +329,19 @@ def context_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "Requests running and waiting",
         "Requests in the running batch and waiting in the queue, per server. Speculation pays "
         "best at small batches: acceptance or speed dropping while running requests climb "
-        "points at load, not at the draft. Good: waiting stays near 0.",
+        "points at load, not at the draft. Good: waiting stays near 0." + crowd_note(cfg),
         NUMBER,
-        [Query(q.load_gauge(MetricName.REQUESTS_RUNNING, by_instance), f"{instance_legend} running"),
-         Query(q.load_gauge(MetricName.REQUESTS_WAITING, by_instance), f"{instance_legend} waiting")],
+        [Query(q.crowded(q.load_gauge(MetricName.REQUESTS_RUNNING, by_instance), high_is_bad=True),
+               f"{instance_legend} running"),
+         Query(q.crowded(q.load_gauge(MetricName.REQUESTS_WAITING, by_instance), high_is_bad=True),
+               f"{instance_legend} waiting")],
     ), 8, 8)
     layout.add(ratio_series(
         "KV-cache usage",
         "Share of the KV cache in use, per server and model (highest engine). Good: below ~90 %; "
-        "near 100 % vLLM preempts requests, and draft tokens also need cache blocks.",
-        [Query(q.load_gauge(MetricName.KV_CACHE_USAGE_RATIO, (*by_instance, "model_name"), op="max"),
-               instance_legend + " {{model_name}}")],
+        "near 100 % vLLM preempts requests, and draft tokens also need cache blocks." + crowd_note(cfg),
+        [Query(q.crowded(q.load_gauge(MetricName.KV_CACHE_USAGE_RATIO, (*by_instance, "model_name"), op="max"),
+                         high_is_bad=True), instance_legend + " {{model_name}}")],
     ), 8, 8)
     layout.add(timeseries_panel(
         "Inter-token latency",
@@ -379,10 +383,10 @@ def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "Target and exporter up",
         "'vLLM readable' is 1 when the exporter's last poll of vLLM's /metrics succeeded; "
         "'exporter scraped' is Prometheus' own up for the exporter. Good: both 1. Exporter "
-        "scraped but vLLM unreadable: check vLLM and the scrape errors panel.",
+        "scraped but vLLM unreadable: check vLLM and the scrape errors panel." + crowd_note(cfg),
         NUMBER,
-        [Query(q.per_target(TARGET_UP), f"{instance_legend} vLLM readable"),
-         Query(q.per_target("up"), f"{instance_legend} exporter scraped")],
+        [Query(q.crowded(q.per_target(TARGET_UP)), f"{instance_legend} vLLM readable"),
+         Query(q.crowded(q.per_target("up")), f"{instance_legend} exporter scraped")],
         max_value=1,
         legend_calcs=("min", "lastNotNull"),
     ).links(runbook_links(cfg, alert_rules.VLLM_UNREACHABLE, alert_rules.EXPORTER_DOWN)), 8, 8)
@@ -399,25 +403,26 @@ def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "Counter resets (vLLM restarts)",
         "Polls in which vLLM's counters went backwards or were re-created, i.e. vLLM restarted, "
         "per server per interval. Good: 0. Repeated resets are a crash loop; acceptance right "
-        "after a restart covers little traffic.",
+        "after a restart covers little traffic." + crowd_note(cfg),
         NUMBER,
-        [Query(q.counter_resets(), instance_legend)],
+        [Query(q.crowded(q.counter_resets(), high_is_bad=True), instance_legend)],
         bars=True,
         legend_calcs=("sum", "max"),
     ).links(runbook_links(cfg, alert_rules.VLLM_RESTARTING)), 8, 8)
     layout.add(timeseries_panel(
         "Age of the last successful poll",
         "Seconds since the exporter last read vLLM successfully, per server. Good: about one "
-        "poll interval. Growing means the values on this dashboard are stale.",
+        "poll interval. Growing means the values on this dashboard are stale." + crowd_note(cfg),
         SECONDS,
-        [Query(q.poll_age(), instance_legend)],
+        [Query(q.crowded(q.poll_age(), high_is_bad=True), instance_legend)],
     ), 8, 8)
     layout.add(timeseries_panel(
         "Poll duration",
         "Duration of the exporter's last poll of vLLM (fetch + parse + derive), per server. Good: "
-        "well below the poll interval; close to the timeout means timeouts are next.",
+        "well below the poll interval; close to the timeout means timeouts are next." + crowd_note(cfg),
         SECONDS,
-        [Query(q.per_target(MetricName.SCRAPE_DURATION_SECONDS, op="max"), instance_legend)],
+        [Query(q.crowded(q.per_target(MetricName.SCRAPE_DURATION_SECONDS, op="max"), high_is_bad=True),
+               instance_legend)],
     ), 8, 8)
     layout.add(table_panel(
         "Detected schema and spec decoding",
@@ -487,10 +492,11 @@ def acceptance_with_bound_by_instance(cfg: MixinConfig, q: Queries):
         + " One server below the others points at its config (draft model, k) or its traffic. "
         f"Dashed: the {conf} confidence band over the last {cfg.windows.fast_long} per "
         f"server and model, the bound the acceptance alerts use. Upper line under a threshold line = "
-        f"we are {conf} sure acceptance is below it; a wide band = little traffic, little evidence.",
-        [Query(q.acceptance((cfg.instance_label,)), legend_label(cfg.instance_label)),
-         Query(selector(evidence.upper, server_model), bound_legend + "upper bound"),
-         Query(selector(evidence.lower, server_model), bound_legend + "lower bound")],
+        f"we are {conf} sure acceptance is below it; a wide band = little traffic, little evidence."
+        + crowd_note(cfg),
+        [Query(q.crowded(q.acceptance((cfg.instance_label,))), legend_label(cfg.instance_label)),
+         Query(q.crowded(selector(evidence.upper, server_model)), bound_legend + "upper bound"),
+         Query(q.crowded(selector(evidence.lower, server_model)), bound_legend + "lower bound")],
     ).override_by_regexp(".* (upper|lower) bound$", [
         dashboard_models.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [4, 4]}),
         dashboard_models.DynamicConfigValue(id_val="custom.fillOpacity", value=0),

@@ -119,6 +119,10 @@ class Selectors:
         )
 
 
+# How far back Queries.crowded looks for each series' latest value when ranking them.
+CROWDED_RANK_WINDOW = "5m"
+
+
 def selector(metric: str, matchers: str) -> str:
     return f"{metric}{{{matchers}}}"
 
@@ -265,6 +269,24 @@ class Queries:
     def worst_first(self, expr: str) -> str:
         """An instant query's rows sorted ascending: the lowest value on top."""
         return f"sort({expr})"
+
+    def crowded(self, expr: str, high_is_bad: bool = False) -> str:
+        """`expr` whole while at most cfg.panel_all_series_up_to series have a value at the end of
+        the range (a selected server shows everything about it, also while it has none); beyond (All
+        over a fleet), the cfg.panel_worst_k worst and cfg.panel_best_k best by that latest value,
+        so a panel never draws 1,000 lines and the same few are drawn across the whole range.
+
+        The ranking reads `expr` at the range's end only (`@ end()`: evaluated once per query), so
+        the query costs about twice `expr` alone (bench/fleet_scale.py: ranking at every step and
+        counting at every step cost 3-4 times, and picked 44 different servers of 100 in an hour)."""
+        cfg = self.cfg
+        worst, best = ("topk", "bottomk") if high_is_bad else ("bottomk", "topk")
+        latest = f"last_over_time(({expr})[{CROWDED_RANK_WINDOW}:] @ end())"
+        picked = f"{worst}({cfg.panel_worst_k}, {latest})"
+        if cfg.panel_best_k:
+            picked += f" or {best}({cfg.panel_best_k}, {latest})"
+        few = f"(count({latest}) <= {cfg.panel_all_series_up_to} or absent({latest}))"
+        return f"({expr}) and on () {few} or ({expr}) and ({picked})"
 
     def servers_per_model(self) -> str:
         """Servers exposing a k for each model: the servers speculating it."""

@@ -19,6 +19,7 @@ __all__ = [
     "acceptance_by_model",
     "acceptance_series",
     "acceptance_stat",
+    "crowd_note",
     "firing_alerts_stat",
     "firing_alerts_table",
     "runbook_links",
@@ -107,6 +108,13 @@ def firing_alerts_table(cfg: MixinConfig, q: Queries) -> table.Panel:
     ).links([link("Runbooks", links.runbook_index_url(cfg))])
 
 
+def crowd_note(cfg: MixinConfig) -> str:
+    """What a panel built on Queries.crowded draws over a large fleet."""
+    best = f" and the best {cfg.panel_best_k}" if cfg.panel_best_k else ""
+    return (f" Over more than {cfg.panel_all_series_up_to} series (All over a fleet) it draws the worst "
+            f"{cfg.panel_worst_k}{best} at each moment; pick servers in the instance variable to see all of them.")
+
+
 def threshold_note(cfg: MixinConfig) -> str:
     return (
         # Grafana colours a threshold line like the band above it (seen in the browser tests).
@@ -144,6 +152,7 @@ def acceptance_by_instance(cfg: MixinConfig, q: Queries) -> timeseries.Panel:
         cfg,
         "Acceptance rate by instance",
         "Accepted / drafted tokens per vLLM server. " + threshold_note(cfg)
-        + " One server below the others points at its config (draft model, k) or its traffic.",
-        [Query(q.acceptance((cfg.instance_label,)), legend_label(cfg.instance_label))],
+        + " One server below the others points at its config (draft model, k) or its traffic."
+        + crowd_note(cfg),
+        [Query(q.crowded(q.acceptance((cfg.instance_label,))), legend_label(cfg.instance_label))],
     )

@@ -39,7 +39,8 @@ def promtool(request: pytest.FixtureRequest) -> str:
 def test_promtool_check_rules_on_committed_files(promtool: str) -> None:
     result = run_tool([promtool, "check", "rules", rule_files.RULES_FILE, rule_files.ALERTS_FILE], cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 36 rules found" in result.stdout  # 16 + 4 drafting-state records + 4 windows x 4 evidence
+    # 5 source records, 16 + 4 drafting-state records, 4 windows x (3 source increases + 4 evidence)
+    assert "SUCCESS: 53 rules found" in result.stdout
     assert "SUCCESS: 8 rules found" in result.stdout
 
 
@@ -50,7 +51,7 @@ def test_promtool_check_rules_on_prometheusrule_spec(promtool: str, tmp_path: Pa
     path.write_text(yaml.safe_dump(spec))
     result = run_tool([promtool, "check", "rules", str(path)])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 44 rules found" in result.stdout
+    assert "SUCCESS: 61 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass(promtool: str) -> None:

@@ -114,12 +114,17 @@ def values(result: list[dict]) -> list[float]:
     return [float(sample["value"][1]) for sample in result]
 
 
-def recording_rules_file(folder: Path) -> Path:
-    """The generated recording rules for this stack's 1 s scrape and evaluation: the committed
-    windows (they keep their lengths below 30 s scrapes), with the groups' `interval:` at 1 s
-    instead of the committed 15 s, so the records exist within the test's first seconds."""
-    path = folder / "recording-rules.yaml"
-    path.write_text(rule_files.render(MixinConfig().with_overrides({"scrape_interval": "1s"}))[rule_files.RULES_FILE])
+def stack_config(rate_window: str) -> MixinConfig:
+    """The generated bundle for this stack's 1 s scrapes: the dashboards read the source records,
+    whose rate window is the rules' (the committed 2m would hide every change for two minutes)."""
+    return MixinConfig().with_overrides({"scrape_interval": "1s", "evaluation_interval": "1s",
+                                         "rate_window": rate_window})
+
+
+def recording_rules_file(folder: Path, cfg: MixinConfig) -> Path:
+    """The recording rules generated from `cfg` (source records, evidence) for the stack's Prometheus."""
+    path = folder / "prometheus_rules.yaml"
+    path.write_text(rule_files.render(cfg)[rule_files.RULES_FILE])
     return path
 
 
@@ -135,7 +140,7 @@ def always_firing_rules(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def model() -> dict:
-    return overview.build(MixinConfig())
+    return overview.build(stack_config(RATE_INTERVAL))
 
 
 # vLLM's own prefix and Ray Serve's: each served twice (below), so every panel is run on all four
@@ -163,7 +168,9 @@ def query_backend(backend: str, scrape: dict[str, list[str]], rules: list[Path])
 
 @pytest.fixture(scope="module", params=STACKS, ids=lambda stack: "-".join(stack).rstrip(":"))
 def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    rules = always_firing_rules(tmp_path_factory.mktemp("rules"))
+    folder = tmp_path_factory.mktemp("rules")
+    rules = always_firing_rules(folder)
+    recorded = recording_rules_file(folder, stack_config(RATE_INTERVAL))
     backend, prefix = request.param
     fake = FakeVllm(models=MODELS, engines=ENGINES, k=K, latency_histograms=True, step_seconds=STEP_SECONDS,
                     prefix=prefix)
@@ -181,7 +188,7 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         scrape = {"vllm-spec-exporter": [f"127.0.0.1:{exporter_port}"],
                   "vllm": [negotiated_instance, classic_instance, escaped_instance]}
         # The generated recording rules too: the acceptance panel draws the alerts' confidence bounds.
-        with query_backend(backend, scrape, [rules, recording_rules_file(rules.parent)]) as prom:
+        with query_backend(backend, scrape, [rules, recorded]) as prom:
             wait_until(lambda: prom.query("vllm_spec_exporter_target_up == 1"), timeout=20)
             # A full rate window of polled samples, plus slack for the first scrape.
             time.sleep(RATE_INTERVAL_SECONDS + 4)
@@ -546,7 +553,9 @@ def _drive_fleet(fakes: dict[str, FakeVllm], stop: threading.Event) -> None:
 @pytest.fixture(scope="module", params=("prometheus", "victoria-metrics"))
 def fleet_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """The five-exporter fleet on Prometheus, and on VictoriaMetrics with vmalert."""
-    rules = always_firing_rules(tmp_path_factory.mktemp("fleet-rules"))
+    folder = tmp_path_factory.mktemp("fleet-rules")
+    rules = always_firing_rules(folder)
+    recorded = recording_rules_file(folder, stack_config(FLEET_RATE_INTERVAL))
     fakes: dict[str, FakeVllm] = {}
     exporters: list[ExporterProcess] = []
     stop = threading.Event()
@@ -565,7 +574,7 @@ def fleet_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
         threading.Thread(target=_drive_fleet, args=(fakes, stop), daemon=True).start()
         scrape = {"vllm-spec-exporter": list(instances.values()),
                   "vllm": [url.split("//", 1)[1] for server, url in urls.items() if server in fakes]}
-        with query_backend(request.param, scrape, [rules]) as prom:
+        with query_backend(request.param, scrape, [rules, recorded]) as prom:
             wait_until(lambda: len(prom.query("vllm_spec_exporter_target_up == 1")) == len(fakes), timeout=20)
             time.sleep(FLEET_RATE_INTERVAL_SECONDS + 5)
             yield {"prom": prom, "instances": instances,
@@ -580,7 +589,7 @@ def fleet_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 
 @pytest.fixture(scope="module")
 def fleet_model() -> dict:
-    return fleet.build(MixinConfig())
+    return fleet.build(stack_config(FLEET_RATE_INTERVAL))
 
 
 def fleet_run(stack: dict, expr: str, overrides: dict[str, str] | None = None) -> list[dict]:

@@ -46,11 +46,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from urllib.error import HTTPError
 from urllib.parse import urlencode
 from urllib.request import urlopen
 
@@ -67,6 +68,7 @@ from bench_pipeline import multi_engine_payload  # noqa: E402
 from support import grafana_render  # noqa: E402
 from vllm_spec_exporter.collector import SpecDecodeCollector  # noqa: E402
 from vllm_spec_exporter.derive import derive  # noqa: E402
+from vllm_spec_exporter.mixin.config import MixinConfig  # noqa: E402
 from vllm_spec_exporter.normalise import normalise  # noqa: E402
 from vllm_spec_exporter.parse import parse  # noqa: E402
 from vllm_spec_exporter.poller import PollResult  # noqa: E402
@@ -78,21 +80,83 @@ from vllm_spec_lab.server import free_port  # noqa: E402
 from vllm_spec_lab.victoria import VictoriaMetrics, VMAlert  # noqa: E402
 
 CAPTURE = ROOT / "tests" / "fixtures" / "vllm-0.32.0" / "ngram"
-RULE_FILES = (ROOT / "alerts" / "prometheus_rules.yaml", ROOT / "alerts" / "prometheus_alerts.yaml")
-DASHBOARD_FILES = sorted((ROOT / "dashboards").glob("*.json"))
-# Dashboards measured: {short name: model}; `--dashboards-before REV` adds REV's as "<name>@REV".
-DASHBOARDS: dict[str, dict] = {p.stem.removeprefix("vllm-spec-decode-"): json.loads(p.read_text())
-                               for p in DASHBOARD_FILES}
+# vLLM's own families the direct bundle reads (mixin/sources.py), as vLLM 0.32 names them; the rest of
+# vLLM's exposition (~330 series per model and engine, histograms mostly) is there with or without
+# the bundle and is not synthesised.
+VLLM_FAMILIES_READ = tuple(f"vllm:{name}" for name in (
+    "spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total",
+    "spec_decode_num_accepted_tokens_per_pos_total", "generation_tokens_total", "num_requests_running",
+    "num_requests_waiting", "kv_cache_usage_perc"))
 
 
-def add_dashboards_before(rev: str) -> None:
-    """Measure REV's committed dashboards too (before/after a dashboard change, in the same run)."""
-    for path in DASHBOARD_FILES:
-        relative = path.relative_to(ROOT).as_posix()
-        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{relative}"], capture_output=True, text=True,
-                              check=True).stdout
-        DASHBOARDS[f"{path.stem.removeprefix('vllm-spec-decode-')}@{rev}"] = json.loads(text)
-JOB = "vllm-spec-exporter"
+@dataclass
+class Bundle:
+    """One generated bundle: `exporter` (the committed alerts/ and dashboards/, reading the
+    sidecar's series) or `direct` (direct/, reading vLLM's own series; no sidecar). Its rule files,
+    its dashboards {short name: model} and the scrape job and port its series carry."""
+
+    source: str
+    root: Path
+    job: str
+    port: int
+    dashboards: dict[str, dict] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, source: str) -> Bundle:
+        cfg = MixinConfig()
+        if source == "exporter":
+            bundle = cls(source, ROOT, _job(cfg.exporter_selector), 9850)
+        elif source == "direct":
+            bundle = cls(source, ROOT / "direct", _job(cfg.vllm_selector), 8000)
+        else:
+            raise SystemExit(f"--source: unknown bundle {source!r} (exporter or direct)")
+        bundle.dashboards = {p.stem.removeprefix("vllm-spec-decode-"): json.loads(p.read_text())
+                             for p in bundle.dashboard_files}
+        return bundle
+
+    @property
+    def rule_files(self) -> tuple[Path, Path]:
+        return self.root / "alerts" / "prometheus_rules.yaml", self.root / "alerts" / "prometheus_alerts.yaml"
+
+    @property
+    def dashboard_files(self) -> list[Path]:
+        return sorted((self.root / "dashboards").glob("*.json"))
+
+    def add_dashboards_before(self, rev: str) -> None:
+        """Measure REV's committed dashboards too, as "<name>@REV" (before/after a dashboard change,
+        in the same run); a bundle REV did not have is skipped."""
+        for path in self.dashboard_files:
+            relative = path.relative_to(ROOT).as_posix()
+            shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{relative}"], capture_output=True,
+                                   text=True)
+            if shown.returncode == 0:
+                self.dashboards[f"{path.stem.removeprefix('vllm-spec-decode-')}@{rev}"] = json.loads(shown.stdout)
+
+    def rules(self) -> list[dict[str, Any]]:
+        return [yaml.safe_load(p.read_text()) for p in self.rule_files]
+
+    def group_intervals(self, default: float) -> dict[str, float]:
+        """Each rule group's evaluation interval, seconds (the group's own, else the global)."""
+        return {g["name"]: _seconds(g["interval"]) if "interval" in g else default
+                for f in self.rules() for g in f["groups"]}
+
+    def series(self, models: int, engines: int) -> list[TemplateSeries]:
+        return exporter_series(models, engines) if self.source == "exporter" else vllm_series(models, engines)
+
+
+def _job(selector: str) -> str:
+    """The job a MixinConfig selector names (`job="vllm"` -> vllm)."""
+    match = re.search(r'\bjob="([^"]+)"', selector)
+    if match is None:
+        raise SystemExit(f"the bench needs a job=\"...\" matcher in the selector, got {selector!r}")
+    return match.group(1)
+
+
+def _seconds(duration: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    return sum(float(n) * units[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", duration))
+
+
 # (models, data-parallel engines, share of pods): most pods serve one model on one engine.
 SHAPES = ((1, 1, 0.55), (1, 2, 0.20), (2, 1, 0.10), (1, 4, 0.05), (2, 2, 0.05), (3, 1, 0.05))
 DEGRADED_EVERY = 50  # 2 % of pods accept far fewer drafts
@@ -156,6 +220,26 @@ def _counter_values(vllm_text: str) -> dict[tuple[str, tuple], float]:
             if f.type == "counter" for s in f.samples}
 
 
+def vllm_series(models: int, engines: int) -> list[TemplateSeries]:
+    """vLLM's own series the direct bundle reads, for `models` x `engines` (model, engine) pairs:
+    the real capture's lines replicated, counters at their per-second rate between two captures
+    5 s apart, gauges at the second capture's value."""
+    before, after = ({(s.name, _key(s.labels)): s.value
+                      for f in text_string_to_metric_families(multi_engine_payload((CAPTURE / name).read_text(),
+                                                                                   models, engines))
+                      for s in f.samples}
+                     for name in ("scrape-002.prom", "scrape-003.prom"))
+    out = []
+    for (name, labels), value in after.items():
+        if name not in VLLM_FAMILIES_READ:
+            continue
+        counter = name.endswith("_total")
+        if counter:
+            value = max(0.0, (value - before.get((name, labels), 0.0)) / 5)
+        out.append(TemplateSeries(name, labels, counter, value))
+    return out
+
+
 @dataclass
 class Fleet:
     """N pods' series: `series` is (label text, counter?, value or rate) in exposition order."""
@@ -169,7 +253,7 @@ class Fleet:
         return len(self.series) / self.pods
 
 
-def build_fleet(pods: int) -> Fleet:
+def build_fleet(pods: int, bundle: Bundle) -> Fleet:
     templates: dict[tuple[int, int], list[TemplateSeries]] = {}
     fleet = Fleet(pods)
     weights = [(m, e, round(share * 1000)) for m, e, share in SHAPES]
@@ -178,10 +262,11 @@ def build_fleet(pods: int) -> Fleet:
         models, engines = cycle[(pod * 7919) % len(cycle)]  # a fixed, well-mixed assignment
         shape = templates.get((models, engines))
         if shape is None:
-            shape = templates[(models, engines)] = exporter_series(models, engines)
+            shape = templates[(models, engines)] = bundle.series(models, engines)
         degraded = pod % DEGRADED_EVERY == DEGRADED_EVERY - 1
         speed = 0.5 + (pod * 37 % 100) / 100  # pods differ in traffic
-        pod_labels = f'instance="vllm-{pod:05d}:9850",job="{JOB}",namespace="inference",pod="vllm-{pod:05d}"'
+        pod_labels = (f'instance="vllm-{pod:05d}:{bundle.port}",job="{bundle.job}",namespace="inference",'
+                      f'pod="vllm-{pod:05d}"')
         shard = fleet.per_shard.setdefault(pod // SHARD_PODS, [])
         for t in shape:
             labels = ",".join(f'{k}="{v}"' for k, v in t.labels)
@@ -251,8 +336,8 @@ def vm_import_lines(fleet: Fleet, start: int, end: int, step: int) -> Iterator[b
 class LiveTarget:
     """Serves /metrics/<shard>: the fleet's series at the current time, continuing the history."""
 
-    def __init__(self, fleet: Fleet, start: int) -> None:
-        self.fleet, self.start = fleet, start
+    def __init__(self, fleet: Fleet, start: int, job: str) -> None:
+        self.fleet, self.start, self.job = fleet, start, job
         target = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -279,7 +364,7 @@ class LiveTarget:
                        for i in self.fleet.per_shard[shard]).encode()
 
     def scrape_config(self, interval: int) -> dict[str, Any]:
-        return {"job_name": JOB, "honor_labels": True, "scrape_interval": f"{interval}s",
+        return {"job_name": self.job, "honor_labels": True, "scrape_interval": f"{interval}s",
                 "scrape_timeout": f"{interval}s",
                 "static_configs": [{"targets": [f"127.0.0.1:{self.port}"], "labels": {"shard": str(s)}}
                                    for s in self.fleet.per_shard],
@@ -294,13 +379,9 @@ class LiveTarget:
 # --- Rules: records expanded into raw PromQL --------------------------------------------------
 
 
-def load_rules() -> list[dict[str, Any]]:
-    return [yaml.safe_load(p.read_text()) for p in RULE_FILES]
-
-
-def record_exprs() -> dict[str, str]:
+def record_exprs(bundle: Bundle) -> dict[str, str]:
     """Every recording rule's expression with the records it reads expanded, recursively."""
-    raw = {r["record"]: r["expr"] for f in load_rules() for g in f["groups"] for r in g["rules"] if "record" in r}
+    raw = {r["record"]: r["expr"] for f in bundle.rules() for g in f["groups"] for r in g["rules"] if "record" in r}
     expanded: dict[str, str] = {}
 
     def expand(name: str) -> str:
@@ -336,12 +417,12 @@ def expand_records(expr: str, lookup) -> str:
     return _RECORD_REF.sub(replace, expr)
 
 
-def expanded_rules_file(path: Path) -> Path:
+def expanded_rules_file(path: Path, bundle: Bundle) -> Path:
     """The recording rules alone, each with its expression in raw PromQL (for backfill tools)."""
-    exprs = record_exprs()
+    exprs = record_exprs(bundle)
     groups = [{"name": g["name"], "rules": [{"record": r["record"], "expr": exprs[r["record"]]}
                                             for r in g["rules"] if "record" in r]}
-              for f in load_rules() for g in f["groups"]]
+              for f in bundle.rules() for g in f["groups"]]
     path.write_text(yaml.safe_dump({"groups": [g for g in groups if g["rules"]]}, sort_keys=False))
     return path
 
@@ -349,10 +430,10 @@ def expanded_rules_file(path: Path) -> Path:
 # --- Servers: the lab's, with the bench's storage, limits and relabelled scrape job -------------
 
 
-def prometheus3(data: Path, live: LiveTarget, step: int) -> Prometheus:
+def prometheus3(data: Path, live: LiveTarget, step: int, rule_files: Iterable[Path]) -> Prometheus:
     """Prometheus on a data folder that survives a restart (backfilled blocks), scraping the live
     target and evaluating the generated rules; limits raised for 5,000 pods' raw baseline queries."""
-    return Prometheus(rule_files=RULE_FILES, scrape_interval=f"{step}s", evaluation_interval=f"{step}s",
+    return Prometheus(rule_files=rule_files, scrape_interval=f"{step}s", evaluation_interval=f"{step}s",
                       scrape_configs=[live.scrape_config(step)], data_path=data,
                       extra_args=["--storage.tsdb.retention.time=30d", "--query.max-samples=500000000"])
 
@@ -420,8 +501,9 @@ class QueryTime:
     panel: str
     seconds: float
     series: int
-    raw_seconds: float | None = None  # the same panel from raw counters (None: reads no record)
+    raw_seconds: float | None = None  # the same panel from raw counters (None: reads no record, or failed)
     error: str = ""
+    raw_error: str = ""  # the raw baseline query's error (the panel's own query ran)
 
 
 def time_query(url: str, request: grafana_render.GrafanaRequest, expr: str) -> tuple[float, int, str]:
@@ -432,19 +514,23 @@ def time_query(url: str, request: grafana_render.GrafanaRequest, expr: str) -> t
         params = {"query": expr, "start": request.start, "end": request.end, "step": request.step}
         path = "/api/v1/query_range"
     started = time.perf_counter()
-    with urlopen(f"{url}{path}?{urlencode(params)}", timeout=300) as response:
-        data = json.loads(response.read())
+    try:
+        with urlopen(f"{url}{path}?{urlencode(params)}", timeout=300) as response:
+            data = json.loads(response.read())
+    except HTTPError as error:  # a rejected query: 400 / 422 with the reason in the body
+        data = {"status": "error", "error": f"{error.code} {error.read().decode(errors='replace')}"}
     elapsed = time.perf_counter() - started
     if data.get("status") != "success":
-        return elapsed, 0, str(data.get("error", "failed"))[:200]
+        return elapsed, 0, str(data.get("error", "failed"))[-300:]  # the reason ends the message
     return elapsed, len(data["data"]["result"]), ""
 
 
-def dashboard_load(url: str, end: float, scrape_interval: int, exprs: dict[str, str]) -> list[QueryTime]:
+def dashboard_load(url: str, end: float, scrape_interval: int, bundle: Bundle) -> list[QueryTime]:
     """Every panel target of every dashboard, as Grafana sends it over the last hour; for targets
     that read a recording rule, also the same query with the records expanded (the baseline)."""
+    exprs = record_exprs(bundle)
     out = []
-    for name, model in DASHBOARDS.items():
+    for name, model in bundle.dashboards.items():
         for panel in grafana_render.dashboard_files.iter_panels(model):
             for target in panel.get("targets", []):
                 request = grafana_render.grafana_request(panel, target, end - 3600, end, scrape_interval)
@@ -452,18 +538,20 @@ def dashboard_load(url: str, end: float, scrape_interval: int, exprs: dict[str, 
                 row = QueryTime(name, panel.get("title", ""), seconds, series, error=error)
                 raw = expand_records(request.expr, exprs.__getitem__)
                 if raw != request.expr:
-                    row.raw_seconds = time_query(url, request, raw)[0]
+                    raw_seconds, _, row.raw_error = time_query(url, request, raw)
+                    row.raw_seconds = None if row.raw_error else raw_seconds
                 out.append(row)
     return out
 
 
-def browser_draw(url: str, end: float, scrape_interval: int, workdir: Path) -> dict[str, float]:
+def browser_draw(url: str, end: float, scrape_interval: int, workdir: Path,
+                 dashboards: dict[str, dict]) -> dict[str, float]:
     """Seconds from opening each dashboard to a settled page in headless Chromium (the renderer)."""
     if grafana_render.missing_tools() is not None:
         raise RuntimeError(f"browser: {grafana_render.missing_tools()}")
     dist = grafana_render.build(workdir / "dist")
     shots, start = [], end - 3600
-    for name, model in DASHBOARDS.items():
+    for name, model in dashboards.items():
         results = {}
         for panel in grafana_render.dashboard_files.iter_panels(model):
             results[str(panel["id"])] = [_renderer_result(url, panel, t, start, end, scrape_interval)
@@ -475,7 +563,7 @@ def browser_draw(url: str, end: float, scrape_interval: int, workdir: Path) -> d
     except subprocess.CalledProcessError:
         log("browser: a dashboard did not settle within the renderer's 60 s (reported as 60+)")
     out = {}
-    for name in DASHBOARDS:
+    for name in dashboards:
         report = workdir / f"{name.replace('@', '-at-')}.report.json"
         draw_ms = json.loads(report.read_text()).get("drawMs") if report.exists() else None
         out[name] = draw_ms / 1000 if draw_ms is not None else math.inf  # not drawn within 60 s
@@ -503,6 +591,7 @@ def _renderer_result(url: str, panel: dict, target: dict, start: float, end: flo
 @dataclass
 class Result:
     backend: str
+    source: str  # the bundle: exporter or direct
     pods: int
     series: int
     series_per_pod: float
@@ -523,6 +612,7 @@ class Plan:
     cycles: int  # rule evaluations to watch
     browser: bool
     work: Path
+    bundle: Bundle
 
     @property
     def end(self) -> int:
@@ -531,7 +621,7 @@ class Plan:
     start: int = 0
 
 
-def watch_rule_groups(read, interval: int, cycles: int) -> dict[str, float]:
+def watch_rule_groups(read, interval: float, cycles: int) -> dict[str, float]:
     """The worst evaluation time of each group over `cycles` fresh evaluations."""
     worst: dict[str, float] = {}
     seen: dict[str, set[str]] = {}
@@ -550,7 +640,7 @@ def watch_rule_groups(read, interval: int, cycles: int) -> dict[str, float]:
     return worst
 
 
-def watch_vmalert(alert: VMAlert, names: list[str], interval: int, cycles: int) -> dict[str, float]:
+def watch_vmalert(alert: VMAlert, names: list[str], interval: float, cycles: int) -> dict[str, float]:
     """The worst evaluation time of each group over `cycles` evaluations after the first: vmalert's
     running sum and count, read often enough that each evaluation shows as its own increment."""
     worst: dict[str, float] = {}
@@ -569,7 +659,7 @@ def watch_vmalert(alert: VMAlert, names: list[str], interval: int, cycles: int) 
     return worst
 
 
-def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget, exprs: dict[str, str]) -> Result:
+def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
     work = plan.work / "prometheus"
     work.mkdir()
     history = work / "history.om"
@@ -587,7 +677,7 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget, exprs: dict[s
         history.unlink()
     load = time.perf_counter() - started
     log(f"prometheus: {samples:,} samples backfilled in {load:.0f} s")
-    prom = prometheus3(data, live, plan.step)
+    prom = prometheus3(data, live, plan.step, plan.bundle.rule_files)
     try:
         prom.start(timeout=900)
         log("prometheus: started on the history; backfilling the records")
@@ -596,25 +686,27 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget, exprs: dict[s
         blocks = work / "rule-blocks"
         run([str(BIN / "promtool"), "tsdb", "create-blocks-from", "rules", f"--start={plan.start}",
              f"--end={plan.end}", f"--url={prom.url}", f"--eval-interval={plan.step}s",
-             f"--output-dir={blocks}", str(expanded_rules_file(work / "expanded.yaml"))], timeout=3600)
+             f"--output-dir={blocks}", str(expanded_rules_file(work / "expanded.yaml", plan.bundle))], timeout=3600)
         prom.stop()
         for block in blocks.iterdir():
             shutil.move(str(block), data / block.name)
-        prom = prometheus3(data, live, plan.step)
+        prom = prometheus3(data, live, plan.step, plan.bundle.rule_files)
         prom.start(timeout=900)
         log("prometheus: restarted with the records; watching rule evaluations")
         assert prom.proc is not None
         cpu, wall = cpu_seconds(prom.proc.pid), time.monotonic()
-        worst = watch_rule_groups(lambda: rule_times(prom), plan.step, plan.cycles)
+        intervals = plan.bundle.group_intervals(plan.step)
+        worst = watch_rule_groups(lambda: rule_times(prom), max(intervals.values()), plan.cycles)
         cores = (cpu_seconds(prom.proc.pid) - cpu) / (time.monotonic() - wall)
         log("prometheus: dashboards")
-        result = Result("Prometheus 3", fleet.pods, len(fleet.series), fleet.series_per_pod, prom.head_series(),
-                        rss_mb(prom.proc.pid), load, cores, {g: (s, plan.step) for g, s in worst.items()})
-        result.queries = dashboard_load(prom.url, time.time(), plan.step, exprs)
+        result = Result("Prometheus 3", plan.bundle.source, fleet.pods, len(fleet.series), fleet.series_per_pod,
+                        prom.head_series(), rss_mb(prom.proc.pid), load, cores,
+                        {g: (s, intervals[g]) for g, s in worst.items()})
+        result.queries = dashboard_load(prom.url, time.time(), plan.step, plan.bundle)
         if plan.browser:
             log("prometheus: drawing the dashboards in the browser")
             try:
-                result.draw_seconds = browser_draw(prom.url, time.time(), plan.step, work)
+                result.draw_seconds = browser_draw(prom.url, time.time(), plan.step, work, plan.bundle.dashboards)
             except (RuntimeError, subprocess.SubprocessError, OSError, KeyError) as error:
                 log(f"browser: {error}")  # the table shows no draw time; the other figures stand
         return result
@@ -622,10 +714,11 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget, exprs: dict[s
         prom.stop()
 
 
-def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget, exprs: dict[str, str]) -> Result:
+def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
     work = plan.work / "victoriametrics"
     work.mkdir()
     vm = victoria_metrics(work / "data", live, plan.step)
+    intervals = plan.bundle.group_intervals(plan.step)
     alert: VMAlert | None = None
     try:
         vm.start(timeout=120)
@@ -642,24 +735,24 @@ def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget, exprs: d
         load = time.perf_counter() - started
         log(f"victoriametrics: history imported in {load:.0f} s; replaying the records")
         run([str(BIN / "vmalert"), f"-datasource.url={vm.url}", f"-remoteWrite.url={vm.url}",
-             f"-rule={expanded_rules_file(work / 'expanded.yaml')}", f"-evaluationInterval={plan.step}s",
+             f"-rule={expanded_rules_file(work / 'expanded.yaml', plan.bundle)}", f"-evaluationInterval={plan.step}s",
              "-rule.evalDelay=0s", f"-replay.timeFrom={_rfc3339(plan.start)}", f"-replay.timeTo={_rfc3339(plan.end)}",
              "-replay.disableProgressBar", "-replay.rulesDelay=0s",  # no chained records: all expanded
              "-loggerLevel=ERROR", "-httpListenAddr=127.0.0.1:0"], timeout=3600)
         urlopen(f"{vm.url}/internal/force_flush", timeout=600).read()
-        alert = VMAlert(vm.url, RULE_FILES, evaluation_interval=f"{plan.step}s", extra_args=["-loggerLevel=ERROR"])
+        alert = VMAlert(vm.url, plan.bundle.rule_files, evaluation_interval=f"{plan.step}s",
+                        extra_args=["-loggerLevel=ERROR"])
         alert.start(timeout=60)
         log("victoriametrics: watching rule evaluations")
-        names = [g["name"] for f in load_rules() for g in f["groups"]]
         assert vm.proc is not None and alert.proc is not None
         cpu, wall = cpu_seconds(vm.proc.pid, alert.proc.pid), time.monotonic()
-        groups = watch_vmalert(alert, names, plan.step, plan.cycles)
+        groups = watch_vmalert(alert, list(intervals), max(intervals.values()), plan.cycles)
         cores = (cpu_seconds(vm.proc.pid, alert.proc.pid) - cpu) / (time.monotonic() - wall)
         series = int(http_get_json(f"{vm.url}/api/v1/series/count")["data"][0])
-        result = Result("VictoriaMetrics", fleet.pods, len(fleet.series), fleet.series_per_pod, series,
-                        rss_mb(vm.proc.pid) + rss_mb(alert.proc.pid), load, cores,
-                        {g: (seconds, plan.step) for g, seconds in groups.items()})
-        result.queries = dashboard_load(vm.url, time.time(), plan.step, exprs)
+        result = Result("VictoriaMetrics", plan.bundle.source, fleet.pods, len(fleet.series), fleet.series_per_pod,
+                        series, rss_mb(vm.proc.pid) + rss_mb(alert.proc.pid), load, cores,
+                        {g: (seconds, intervals[g]) for g, seconds in groups.items()})
+        result.queries = dashboard_load(vm.url, time.time(), plan.step, plan.bundle)
         return result
     finally:
         if alert is not None:
@@ -677,10 +770,12 @@ def summary(result: Result) -> dict[str, Any]:
         d = dashboards.setdefault(q.dashboard, {"queries": 0, "total": 0.0, "slowest": 0.0, "slowest_panel": "",
                                                 "errors": 0, "max_series": 0, "max_series_panel": "",
                                                 "record_queries": 0, "record_total": 0.0, "raw_total": 0.0,
-                                                "raw_slowest": 0.0})
+                                                "raw_slowest": 0.0, "raw_errors": 0, "rec_slower": 0,
+                                                "worst_rec_over_raw": 0.0, "worst_rec_over_raw_panel": ""})
         d["queries"] += 1
         d["total"] += q.seconds
         d["errors"] += bool(q.error)
+        d["raw_errors"] += bool(q.raw_error)
         if q.seconds > d["slowest"]:
             d["slowest"], d["slowest_panel"] = q.seconds, q.panel
         if q.series > d["max_series"]:
@@ -690,10 +785,14 @@ def summary(result: Result) -> dict[str, Any]:
             d["record_total"] += q.seconds
             d["raw_total"] += q.raw_seconds
             d["raw_slowest"] = max(d["raw_slowest"], q.raw_seconds)
+            # Per panel: is the recording-rule path ever slower than its raw baseline (the issue's target)?
+            d["rec_slower"] += q.seconds > q.raw_seconds
+            if q.seconds / q.raw_seconds > d["worst_rec_over_raw"]:
+                d["worst_rec_over_raw"], d["worst_rec_over_raw_panel"] = q.seconds / q.raw_seconds, q.panel
     for name, seconds in result.draw_seconds.items():
         dashboards.setdefault(name, {})["draw"] = seconds
     worst_group = max(result.rule_groups.items(), key=lambda kv: kv[1][0] / kv[1][1], default=("", (0.0, 1.0)))
-    return {"backend": result.backend, "pods": result.pods, "series": result.series,
+    return {"backend": result.backend, "source": result.source, "pods": result.pods, "series": result.series,
             "series_per_pod": result.series_per_pod, "head_series": result.head_series, "rss_mb": result.rss_mb,
             "load_seconds": result.load_seconds, "cpu_cores": result.cpu_cores,
             "rule_groups": {g: {"seconds": s, "interval": i, "share": s / i}
@@ -704,7 +803,7 @@ def summary(result: Result) -> dict[str, Any]:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    backend = rows[0]["backend"]
+    backend = f"{rows[0]['backend']}, {rows[0]['source']} bundle"
     print(f"\n{backend}: series, memory, rule evaluation (share of the interval) and dashboard load "
           "(1 h range; recording-rule panels vs the same panels from raw counters)")
     print(f"{'pods':>6}{'series/pod':>11}{'series':>9}{'head':>9}{'RSS MB':>8}{'CPU':>6}{'rules %':>8}"
@@ -733,7 +832,10 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         for name, d in sorted(r["dashboards"].items()):
             if "slowest_panel" in d:
                 print(f"  {r['pods']:>6} pods {name}: slowest {d['slowest_panel']!r}, most series "
-                      f"{d['max_series']} in {d['max_series_panel']!r}, {d['errors']} query errors")
+                      f"{d['max_series']} in {d['max_series_panel']!r}, {d['errors']} query errors; "
+                      f"records slower than raw in {d['rec_slower']} of {d['record_queries']} queries (worst "
+                      f"×{d['worst_rec_over_raw']:.2f}, {d['worst_rec_over_raw_panel']!r}), "
+                      f"{d['raw_errors']} raw baseline errors")
 
 
 def main() -> None:
@@ -748,6 +850,9 @@ def main() -> None:
     parser.add_argument("--no-browser", action="store_true")
     parser.add_argument("--browser-max-pods", type=int, default=1000)
     parser.add_argument("--json", type=Path, help="write the summaries here")
+    parser.add_argument("--source", default="exporter",
+                        help="bundles to measure, comma-separated: exporter (alerts/, dashboards/: the sidecar's "
+                             "series), direct (direct/: vLLM's own series, no sidecar)")
     parser.add_argument("--dashboards-before", metavar="REV",
                         help="also measure REV's dashboards (before/after a dashboard change, same run)")
     args = parser.parse_args()
@@ -761,35 +866,45 @@ def main() -> None:
     vm_version = testing_package_versions().get("victoria-metrics", "?")  # its binaries print none
     print(f"{version}; VictoriaMetrics {vm_version}; {os.cpu_count()} cores; interval {args.interval}s; "
           f"history {args.history_minutes} min")
-    exprs = record_exprs()
-    if args.dashboards_before:
-        add_dashboards_before(args.dashboards_before)
+    bundles = [Bundle.load(source) for source in args.source.split(",")]
+    for bundle in bundles:
+        if args.dashboards_before:
+            bundle.add_dashboards_before(args.dashboards_before)
+    print(f"load average at the start: {_load_average()}", flush=True)
     summaries: dict[str, list[dict[str, Any]]] = {}
+
+    def keep(key: str, result: Result) -> None:
+        summaries.setdefault(key, []).append(summary(result))
+        if args.json:  # after every measurement: a long run stopped early keeps what it measured
+            args.json.write_text(json.dumps(summaries, indent=1))
+
     for pods in (int(p) for p in args.pods.split(",")):
-        started = time.perf_counter()
-        fleet = build_fleet(pods)
-        with tempfile.TemporaryDirectory(prefix="fleet-scale-") as tmp:
-            plan = Plan(pods, args.interval, args.history_minutes * 60, args.cycles,
-                        not args.no_browser and pods <= args.browser_max_pods, Path(tmp))
-            # The history ends now, aligned to the interval; the live target continues from there.
-            plan.start = (int(time.time()) // plan.step) * plan.step - plan.history
-            live = LiveTarget(fleet, plan.start)
-            try:
-                summaries.setdefault("prometheus", []).append(summary(measure_prometheus(fleet, plan, live, exprs)))
-                if not args.no_vm:
-                    plan.start = (int(time.time()) // plan.step) * plan.step - plan.history
-                    live.start = plan.start
-                    summaries.setdefault("victoriametrics", []).append(
-                        summary(measure_victoriametrics(fleet, plan, live, exprs)))
-            finally:
-                live.stop()
-        print(f"[{pods} pods measured in {time.perf_counter() - started:.0f} s; load average "
-              f"{os.getloadavg()[1]:.1f} over the last 5 min (other jobs on this machine slow every figure)]",
-              flush=True)
+        for bundle in bundles:
+            started = time.perf_counter()
+            fleet = build_fleet(pods, bundle)
+            with tempfile.TemporaryDirectory(prefix="fleet-scale-") as tmp:
+                plan = Plan(pods, args.interval, args.history_minutes * 60, args.cycles,
+                            not args.no_browser and pods <= args.browser_max_pods, Path(tmp), bundle)
+                # The history ends now, aligned to the interval; the live target continues from there.
+                plan.start = (int(time.time()) // plan.step) * plan.step - plan.history
+                live = LiveTarget(fleet, plan.start, bundle.job)
+                try:
+                    keep("prometheus", measure_prometheus(fleet, plan, live))
+                    if not args.no_vm:
+                        plan.start = (int(time.time()) // plan.step) * plan.step - plan.history
+                        live.start = plan.start
+                        keep("victoriametrics", measure_victoriametrics(fleet, plan, live))
+                finally:
+                    live.stop()
+            print(f"[{pods} pods, {bundle.source} bundle, measured in {time.perf_counter() - started:.0f} s; "
+                  f"load average {_load_average()} (other jobs on this machine slow every figure)]", flush=True)
     for rows in summaries.values():
-        print_table(rows)
-    if args.json:
-        args.json.write_text(json.dumps(summaries, indent=1))
+        for source in dict.fromkeys(r["source"] for r in rows):
+            print_table([r for r in rows if r["source"] == source])
+
+
+def _load_average() -> str:
+    return "{:.1f} {:.1f} {:.1f} (1, 5, 15 min)".format(*os.getloadavg())
 
 
 if __name__ == "__main__":

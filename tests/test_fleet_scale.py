@@ -1,60 +1,80 @@
 """bench/fleet_scale.py --quick (100 pods, real Prometheus 3 and VictoriaMetrics + vmalert): the
-tables it prints hold sane figures. Not a timing assertion: it checks that every rule group was
-evaluated and timed, every dashboard query ran without error, the series counts add up and the
-crowded per-server panels stayed readable."""
+tables it prints hold sane figures, for the exporter bundle (alerts/, dashboards/) on both backends
+and the direct bundle (direct/: vLLM's own series) on Prometheus. Not a timing assertion: it checks
+that every rule group was evaluated and timed, every dashboard query ran without error, the series
+counts add up and the crowded per-server panels stayed readable."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from support.prom import require_binary
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_lab.binaries import TESTING_BIN_DIR
 
 pytestmark = pytest.mark.prometheus
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-BIN = Path(os.environ.get("VLLM_SPEC_EXPORTER_CACHE", Path.home() / ".cache" / "vllm-spec-exporter")) \
-    / "debian-testing" / "root" / "usr" / "bin"
+
+
+def run_quick(tmp_path: Path, *args: str) -> dict[str, list[dict[str, Any]]]:
+    binaries = ("prometheus", "promtool") if "--no-vm" in args else ("prometheus", "promtool", "victoria-metrics",
+                                                                      "vmalert")
+    for binary in binaries:
+        require_binary(str(TESTING_BIN_DIR / binary))
+    out = tmp_path / "fleet.json"
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "fleet_scale.py"), "--quick", "--json", str(out),
+                             *args], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def check_row(row: dict[str, Any], source: str, series_per_pod: tuple[float, float]) -> None:
+    import fleet_scale
+
+    bundle = fleet_scale.Bundle.load(source)
+    cfg = MixinConfig()
+    backend = row["backend"]
+    assert row["pods"] == 100 and row["source"] == source
+    assert series_per_pod[0] <= row["series_per_pod"] <= series_per_pod[1], row["series_per_pod"]
+    assert row["series"] == round(row["series_per_pod"] * 100)
+    # Stored series: the synthesised ones plus the records, alerts' and scrape bookkeeping.
+    assert row["head_series"] > row["series"], (row["head_series"], row["series"])
+    assert 0 < row["rss_mb"] < 4000
+    assert set(row["rule_groups"]) == {g["name"] for f in bundle.rules() for g in f["groups"]}, backend
+    for name, group in row["rule_groups"].items():
+        assert 0 < group["seconds"] < group["interval"], (backend, name, group)
+    assert set(row["dashboards"]) == {"overview", "fleet"}
+    for name, dashboard in row["dashboards"].items():
+        assert dashboard["errors"] == 0, (backend, name, [q for q in row["queries"] if q["error"]])
+        assert dashboard["queries"] > 10
+        assert 0 < dashboard["slowest"] <= dashboard["total"]
+        # The panels read records (issue 21): each has its raw baseline measured beside it.
+        assert dashboard["record_queries"] > 10, (backend, name, dashboard["record_queries"])
+    # 100 pods, All selected: the per-server acceptance panels keep the worst and best few.
+    crowded = [q for q in row["queries"] if q["panel"] in ("Acceptance rate by instance", "Acceptance by server")]
+    assert crowded and all(0 < q["series"] <= cfg.panel_worst_k + cfg.panel_best_k for q in crowded[:1]), crowded
+    fleet_panel = [q for q in crowded if q["dashboard"] == "fleet"]
+    assert all(q["series"] == cfg.panel_worst_k + cfg.panel_best_k for q in fleet_panel), fleet_panel
 
 
 def test_quick_fleet_tables_are_sane(tmp_path: Path) -> None:
-    for binary in ("prometheus", "promtool", "victoria-metrics", "vmalert"):
-        require_binary(str(BIN / binary))
-    out = tmp_path / "fleet.json"
-    result = subprocess.run([sys.executable, str(ROOT / "bench" / "fleet_scale.py"), "--quick", "--json", str(out)],
-                            capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "Prometheus 3:" in result.stdout and "VictoriaMetrics:" in result.stdout
-    summaries = json.loads(out.read_text())
-    import fleet_scale
-
-    groups = {g["name"] for f in fleet_scale.load_rules() for g in f["groups"]}
-    cfg = MixinConfig()
+    summaries = run_quick(tmp_path)
     for backend in ("prometheus", "victoriametrics"):
         (row,) = summaries[backend]
-        assert row["pods"] == 100
-        assert 40 <= row["series_per_pod"] <= 200, row["series_per_pod"]
-        assert row["series"] == round(row["series_per_pod"] * 100)
-        # Stored series: the exporter's plus the records, alerts' and scrape bookkeeping.
-        assert row["head_series"] > row["series"], (row["head_series"], row["series"])
-        assert 0 < row["rss_mb"] < 4000
-        assert set(row["rule_groups"]) == groups, backend
-        for name, group in row["rule_groups"].items():
-            assert 0 < group["seconds"] < group["interval"], (backend, name, group)
-        assert set(row["dashboards"]) == {"overview", "fleet"}
-        for name, dashboard in row["dashboards"].items():
-            assert dashboard["errors"] == 0, (backend, name, [q for q in row["queries"] if q["error"]])
-            assert dashboard["queries"] > 10
-            assert 0 < dashboard["slowest"] <= dashboard["total"]
-        # 100 pods, All selected: the per-server acceptance panels keep the worst and best few.
-        crowded = [q for q in row["queries"] if q["panel"] in ("Acceptance rate by instance", "Acceptance by server")]
-        assert crowded and all(0 < q["series"] <= cfg.panel_worst_k + cfg.panel_best_k for q in crowded[:1]), crowded
-        fleet_panel = [q for q in crowded if q["dashboard"] == "fleet"]
-        assert all(q["series"] == cfg.panel_worst_k + cfg.panel_best_k for q in fleet_panel), fleet_panel
+        check_row(row, "exporter", (40, 200))
+
+
+def test_quick_direct_bundle_on_prometheus(tmp_path: Path) -> None:
+    """The direct bundle reads vLLM's own series: 11 a (model, engine) pair (8 families, 4 positions)."""
+    summaries = run_quick(tmp_path, "--source", "direct", "--no-vm")
+    assert set(summaries) == {"prometheus"}
+    (row,) = summaries["prometheus"]
+    check_row(row, "direct", (11, 11 * 3))

@@ -504,6 +504,7 @@ class QueryTime:
     raw_seconds: float | None = None  # the same panel from raw counters (None: reads no record, or failed)
     error: str = ""
     raw_error: str = ""  # the raw baseline query's error (the panel's own query ran)
+    panel_type: str = ""  # timeseries, stat, table, ...: a table lists every server on purpose
 
 
 def time_query(url: str, request: grafana_render.GrafanaRequest, expr: str) -> tuple[float, int, str]:
@@ -535,7 +536,8 @@ def dashboard_load(url: str, end: float, scrape_interval: int, bundle: Bundle) -
             for target in panel.get("targets", []):
                 request = grafana_render.grafana_request(panel, target, end - 3600, end, scrape_interval)
                 seconds, series, error = time_query(url, request, request.expr)
-                row = QueryTime(name, panel.get("title", ""), seconds, series, error=error)
+                row = QueryTime(name, panel.get("title", ""), seconds, series, error=error,
+                                panel_type=panel.get("type", ""))
                 raw = expand_records(request.expr, exprs.__getitem__)
                 if raw != request.expr:
                     raw_seconds, _, row.raw_error = time_query(url, request, raw)

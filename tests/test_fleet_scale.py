@@ -63,6 +63,10 @@ def check_row(row: dict[str, Any], source: str, series_per_pod: tuple[float, flo
     assert crowded and all(0 < q["series"] <= cfg.panel_worst_k + cfg.panel_best_k for q in crowded[:1]), crowded
     fleet_panel = [q for q in crowded if q["dashboard"] == "fleet"]
     assert all(q["series"] == cfg.panel_worst_k + cfg.panel_best_k for q in fleet_panel), fleet_panel
+    # No panel but a table (which lists every server, worst first) draws one series per server.
+    crowd = [(q["dashboard"], q["panel"], q["series"]) for q in row["queries"]
+             if q["panel_type"] != "table" and q["series"] > cfg.panel_all_series_up_to]
+    assert not crowd, (backend, crowd)
 
 
 def test_quick_fleet_tables_are_sane(tmp_path: Path) -> None:

@@ -178,8 +178,9 @@ def acceptance_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "pauses speculation on purpose under load (vLLM's num_speculative_tokens_per_batch_size with "
         "k = 0), not a fault; it resumes when the batch shrinks. Stopped: no drafts at a batch where it"
         f" drafted before: {alert_rules.DRAFTS_STOPPED} after {cfg.spec_decode_stopped_for}. Good: "
-        "drafting, or paused only at peak load.",
-        [Query(q.drafting_state(), legend_label(cfg.instance_label) + " {{model_name}}", instant=True)],
+        "drafting, or paused only at peak load." + crowd_note(cfg),
+        [Query(q.crowded(q.drafting_state(), high_is_bad=True), legend_label(cfg.instance_label) + " {{model_name}}",
+               instant=True)],
         mappings=drafting_state_mappings(),
         color_mode=BACKGROUND,
     ).links(runbook_links(cfg, alert_rules.DRAFTS_STOPPED)), 24, 3)
@@ -449,18 +450,19 @@ def direct_health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
     layout.add(timeseries_panel(
         "vLLM scraped",
         f"Prometheus' own up for each vLLM server ({cfg.vllm_selector}): 1 when its last scrape of "
-        "/metrics succeeded. Good: 1.",
+        "/metrics succeeded. Good: 1." + crowd_note(cfg),
         NUMBER,
-        [Query(sum_by((cfg.instance_label,), q.scrape_up(), op="min"), f"{instance_legend} vLLM scraped")],
+        [Query(q.crowded(sum_by((cfg.instance_label,), q.scrape_up(), op="min")), f"{instance_legend} vLLM scraped")],
         max_value=1,
         legend_calcs=("min", "lastNotNull"),
     ).links(runbook_links(cfg, alert_rules.VLLM_UNREACHABLE)), 8, 8)
     layout.add(timeseries_panel(
         "Counter resets (vLLM restarts)",
         "Resets of vLLM's generation counter, i.e. vLLM restarted, per server per interval. Good: "
-        "0. Repeated resets are a crash loop; acceptance right after a restart covers little traffic.",
+        "0. Repeated resets are a crash loop; acceptance right after a restart covers little traffic."
+        + crowd_note(cfg),
         NUMBER,
-        [Query(q.counter_resets(), instance_legend)],
+        [Query(q.crowded(q.counter_resets(), high_is_bad=True), instance_legend)],
         bars=True,
         legend_calcs=("sum", "max"),
     ).links(runbook_links(cfg, alert_rules.VLLM_RESTARTING)), 8, 8)

@@ -432,15 +432,19 @@ def expanded_rules_file(path: Path, bundle: Bundle) -> Path:
 
 def prometheus3(data: Path, live: LiveTarget, step: int, rule_files: Iterable[Path]) -> Prometheus:
     """Prometheus on a data folder that survives a restart (backfilled blocks), scraping the live
-    target and evaluating the generated rules; limits raised for 5,000 pods' raw baseline queries."""
+    target and evaluating the generated rules; limits raised for 5,000 pods' raw baseline queries and
+    promtool's rule backfill (a range query per rule over the whole history: at 1,000 pods on a
+    loaded machine one took over the default 2 minutes, and Prometheus answered 503)."""
     return Prometheus(rule_files=rule_files, scrape_interval=f"{step}s", evaluation_interval=f"{step}s",
                       scrape_configs=[live.scrape_config(step)], data_path=data,
-                      extra_args=["--storage.tsdb.retention.time=30d", "--query.max-samples=500000000"])
+                      extra_args=["--storage.tsdb.retention.time=30d", "--query.max-samples=500000000",
+                                  "--query.timeout=1h"])
 
 
 def victoria_metrics(data: Path, live: LiveTarget, step: int) -> VictoriaMetrics:
     return VictoriaMetrics(scrape_interval=f"{step}s", scrape_configs=[live.scrape_config(step)], data_path=data,
                            extra_args=["-retentionPeriod=30d", "-search.maxSamplesPerQuery=2000000000",
+                                       "-search.maxQueryDuration=1h",
                                        "-search.maxUniqueTimeseries=100000000", "-loggerLevel=ERROR"])
 
 

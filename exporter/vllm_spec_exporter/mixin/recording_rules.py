@@ -7,8 +7,8 @@ Three layers, each reading only the one before it (the kubernetes-mixin way: que
 2. per server and model (`instance_model`: the data-parallel engines summed) and per model across
    the fleet (`<fleet labels>_model`, default `job_model`): rates, and the ratios of `QUANTITIES`;
 3. the *evidence* records of the acceptance alerts, one group per alert window: the source
-   increases of drafts, draft tokens and accepted tokens, then drafts (the trials), the acceptance
-   ratio and its Wilson score bounds `:confidence_upper_<w>` / `:confidence_lower_<w>` with a
+   increases (per server and model) of drafts (the trials), draft tokens and accepted tokens, then
+   the acceptance ratio and its Wilson score bounds `:confidence_upper_<w>` / `:confidence_lower_<w>` with a
    `confidence` label (GitLab metrics-catalog style). An alert fires when the upper bound is below
    its threshold in a long and a short window of one tier, i.e. when the counters prove it.
 
@@ -176,7 +176,9 @@ class EvidenceNames:
     """Evidence records of one window `w` (per server and model)."""
 
     window: str
-    drafts: str  # drafts in the window: the trial count behind the bound
+    drafts: str  # drafts in the window (the trials; absent without drafts); a source record
+    draft_tokens: str  # proposed draft tokens in the window; a source record
+    accepted: str  # accepted draft tokens in the window; a source record
     ratio: str  # accepted / proposed draft tokens in the window
     upper: str  # Wilson upper bound of acceptance (label confidence)
     lower: str  # Wilson lower bound
@@ -185,7 +187,9 @@ class EvidenceNames:
 def evidence_names(window: str) -> EvidenceNames:
     return EvidenceNames(
         window=window,
-        drafts=f"instance_model:vllm_spec_decode_drafts:increase{window}",
+        drafts=sources.increase_record(DRAFTS, window),
+        draft_tokens=sources.increase_record(DRAFT_TOKENS, window),
+        accepted=sources.increase_record(ACCEPTED, window),
         ratio=f"instance_model:vllm_spec_decode_accepted_per_draft_tokens:ratio_increase{window}",
         upper=f"instance_model:vllm_spec_decode_acceptance:confidence_upper_{window}",
         lower=f"instance_model:vllm_spec_decode_acceptance:confidence_lower_{window}",
@@ -206,10 +210,13 @@ def wilson_bound(cfg: MixinConfig, e: EvidenceNames, side: str) -> str:
     Written over the raw drafts D (n = D/φ) so every constant is folded in at generation time:
         bound = (p + (z²φ/2)/D ± z·sqrt(φ·p(1-p)/D + (z²φ²/4)/D²)) / (1 + (z²φ)/D)
     Only `sqrt`, `^` and arithmetic: valid on every Prometheus (and Thanos/Mimir ruler).
+    p is ACCEPTANCE written over the source increases, not read from the `e.ratio` record: a bound
+    one record away from the counters pages no later on vmalert (sources.py says why).
     """
     z, phi = cfg.confidence_z, cfg.acceptance_overdispersion
     z2 = z * z
-    p, d = e.ratio, e.drafts
+    reads = {ACCEPTED: e.accepted, DRAFT_TOKENS: e.draft_tokens}
+    p, d = f"({ACCEPTANCE.expr(reads.__getitem__, separator=' ')})", e.drafts
     bound = (f"(\n  {p}\n  + {z2 * phi / 2:.10g} / {d}\n"
              f"  {side} {z:.10g} * sqrt({phi:g} * {p} * (1 - {p}) / {d} + {z2 * phi * phi / 4:.10g} / {d} ^ 2)\n)\n"
              f"/\n(1 + {z2 * phi:.10g} / {d})")
@@ -222,19 +229,16 @@ def evidence_group_name(window: str) -> str:
 
 
 def evidence_rules(cfg: MixinConfig, window: str) -> list[dict[str, Any]]:
-    """The source increases, drafts, ratio and both Wilson bounds of one alert window, per server and model."""
+    """The source increases, the ratio and both Wilson bounds of one alert window, per server and model."""
     confidence = {"confidence": cfg.confidence_label}
     e = evidence_names(window)
+    reads = {ACCEPTED: e.accepted, DRAFT_TOKENS: e.draft_tokens}
 
-    def engines_summed(counter: SourceCounter) -> str:
-        return f"sum without (engine) ({sources.increase_record(counter, window)})"
-
-    # increase(), not rate(): the bound needs counts. `> 0` drops windows without drafts, so an
-    # idle server has no bound at all (no evidence never fires) instead of a NaN.
+    # increase(), not rate(): the bound needs counts. The drafts record keeps only windows with
+    # drafts, so an idle server has no bound at all (no evidence never fires) instead of a NaN.
     return [
         *sources.increase_rules(cfg, window),
-        {"record": e.drafts, "expr": f"{engines_summed(DRAFTS)} > 0"},
-        {"record": e.ratio, "expr": ACCEPTANCE.expr(engines_summed)},
+        {"record": e.ratio, "expr": ACCEPTANCE.expr(reads.__getitem__)},
         {"record": e.upper, "expr": wilson_bound(cfg, e, "+"), "labels": dict(confidence)},
         {"record": e.lower, "expr": wilson_bound(cfg, e, "-"), "labels": dict(confidence)},
     ]
@@ -246,12 +250,12 @@ def evidence_meanings(cfg: MixinConfig) -> dict[str, str]:
     meanings: dict[str, str] = {}
     for window in alert_windows(cfg):
         e = evidence_names(window)
-        meanings |= {sources.increase_record(c, window): f"Source layer, per server, model and engine: "
+        meanings |= {sources.increase_record(c, window): f"Source layer, per server and model (engines summed): "
                                                           f"{_COUNTER_MEANING[c]} over the last {window}."
                      for c in sources.EVIDENCE_COUNTERS}
         meanings |= {
-            e.drafts: f"Per server and model. Drafts over the last {window} (the trials behind the bound); "
-                      "absent without drafts.",
+            e.drafts: f"Source layer, per server and model (engines summed): drafts over the last {window} "
+                      "(the trials behind the bound); absent without drafts.",
             e.ratio: f"Per server and model. Acceptance over the last {window}: accepted / proposed draft tokens.",
             e.upper: f"Per server and model. Upper Wilson bound of acceptance over {window}, label "
                      f"confidence=\"{conf}\": acceptance is below it with {conf} confidence.",

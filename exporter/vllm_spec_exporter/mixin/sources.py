@@ -10,8 +10,16 @@ This module turns either into the *source records*, one per (server, model, engi
 target label kept and the metric name replaced:
 
     instance_model_engine[_position]:<metric>:rate<rate_window>     every counter (dashboards, alerts)
-    instance_model_engine:<metric>:increase<w>                      drafts, draft tokens, accepted,
-                                                                    for every alert window w (evidence)
+    instance_model:<metric>:increase<w>                             drafts, draft tokens, accepted,
+                                                                    engines summed, for every alert
+                                                                    window w (evidence)
+
+The increases are summed over data-parallel engines here, not one layer later: the Wilson bounds
+the alerts read are then one record away from the counters, as they were before this layer
+existed. vmalert writes records back asynchronously, so a record read by the next rule of its own
+group is the previous evaluation's (its docs: do not rely on chaining); every extra layer between
+counters and bounds would page one evaluation later on vmalert. Per-engine increases would only
+be summed again (and cost series at fleet scale).
 
 Everything downstream (recording_rules, alert_rules, promql) reads those records, so both sources
 give the same evidence, pages and panels. The few raw series that are not counters of a quantity
@@ -114,7 +122,7 @@ def rate_record(cfg: MixinConfig, counter: SourceCounter) -> str:
 
 
 def increase_record(counter: SourceCounter, window: str) -> str:
-    return f"{counter.level}:{counter.metric}:increase{window}"
+    return f"instance_model:{counter.metric}:increase{window}"
 
 
 def _over_range(cfg: MixinConfig, function: str, counter: SourceCounter, window: str, matchers: str = "") -> str:
@@ -133,9 +141,14 @@ def rate_rules(cfg: MixinConfig) -> list[dict[str, str]]:
 
 
 def increase_rules(cfg: MixinConfig, window: str) -> list[dict[str, str]]:
-    """The source records of one alert window: increases of drafts, draft tokens and accepted."""
-    return [{"record": increase_record(c, window), "expr": _over_range(cfg, "increase", c, window)}
-            for c in EVIDENCE_COUNTERS]
+    """The source records of one alert window, per server and model: increases of drafts, draft
+    tokens and accepted tokens. Drafts, the bound's trials, keep only windows that drafted, so an
+    idle server has no evidence at all (never a bound from zero trials)."""
+    def summed(counter: SourceCounter) -> str:
+        total = f"sum without (engine) (\n{_over_range(cfg, 'increase', counter, window)}\n)" if cfg.direct \
+            else f"sum without (engine) ({_over_range(cfg, 'increase', counter, window)})"
+        return f"{total} > 0" if counter is DRAFTS else total
+    return [{"record": increase_record(c, window), "expr": summed(c)} for c in EVIDENCE_COUNTERS]
 
 
 def drafts_present(cfg: MixinConfig) -> str:

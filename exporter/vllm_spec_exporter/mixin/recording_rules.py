@@ -36,6 +36,7 @@ __all__ = [
     "EvidenceNames",
     "RecordNames",
     "alert_windows",
+    "engine_tier_steps",
     "evidence_meanings",
     "evidence_names",
     "evidence_rules",
@@ -238,6 +239,11 @@ def drafting_state_rules(cfg: MixinConfig, n: RecordNames) -> list[dict[str, Any
     design, and a batch at or below one is speculation stopped. Idle moments (no running request)
     are left out, so bursts separated by idle gaps do not look like a small batch. A server with
     no drafting on record is neither: nothing to compare with, so nothing is claimed.
+
+    Engines that say which tier they run need no inference: SGLang's adaptive mode serves the
+    active tier's draft steps, and a tier of 0 steps drafts nothing on purpose (its own acceptance
+    gauges then read 0 %). drafts_stopped never holds while engine_tier_steps is 0. (An expression,
+    not a record: the recording group is at mixtool's 20-rule limit.)
     """
     sel, w = links.exporter_selector(cfg), cfg.windows.rate_window
     no_drafts = (f"(\n  {n.generation_rate} >= {cfg.min_generation_tokens_per_second:g}\nand\n"
@@ -251,9 +257,18 @@ def drafting_state_rules(cfg: MixinConfig, n: RecordNames) -> list[dict[str, Any
          "expr": f"min_over_time((sum without (engine) ({MetricName.REQUESTS_RUNNING}{sel}) > 0)"
                  f"[{w}:{cfg.windows.evaluation_interval}])"},
         {"record": n.drafting_batch, "expr": f"{n.running_batch}\nand\n({n.draft_tokens_rate} > 0)"},
-        {"record": n.drafts_stopped, "expr": f"{no_drafts}\nand\n({n.running_batch} <= {drafted_at})"},
+        {"record": n.drafts_stopped,
+         "expr": f"{no_drafts}\nand\n({n.running_batch} <= {drafted_at})\nunless\n({engine_tier_steps(sel)} == 0)"},
         {"record": n.drafting_paused, "expr": f"{no_drafts}\nand\n({n.running_batch} > {drafted_at})"},
     ]
+
+
+def engine_tier_steps(selector: str) -> str:
+    """Per server and model: the draft steps of an adaptive engine's active tier (SGLang
+    --speculative-adaptive), the highest engine; 0 = the tier drafts nothing, paused by design.
+    Only servers with a drafter (verify tokens >= 1: SGLang reports 0 / 0 without one)."""
+    return (f"(max without (engine) ({MetricName.ENGINE_DRAFT_STEPS}{selector}) "
+            f"and max without (engine) ({MetricName.ENGINE_VERIFY_TOKENS}{selector}) > 0)")
 
 
 def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:

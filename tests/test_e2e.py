@@ -1,10 +1,12 @@
 """The whole chain, real: vLLM (CPU build, n-gram, k=4) -> exporter -> Prometheus with the generated
 rules -> Alertmanager with the generated routing -> a local webhook.
 
-Phases: healthy (temperature 0, acceptance ~0.9), degraded (temperature 1.2, acceptance ~0), healthy
-again. Asserts: the exporter agrees with the counter deltas and with vLLM's own `SpecDecoding metrics`
-log lines; SpecDecodeAcceptanceLow reaches the webhook only during the degraded phase and resolves
-after recovery; every dashboard query returns data. Prints time-to-page and time-to-resolve.
+Phases: healthy (temperature 0, acceptance ~0.9), a warning band (greedy prompts that loop only
+partly: acceptance between the alerts' critical and warning thresholds, traffic.WARNING_BAND),
+degraded (temperature 1.2, acceptance ~0), healthy again. Asserts: the exporter agrees with the
+counter deltas and with vLLM's own `SpecDecoding metrics` log lines; in the band the warning
+reaches the webhook and the critical does not; the collapse pages critical; recovery resolves both;
+every dashboard query returns data. Prints time-to-page and time-to-resolve.
 Windows are shortened via MixinConfig.with_overrides (lab/pipeline.py FAST_ALERTS).
 """
 
@@ -20,6 +22,7 @@ from support.fakevllm import wait_until
 from support.grafana import expand_variables
 from support.prom import require_binary
 from vllm_spec_exporter.mixin import alert_rules, dashboard_files, overview
+from vllm_spec_exporter.mixin.windows import seconds
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
 from vllm_spec_lab.pipeline import (
     MODEL_NAME,
@@ -30,6 +33,7 @@ from vllm_spec_lab.pipeline import (
 )
 from vllm_spec_lab.server import spec_counters
 from vllm_spec_lab.speclog import parse_line
+from vllm_spec_lab.traffic import WARNING_BAND
 from vllm_spec_lab.venv import VllmVenvError
 
 pytestmark = [pytest.mark.vllm, pytest.mark.prometheus]
@@ -60,6 +64,35 @@ def dashboard_sweep(stack: LocalStack) -> list[str]:
                 if panel["fieldConfig"]["defaults"].get("unit") == "percentunit" and value > 1:
                     problems.append(f"{panel['title']}: ratio {value} > 1")
     return problems
+
+
+def warning_band_phase(stack: LocalStack, traffic: TrafficDriver) -> tuple[float, float, float]:
+    """Acceptance between the critical and the warning thresholds (read from the stack's config):
+    the warning must reach the webhook, the critical must not, for as long as a collapse to 0 %
+    takes to page critical at this traffic (the fast tier: its short window plus its hold, after
+    the long window has filled). Returns (measured acceptance, time to warn, band length) in s."""
+    cfg = stack.config
+    low, critical = alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL
+    w = cfg.windows
+    before = spec_counters(stack.target)
+    started = time.time()
+    traffic.steer(WARNING_BAND)
+    warned = wait_until(lambda: [n for n in stack.notifications()
+                                 if n["status"] == "firing" and n["alertname"] == low], 180, interval=1.0)
+    time_to_warn = warned[0]["time"] - started if warned else math.nan
+    # Long enough for the critical to have paged, were acceptance below its threshold.
+    critical_needs = seconds(w.fast_long) + seconds(w.fast_short) + seconds(w.critical_hold) + 4 * seconds(
+        w.evaluation_interval)
+    time.sleep(max(0.0, started + critical_needs - time.time()))
+    after = spec_counters(stack.target)
+    drafted = after[TrafficDriver.DRAFTED] - before.get(TrafficDriver.DRAFTED, 0)
+    acceptance = (after[TrafficDriver.ACCEPTED] - before.get(TrafficDriver.ACCEPTED, 0)) / drafted
+    # vLLM's own counters put the band where it must be; then the alerts must agree with them.
+    assert cfg.acceptance_critical_threshold < acceptance < cfg.acceptance_warning_threshold, acceptance
+    assert warned, f"no {low} notification in the warning band ({acceptance:.1%}); alerts: {stack.firing_alerts()}"
+    paged = [n for n in stack.notifications() if n["alertname"] == critical]
+    assert not paged and not stack.prometheus.firing(critical), (acceptance, paged, stack.firing_alerts())
+    return acceptance, time_to_warn, time.time() - started
 
 
 def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
@@ -103,14 +136,14 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
         assert healthy_acceptance > 0.6, healthy_acceptance
         assert not [n for n in stack.notifications() if n["status"] == "firing"], stack.notifications()
 
-        # --- Phase 2: degraded. A page must arrive.
+        # --- Phase 2: the warning band. The warning fires, the critical does not.
+        band_at = time.time()
+        band_acceptance, time_to_page, band_seconds = warning_band_phase(stack, traffic)
+
+        # --- Phase 3: degraded. A sustained collapse to ~0 % pages critical, while still degraded
+        # (not after recovery began); the warning is already firing since the band.
         traffic.temperature = 1.2
         degraded_at = time.time()
-        paged = wait_until(lambda: [n for n in stack.notifications()
-                                  if n["status"] == "firing" and low in n["title"]], 150, interval=1.0)
-        assert paged, f"no {low} notification; alerts: {stack.firing_alerts()}"
-        time_to_page = paged[0]["time"] - degraded_at
-        # A sustained collapse to ~0 % pages critical too, while still degraded (not after recovery began).
         critical_paged = wait_until(
             lambda: [n for n in stack.notifications() if n["status"] == "firing" and n["alertname"] == critical],
             150, interval=1.0)
@@ -125,7 +158,7 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
             problems = dashboard_sweep(stack)
         assert not problems, "\n".join(problems)
 
-        # --- Phase 3: healthy again. The page resolves; nothing new fires.
+        # --- Phase 4: healthy again. The page resolves; nothing new fires.
         traffic.temperature = 0.0
         recovered_at = time.time()
         def resolutions() -> list[dict]:
@@ -139,10 +172,11 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
         time_to_resolve = last_resolved - recovered_at
         later_pages = [n for n in stack.notifications() if n["status"] == "firing" and n["time"] > last_resolved]
         assert not later_pages, later_pages
-        assert not [n for n in stack.notifications() if n["time"] < degraded_at]
+        assert not [n for n in stack.notifications() if n["time"] < band_at]
         assert not prom.firing(low) and not prom.firing(critical)
-        print(f"\nreal pipeline: healthy acceptance {healthy_acceptance:.1%}; "
-              f"time to warn {time_to_page:.0f} s, to page critical {time_to_critical:.0f} s, "
+        print(f"\nreal pipeline: healthy acceptance {healthy_acceptance:.1%}; warning band "
+              f"{band_acceptance:.1%} for {band_seconds:.0f} s: warned after {time_to_page:.0f} s, no critical; "
+              f"collapse paged critical after {time_to_critical:.0f} s, "
               f"both resolved {time_to_resolve:.0f} s after recovery "
               f"(lab/pipeline.py FAST_ALERTS: evidence windows 30 s / 10 s, 2 s scrape/eval)")
     finally:

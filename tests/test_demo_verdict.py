@@ -82,6 +82,14 @@ def test_an_alert_that_never_resolves_or_fires_early_fails():
     assert any("before the warning band phase (healthy +30 s)" in p for p in v.problems)
 
 
+def test_a_warning_that_flaps_in_the_band_is_a_finding():
+    flapping = [GOOD[0], note("SpecDecodeAcceptanceLow", "resolved", 147),
+                note("SpecDecodeAcceptanceLow", "firing", 160), *GOOD[1:]]
+    v = verdict(notes=flapping)
+    assert v.problems == ["SpecDecodeAcceptanceLow resolved while acceptance was still low (warning band +57 s): "
+                          "it flapped"]
+
+
 def test_other_alerts_are_findings():
     v = verdict(notes=[*GOOD, note("SpecDecodeVllmUnreachable", "firing", 190)])
     assert v.problems == ["SpecDecodeVllmUnreachable notified (degraded +10 s): not expected in this demo"]
@@ -93,12 +101,12 @@ def test_traffic_that_did_not_steer_acceptance_and_a_disagreeing_exporter_fail()
     assert any(p.startswith("healthy again: the exporter showed 30.0% but vLLM measured 90.0%") for p in v.problems)
     v = verdict(records=phases(degraded=0.45))
     assert "degraded: acceptance 45.0% did not fall below 40%" in v.problems
-    # The band must land between the thresholds, and the exporter on the same side of both.
+    # The band must land between the thresholds, and the exporter below the warning line too.
     v = verdict(records=phases(band=0.55, seen=(0.87, 0.55, 0.01, 0.88)))
     assert v.problems == ["warning band: acceptance 55.0% is not between 40% and 50%; the traffic missed the "
                           "warning band"]
-    v = verdict(records=phases(seen=(0.87, 0.38, 0.01, 0.88)))
-    assert v.problems == ["warning band: the exporter showed 38.0% but vLLM measured 43.3% (opposite sides of 40%)"]
+    v = verdict(records=phases(seen=(0.87, 0.52, 0.01, 0.88)))
+    assert v.problems == ["warning band: the exporter showed 52.0% but vLLM measured 43.3% (opposite sides of 50%)"]
 
 
 def test_without_monitoring_alerts_are_not_judged():

@@ -92,6 +92,9 @@ def warning_band_phase(stack: LocalStack, traffic: TrafficDriver) -> tuple[float
     assert warned, f"no {low} notification in the warning band ({acceptance:.1%}); alerts: {stack.firing_alerts()}"
     paged = [n for n in stack.notifications() if n["alertname"] == critical]
     assert not paged and not stack.prometheus.firing(critical), (acceptance, paged, stack.firing_alerts())
+    # A sustained band keeps the warning firing: no resolution while acceptance stays below it.
+    flapped = [n for n in stack.notifications() if n["alertname"] == low and n["status"] == "resolved"]
+    assert not flapped, f"{low} resolved during the warning band ({acceptance:.1%}): {flapped}"
     return acceptance, time_to_warn, time.time() - started
 
 

@@ -331,9 +331,9 @@ class TrafficDriver:
     def __init__(self, base_url: str, model: str, max_seconds: float = 1800.0, concurrency: int = 2,
                  counters: Callable[[str], dict[str, float]] | None = None) -> None:
         self.base_url, self.model = base_url, model
-        # (temperature, prompts) of the next batch, replaced as one value so a batch never mixes
-        # one setting's temperature with another's prompts; None: idle.
-        self._setting: tuple[float, tuple[str, ...]] | None = None
+        # (temperature, prompts, batch size) of the next batch, replaced as one value so a batch
+        # never mixes one setting's temperature with another's prompts; None: idle.
+        self._setting: tuple[float, tuple[str, ...], int] | None = None
         self.phase = ""  # the name batches are tallied under
         self.concurrency = concurrency
         self.busy = False  # a batch of requests is in flight
@@ -353,11 +353,11 @@ class TrafficDriver:
 
     @temperature.setter
     def temperature(self, value: float | None) -> None:
-        self._setting = None if value is None else (value, LOOPING_PROMPTS)
+        self._setting = None if value is None else (value, LOOPING_PROMPTS, self.concurrency)
 
     def steer(self, mix: TrafficMix) -> None:
-        """From the next batch on, send `mix` (a temperature with its prompts)."""
-        self._setting = (mix.temperature, tuple(mix.prompts))
+        """From the next batch on, send `mix` (a temperature with its prompts and batch size)."""
+        self._setting = (mix.temperature, tuple(mix.prompts), mix.batch or self.concurrency)
 
     def _read_counters(self) -> dict[str, float] | None:
         if self._counters is None:
@@ -373,9 +373,9 @@ class TrafficDriver:
             if setting is None:
                 self._stop.wait(0.5)
                 continue
-            temperature, prompts = setting
-            phase = Phase(name=f"t={temperature}", temperature=temperature, max_requests=self.concurrency,
-                          max_seconds=30, concurrency=self.concurrency, max_tokens=96, prompts=prompts)
+            temperature, prompts, batch = setting
+            phase = Phase(name=f"t={temperature}", temperature=temperature, max_requests=batch,
+                          max_seconds=30, concurrency=batch, max_tokens=96, prompts=prompts)
             self.busy = True
             try:
                 before = self._read_counters()

@@ -7,7 +7,7 @@ Pure functions over what the demo recorded (no servers here), so the rules are u
   above the warning threshold, a warning band between the critical and the warning threshold,
   the degraded phase below the critical one);
 - the exporter's last full-window reading in each phase lies on the same side of the warning
-  threshold as that measurement (and, in the band, of the critical one);
+  threshold as that measurement;
 - with monitoring: no notification before the first unhealthy phase; in a warning band the
   warning notifies and the critical does not; an acceptance alert (the critical, after a band)
   notifies during the degraded phase; every acceptance alert that fired resolves during the last
@@ -98,10 +98,11 @@ def judge(phases: list[PhaseRecord], notifications: list[dict[str, Any]] | None,
         if seen is None:
             problems.append(f"{phase.name}: the exporter served no full-window acceptance during the phase")
             continue
-        for line in (warning, critical) if phase.intent == BAND else (warning,):
-            if (seen >= line) != (measured >= line):
-                problems.append(f"{phase.name}: the exporter showed {seen:.1%} but vLLM measured {measured:.1%} "
-                                f"(opposite sides of {line:.0%})")
+        # The warning line only: one 20 s reading of a band ~1.5 points above the critical line may
+        # cut a batch at its edges and fall just below it, which the alerts' evidence never would.
+        if (seen >= warning) != (measured >= warning):
+            problems.append(f"{phase.name}: the exporter showed {seen:.1%} but vLLM measured {measured:.1%} "
+                            f"(opposite sides of {warning:.0%})")
     lines.append(f"(advisor draft cost {draft_cost:g}; the exporter column is its last full-window "
                  "reading in the phase)")
     lines.append("")
@@ -130,7 +131,8 @@ def _alert_lines(phases: list[PhaseRecord], notifications: list[dict[str, Any]],
     if not notifications:
         lines.append("  none")
     fired: dict[str, int] = {}  # alertname -> phase index of its first firing notification
-    resolved: dict[str, int] = {}
+    resolved: dict[str, int] = {}  # alertname -> phase index of its last resolved notification
+    early: dict[str, list[str]] = {}  # acceptance alerts resolved before the last phase: where
     for note in sorted(notifications, key=lambda n: n["time"]):
         index, where = locate(phases, note["time"])
         name = note["alertname"]
@@ -138,7 +140,9 @@ def _alert_lines(phases: list[PhaseRecord], notifications: list[dict[str, Any]],
         if note["status"] == "firing":
             fired.setdefault(name, index)
         else:
-            resolved.setdefault(name, index)
+            resolved[name] = index
+            if index < len(phases) - 1:
+                early.setdefault(name, []).append(where)
         if not name.startswith(ACCEPTANCE_ALERT_PREFIX) and note["status"] == "firing":
             problems.append(f"{name} notified ({where}): not expected in this demo")
         elif note["status"] == "firing" and first_unhealthy is not None and index < first_unhealthy:
@@ -154,6 +158,9 @@ def _alert_lines(phases: list[PhaseRecord], notifications: list[dict[str, Any]],
     if degraded is not None and band is None and degraded not in acceptance_fired.values():
         problems.append(f"no acceptance alert notified during the {phases[degraded].name} phase")
     last = len(phases) - 1
+    for name, wheres in early.items():
+        if name.startswith(ACCEPTANCE_ALERT_PREFIX):
+            problems.append(f"{name} resolved while acceptance was still low ({', '.join(wheres)}): it flapped")
     for name, index in acceptance_fired.items():
         if degraded is not None and index > degraded:
             problems.append(f"{name} first notified after the {phases[degraded].name} phase had ended")

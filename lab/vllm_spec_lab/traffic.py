@@ -26,9 +26,10 @@ LOW_ACCEPTANCE_TEMPERATURE = 1.2
 # (tiny model recipe 1, n-gram k = 4, 96 tokens each, sent as one batch of four, four batches):
 # acceptance 0.414 in every batch, 74 drafts/s (alone: 0.444, 0.423, 0.432, 0.366). Greedy output
 # is deterministic, so every batch has the same acceptance and a window of any length sees it.
-# A batch of four, not two: the first two alone gave 0.433 at only 20 drafts/s at load average 10,
-# too few trials for the alerts' 10 s window to prove acceptance below 50 % steadily (the warning
-# flapped in a demo run); batching is nearly free on the CPU (58.6 drafts/s for the same two x2).
+# A batch of four, not two: the first two as a batch of two gave 0.433 at only 20 drafts/s at load
+# average 10, too few trials for the alerts' 10 s window to prove acceptance below 50 % steadily
+# (the warning flapped in a demo run); the same two, each twice in a batch of four, drafted 58.6/s
+# in the next minute: batching is nearly free on the CPU.
 PARTIAL_LOOP_PROMPTS: tuple[str, ...] = ("class A:\n", "self.x = x\n", "except Exception:\n", "pass\n")
 
 

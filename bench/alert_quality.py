@@ -12,7 +12,11 @@ rule engine (`promtool test rules`) on rules generated from MixinConfig:
   (the evidence rules before issue 20: windows fixed for 15 s), evaluated at the scrape interval;
 * **baseline**: the new files with the two acceptance alerts replaced by what a typical mixin
   writes: `rate(accepted[5m]) / rate(draft_tokens[5m]) < T`, `for: 10m`, no volume guard,
-  evaluated at the scrape interval.
+  evaluated at the scrape interval;
+* **direct** (`--rules new,direct`): the same bundle with source=vllm (no sidecar), fed the same
+  simulated counters as vLLM's own series (`vllm:`, `vllm_`, `ray_vllm:`, `ray_vllm_` rotated over
+  the pods, job `vllm`, the sidecar's target_up as vLLM's `up`); it prints both sources' pages
+  side by side and their largest difference (never part of the README's table).
 
 The simulator: drafts arrive as a Poisson stream; they belong to requests (lognormal length), and
 each request has its own acceptance (logit offset ~ N(0, sigma) around the scenario's mean), so
@@ -45,7 +49,7 @@ from pathlib import Path
 
 import yaml
 
-from vllm_spec_exporter.mixin import alert_rules, generate, rule_files, windows
+from vllm_spec_exporter.mixin import alert_rules, generate, rule_files, sources, windows
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.names import MetricName
 from vllm_spec_lab.monitoring import PROMTOOL_BIN, PROMTOOL_OLDEST_BIN
@@ -58,6 +62,7 @@ PREVIOUS_COMMIT = "2d2a37e"
 PROMTOOLS = {"3": Path(PROMTOOL_BIN), "2": Path(PROMTOOL_OLDEST_BIN)}
 JOB = "vllm-spec-exporter"
 RULE_SETS = ("new", "previous", "baseline")
+DIRECT = "direct"  # source=vllm, compared with "new" (`--rules new,direct`)
 ACCEPTANCE = (alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL)
 
 
@@ -73,7 +78,7 @@ class Run:
     def evaluation_s(self) -> int:
         # The new bundles pin their groups' interval (15 s up to 30 s scrapes, else the scrape
         # interval); the others inherit a global evaluation interval equal to the scrape interval.
-        if self.rules == "new":
+        if self.rules in ("new", DIRECT):
             return int(windows.seconds(bundle_config(self.scrape_s).windows.evaluation_interval))
         return self.scrape_s
 
@@ -370,11 +375,14 @@ def no_counters_at(pod: Pod, t: float) -> bool:
 
 _METRICS = {
     "drafts": ("vllm_spec_decode_drafts_total", True), "draft_tokens": ("vllm_spec_decode_draft_tokens_total", True),
-    "accepted": ("vllm_spec_decode_accepted_tokens_total", True), "generation": ("vllm_generation_tokens_total", True),
+    "accepted": ("vllm_spec_decode_accepted_tokens_total", True),
+    "generation": ("vllm_server_generation_tokens_total", True),
     "resets": ("vllm_spec_exporter_target_restarts_total", False), "up": ("up", False),
     "target_up": ("vllm_spec_exporter_target_up", False), "enabled": ("vllm_spec_decode_enabled", False),
-    "running": ("vllm_num_requests_running", True),
+    "running": ("vllm_server_requests_running", True),
 }
+# Without the sidecar Prometheus holds vLLM's own counters, running requests and `up`; nothing else.
+_DIRECT_NAMES = {c.exporter: c.vllm for c in sources.COUNTERS} | dict(sources.VLLM_GAUGES)
 
 
 def _compress(values: list[str]) -> str:
@@ -422,16 +430,27 @@ def test_file(scenario: Scenario, rules_dir: Path, run: Run) -> dict:
     rng = random.Random(scenario.seed)
     step_s, eval_s = run.scrape_s, run.evaluation_s
     series = []
-    for pod in scenario.pods:
+    direct = run.rules == DIRECT
+    for index, pod in enumerate(scenario.pods):
         counters = simulate(pod, scenario, rng, step_s)
-        if pod.sglang_tier0_above is not None:
+        if pod.sglang_tier0_above is not None:  # the sidecar's series (direct rules read none of them)
             series += _sglang_series(pod, scenario, step_s, counters)
             continue
         for key, (metric, per_model) in _METRICS.items():
             labels = f'job="{JOB}",instance="{pod.instance}"'
+            if direct:  # vLLM's own `up` is what the sidecar's target_up reports
+                if key == "target_up":
+                    metric = "up"
+                elif metric not in _DIRECT_NAMES:
+                    continue
+                labels = f'job="vllm",instance="{pod.instance}"'
+                if metric in _DIRECT_NAMES:
+                    metric = sources.VLLM_PREFIXES[index % len(sources.VLLM_PREFIXES)] + _DIRECT_NAMES[metric]
             if per_model:
                 labels += ',model_name="llama",engine="0"'
-            series.append({"series": f"{metric}{{{labels}}}", "values": _compress(counters.samples[key])})
+            series.append({"series": f'{{__name__="{metric}",{labels}}}', "values": _compress(counters.samples[key])})
+        if direct:
+            continue
         info = f'job="{JOB}",instance="{pod.instance}",engine_family="vllm",schema="v1",version="0.32.0"'
         series.append({"series": f"vllm_spec_exporter_target_info{{{info}}}",
                        "values": _compress(["stale" if no_counters_at(pod, i * step_s) else "1"
@@ -455,10 +474,13 @@ def test_file(scenario: Scenario, rules_dir: Path, run: Run) -> dict:
 
 def write_rule_sets(workdir: Path, cfg: MixinConfig) -> dict[str, Path]:
     workdir.mkdir(parents=True)
-    dirs = {name: workdir / name for name in RULE_SETS}
+    dirs = {name: workdir / name for name in (*RULE_SETS, DIRECT)}
     new = generate.render_all(cfg)
-    for name in RULE_SETS:
+    for name in dirs:
         (dirs[name] / "alerts").mkdir(parents=True)
+    direct = generate.render_all(cfg.with_overrides({"source": "vllm"}))
+    for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE):
+        (dirs[DIRECT] / rel).write_text(direct[rel])
     for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE):
         (dirs["new"] / rel).write_text(new[rel])
         try:
@@ -583,6 +605,38 @@ def _cell(values: dict[str, str]) -> str:
     return first
 
 
+def compare_sources(results: dict[tuple[str, Run], Timeline], chosen: list[Scenario], intervals: list[int],
+                    promtools: list[str]) -> str:
+    """Pages of the sidecar's rules (new) and of the sidecar-less ones (direct), per scenario,
+    alert and pod: every firing episode, and the largest difference between the two in seconds."""
+    direct_alerts = {a["alert"] for a in alert_rules.all_alerts(MixinConfig().with_overrides({"source": "vllm"}))}
+    lines = ["| scenario | scrape | promtool | alert | pod | sidecar (new) | direct | largest difference |",
+             "|---|---|---|---|---|---|---|---|"]
+    worst, compared = 0.0, 0
+    for s in chosen:
+        for iv in intervals:
+            for p in promtools:
+                new_run, direct_run = Run("new", iv, p), Run(DIRECT, iv, p)
+                new, direct = results[(s.name, new_run)], results[(s.name, direct_run)]
+                eval_s = new_run.evaluation_s
+                keys = sorted({k for k in (*new, *direct) if k[0] in direct_alerts})
+                for name, instance in keys:
+                    a, b = _runs(new, eval_s, name, instance), _runs(direct, eval_s, name, instance)
+                    compared += 1
+                    if len(a) == len(b):
+                        diff = max((abs(x - y) for ra, rb in zip(a, b, strict=True)
+                                    for x, y in zip(ra, rb, strict=True)), default=0.0)
+                        worst, shown = max(worst, diff), f"{diff:g} s"
+                    else:
+                        worst, shown = math.inf, "episodes differ"
+                    def fmt(runs: list[tuple[float, float]]) -> str:
+                        return ", ".join(f"{_fmt(x)}–{_fmt(y)}" for x, y in runs) or "none"
+                    lines.append(f"| {s.name} | {iv} s | {p} | {name} | {instance} | {fmt(a)} | {fmt(b)} | {shown} |")
+    lines.append(f"\n{compared} (scenario, alert, pod) timelines; largest difference between the two sources: "
+                 f"{worst:g} s")
+    return "\n".join(lines)
+
+
 def render_tables(results: dict[tuple[str, Run], Timeline], all_scenarios: list[Scenario],
                   intervals: list[int], promtools: list[str]) -> str:
     versions = ", ".join(f"{_promtool_version(PROMTOOLS[p])}" for p in promtools)
@@ -679,6 +733,9 @@ def main() -> int:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             timelines = list(pool.map(run, jobs))
     results = {(s.name, r): tl for (s, r), tl in zip(jobs, timelines, strict=True)}
+    if DIRECT in sets and "new" in sets:
+        print(compare_sources(results, chosen, intervals, promtools))
+        return 0
     if set(sets) != set(RULE_SETS):
         for s, r in jobs:
             tl = results[(s.name, r)]

@@ -24,6 +24,7 @@ from vllm_spec_exporter.mixin import (
     recording_rules,
     rule_files,
     runbooks,
+    sources,
     yaml_text,
 )
 from vllm_spec_exporter.mixin.config import MixinConfig
@@ -37,7 +38,7 @@ PROMQL_KEYWORDS = {
     "sum", "rate", "increase", "absent", "and", "or", "unless", "by", "without", "ignoring", "on",
     "group_left", "group_right", "max", "min", "avg", "count", "time", "changes", "sqrt", "group",
     "clamp_min", "clamp_max",
-    "max_over_time", "min_over_time",
+    "max_over_time", "min_over_time", "resets",
 }
 
 
@@ -146,10 +147,12 @@ def test_acceptance_descriptions_humanize_the_ratio() -> None:
         assert "{{ $labels.model_name }}" in description and "{{ $labels.instance }}" in description
 
 
-def test_recording_rule_names_and_inputs() -> None:
-    recorded = [r["record"] for g in _groups(rule_files.RULES_FILE) for r in g["rules"]]
+@pytest.mark.parametrize("root", ["", generate.DIRECT_ROOT])
+def test_recording_rule_names_and_inputs(root: str) -> None:
+    recorded = [r["record"] for g in _groups(root + rule_files.RULES_FILE) for r in g["rules"]]
     assert len(recorded) == len(set(recorded))
-    dashboard_records = {r["record"] for r in recording_rules.recording_rules(DEFAULT)}
+    # Per-rate records: the source layer's and the per-server/fleet ones built on it.
+    dashboard_records = {r["record"] for r in (*recording_rules.recording_rules(DEFAULT), *sources.rate_rules(DEFAULT))}
     windows = recording_rules.alert_windows(DEFAULT)
     for name in recorded:
         assert RECORD_NAME.match(name), name
@@ -160,7 +163,7 @@ def test_recording_rule_names_and_inputs() -> None:
         if ":ratio_" in name:
             assert "_per_" in name, f"{name}: ratios join their two metrics with _per_"
     known = schema.exposed_names() | set(recorded) | {"up"}
-    everything = _groups(rule_files.RULES_FILE) + _groups(rule_files.ALERTS_FILE)
+    everything = _groups(root + rule_files.RULES_FILE) + _groups(root + rule_files.ALERTS_FILE)
     for rule in (r for g in everything for r in g["rules"]):
         expr = re.sub(r'"[^"]*"', '""', rule["expr"])  # drop label values
         expr = re.sub(r"\{[^}]*\}|\[[^\]]*\]", "", expr)  # matchers, ranges

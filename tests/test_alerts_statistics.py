@@ -76,7 +76,7 @@ def test_promql_wilson_bound_matches_independent_computation(overrides: dict, tm
 
 def test_no_drafts_gives_no_bound() -> None:
     # `> 0` on the drafts record: no evidence means no bound series at all, never a 0 % or NaN.
-    expr = next(r["expr"] for r in recording_rules.evidence_rules(MixinConfig())
+    expr = next(r["expr"] for r in recording_rules.evidence_rules(MixinConfig(), "5m")
                 if r["record"] == recording_rules.evidence_names("5m").drafts)
     assert expr.endswith("> 0")
 

@@ -716,8 +716,11 @@ def test_efficiency_covers_the_same_series_on_both_sides(tmp_path: Path) -> None
 
     promtool = require_binary(PROMTOOL_BIN)
     expr = expand_variables(promql.Queries(MixinConfig()).efficiency(), "1m")
+    # The dashboards read the source layer's records: load them first, then the panel's query.
+    from vllm_spec_exporter.mixin import sources
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(
-        {"groups": [{"name": "t", "rules": [{"record": "dash:efficiency", "expr": expr}]}]}))
+        {"groups": [{"name": "t", "rules": [*sources.rate_rules(MixinConfig()),
+                                             {"record": "dash:efficiency", "expr": expr}]}]}))
     series = 'job="vllm-spec-exporter",instance="{i}",model_name="m",engine="0"'
     inputs = []
     for instance, has_k in (("a", True), ("b", False)):

@@ -34,7 +34,7 @@ COUNTERS = {
     "vllm:spec_decode_num_drafts": "vllm_spec_decode_drafts_total",
     "vllm:spec_decode_num_draft_tokens": "vllm_spec_decode_draft_tokens_total",
     "vllm:spec_decode_num_accepted_tokens": "vllm_spec_decode_accepted_tokens_total",
-    "vllm:generation_tokens": "vllm_generation_tokens_total",
+    "vllm:generation_tokens": "vllm_server_generation_tokens_total",
 }
 MINUTES = {"batch-1": 15, "batch-8": 30, "batch-1-again": 15}
 
@@ -106,7 +106,7 @@ def _replay(running_when_silent: float | None = None) -> list[dict]:
                 running = running_when_silent
             samples["running"].append(f"{running:g}")
     series = [{"series": f"{COUNTERS[name]}{{{LABELS}}}", "values": " ".join(samples[name])} for name in COUNTERS]
-    series.append({"series": f"vllm_num_requests_running{{{LABELS}}}", "values": " ".join(samples["running"])})
+    series.append({"series": f"vllm_server_requests_running{{{LABELS}}}", "values": " ".join(samples["running"])})
     info = 'job="vllm-spec-exporter",instance="10.0.0.7:9400",engine_family="vllm",schema="v1",version="0.32.0"'
     series.append({"series": f"vllm_spec_exporter_target_info{{{info}}}", "values": f"1x{sum(MINUTES.values())}"})
     return series

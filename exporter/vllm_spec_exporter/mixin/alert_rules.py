@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..names import MetricName
-from . import links
+from . import links, sources
 from .config import MixinConfig
 from .recording_rules import EvidenceNames, evidence_names, record_names
 
@@ -24,6 +24,7 @@ __all__ = [
     "EXPORTER_ABSENT",
     "EXPORTER_DOWN",
     "EXPORTER_GROUP",
+    "HEALTH_GROUP",
     "METRICS_MISSING",
     "TARGET_DOWN_ALERTS",
     "TRAFFIC_ALERTS",
@@ -33,7 +34,9 @@ __all__ = [
     "acceptance_condition",
     "alert_groups",
     "all_alerts",
+    "direct_health_alerts",
     "exporter_alerts",
+    "metrics_missing",
 ]
 
 # Alert names are a contract (routing, inhibition, runbook anchors, dashboards link to them).
@@ -52,6 +55,8 @@ TARGET_DOWN_ALERTS = (VLLM_UNREACHABLE, EXPORTER_DOWN)
 
 ACCEPTANCE_GROUP = "vllm-spec-decode.alerts"
 EXPORTER_GROUP = "vllm-spec-exporter.alerts"
+# source=vllm: the health alerts read vLLM's own scrape job (no exporter to watch).
+HEALTH_GROUP = "vllm-spec-decode.health"
 
 def _label_template(label: str) -> str:
     return "{{ $labels." + label + " }}"
@@ -122,7 +127,7 @@ def acceptance_condition(cfg: MixinConfig, threshold: float, sustained: str) -> 
         f"  unless\n    {fs.lower} > {t}\n  )\n"
         f")\n"
         f"and ignoring (confidence)\n"
-        f"  group without (engine) ({MetricName.DRAFTS_TOTAL}{links.exporter_selector(cfg)})"
+        f"  {sources.drafts_present(cfg)}"
     )
 
 
@@ -136,6 +141,9 @@ def drafts_stopped_condition(cfg: MixinConfig) -> str:
     target_info's engine_family, so the description can name the engine.
     """
     n = record_names(cfg)
+    if cfg.direct:
+        # No sidecar, no target_info: vLLM's own counters, whose stops the records classify.
+        return n.drafts_stopped
     sel = links.exporter_selector(cfg)
     info = MetricName.TARGET_INFO
     target_only = "ignoring (model_name, engine_family, schema, version)"
@@ -194,17 +202,71 @@ def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
             for_=cfg.spec_decode_stopped_for,
             dashboard_variables=SERVER_MODEL_VARIABLES,
         ),
-        _alert(
+        metrics_missing(cfg),
+    ]
+
+
+def metrics_missing(cfg: MixinConfig) -> dict[str, Any]:
+    inst = _label_template(cfg.instance_label)
+    if cfg.direct:
+        # Without the sidecar nobody reports "no spec-decode families": output flowing with no
+        # drafts counter scraped at all is the same finding (a counter at 0 is DraftsStopped's).
+        n = record_names(cfg)
+        return _alert(
             cfg, METRICS_MISSING,
-            expr=f"{MetricName.SPEC_DECODE_ENABLED}{links.exporter_selector(cfg)} == 0",
+            expr=(f"{n.generation_rate} >= {cfg.min_generation_tokens_per_second:g}\nunless\n"
+                  f"{sources.drafts_present(cfg)}"),
             severity=cfg.warning_severity,
             summary="The vLLM server exposes no speculative-decoding metrics.",
             description=(
-                "The vLLM server behind exporter " + inst + " serves /metrics without any "
-                "speculative-decoding series: it runs without --speculative-config, or a vLLM "
-                "upgrade renamed the metrics. Acceptance is no longer monitored."
+                "Model {{ $labels.model_name }} on vLLM server " + inst + " generates {{ $value | humanize }} "
+                "tokens/s, but its /metrics has no speculative-decoding series: it runs without "
+                "--speculative-config, or a vLLM upgrade renamed the metrics. Acceptance is no longer monitored."
             ),
             for_=cfg.spec_decode_missing_for,
+            dashboard_variables=SERVER_MODEL_VARIABLES,
+        )
+    return _alert(
+        cfg, METRICS_MISSING,
+        expr=f"{MetricName.SPEC_DECODE_ENABLED}{links.exporter_selector(cfg)} == 0",
+        severity=cfg.warning_severity,
+        summary="The vLLM server exposes no speculative-decoding metrics.",
+        description=(
+            "The vLLM server behind exporter " + inst + " serves /metrics without any "
+            "speculative-decoding series: it runs without --speculative-config, or a vLLM "
+            "upgrade renamed the metrics. Acceptance is no longer monitored."
+        ),
+        for_=cfg.spec_decode_missing_for,
+    )
+
+
+def direct_health_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
+    """Health without the sidecar: the same names where the meaning is the same, read from `up`
+    and the counters of vLLM's own scrape job."""
+    inst = _label_template(cfg.instance_label)
+    return [
+        _alert(
+            cfg, VLLM_UNREACHABLE,
+            expr=f"{sources.scrape_up(cfg)} == 0",
+            severity=cfg.warning_severity,
+            summary="Prometheus cannot read vLLM's metrics.",
+            description=(
+                "Prometheus has failed to scrape vLLM server " + inst + " (job {{ $labels.job }}) for "
+                f"{cfg.target_down_for}; vLLM is down, restarting, or unreachable. "
+                "Acceptance alerts for this server are inhibited meanwhile."
+            ),
+            for_=cfg.target_down_for,
+        ),
+        _alert(
+            cfg, VLLM_RESTARTING,
+            expr=f"{sources.restarts(cfg, cfg.reset_window)}\n>= {cfg.counter_resets_threshold}",
+            severity=cfg.warning_severity,
+            summary="The vLLM server keeps restarting.",
+            description=(
+                "The counters of vLLM server " + inst + " reset "
+                '{{ printf "%.0f" $value }} times in the last ' + cfg.reset_window + "; it is "
+                "probably crash looping, and its acceptance figures cover only short runs."
+            ),
         ),
     ]
 
@@ -228,8 +290,7 @@ def exporter_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
         _alert(
             cfg, VLLM_RESTARTING,
             # increase() counts across restarts of the exporter itself (its counter restarts at 0).
-            expr=(f"increase({MetricName.TARGET_RESTARTS_TOTAL}{sel}[{cfg.reset_window}]) "
-                  f">= {cfg.counter_resets_threshold}"),
+            expr=f"{sources.restarts(cfg, cfg.reset_window)} >= {cfg.counter_resets_threshold}",
             severity=cfg.warning_severity,
             summary="The vLLM server keeps restarting.",
             description=(
@@ -268,6 +329,9 @@ def exporter_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
 
 def alert_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
     interval = cfg.windows.evaluation_interval
+    if cfg.direct:
+        return [{"name": ACCEPTANCE_GROUP, "interval": interval, "rules": acceptance_alerts(cfg)},
+                {"name": HEALTH_GROUP, "interval": interval, "rules": direct_health_alerts(cfg)}]
     return [
         {"name": ACCEPTANCE_GROUP, "interval": interval, "rules": acceptance_alerts(cfg)},
         {"name": EXPORTER_GROUP, "interval": interval, "rules": exporter_alerts(cfg)},

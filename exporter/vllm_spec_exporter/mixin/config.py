@@ -19,7 +19,13 @@ import yaml
 
 from .windows import ALWAYS_SAMPLES, SHORT_SAMPLES, AlertWindows, alert_windows, samples_problem, seconds
 
-__all__ = ["Knob", "MixinConfig", "duration_seconds", "knobs", "load_config"]
+__all__ = ["SOURCES", "SOURCE_EXPORTER", "SOURCE_VLLM", "Knob", "MixinConfig", "duration_seconds", "knobs",
+           "load_config"]
+
+# Where the recording rules read the spec-decode counters (the `source` knob; mixin/sources.py).
+SOURCE_EXPORTER = "exporter"
+SOURCE_VLLM = "vllm"
+SOURCES = (SOURCE_EXPORTER, SOURCE_VLLM)
 
 
 def knob(section: str, default: Any, doc: str) -> Any:
@@ -100,10 +106,18 @@ class MixinConfig:
         "PromQL label matchers (without braces) that pick the exporter's series. Point this at your own scrape job, "
         "e.g. 'job=\"my-vllm-sidecars\"' or 'namespace=\"llm\",container=\"spec-exporter\"'.",
     )
+    source: str = knob(
+        SELECTORS, "exporter",
+        "Where the rules read the spec-decode counters: `exporter` (the sidecar's normalised counters, job "
+        "exporter_selector) or `vllm` (vLLM's own /metrics as Prometheus already scrapes it, job vllm_selector, under "
+        "any of its four spellings `vllm:`, `vllm_`, `ray_vllm:`, `ray_vllm_`: no sidecar needed). Only the source "
+        "layer of the recording rules changes (mixin/sources.py); every record, alert and panel downstream reads it. "
+        "Without the sidecar there are no exporter health alerts, no advisor and no V0 support.",
+    )
     vllm_selector: str = knob(
         SELECTORS, 'job="vllm"',
-        "Matchers for vLLM's own /metrics (latency histograms, `up` of the server itself). Only the dashboards' "
-        "context panels use it; alerts rely on the exporter.",
+        "Matchers for vLLM's own /metrics scrape job (as in compose/prometheus). With source=exporter only the "
+        "dashboards' latency panels read it; with source=vllm every record, alert and panel does.",
     )
     instance_label: str = knob(
         SELECTORS, "instance",
@@ -411,11 +425,18 @@ class MixinConfig:
             if _seconds(short) >= _seconds(long_):
                 raise ValueError(f"acceptance_{tier}_short_window ({short}) must be shorter than "
                                  f"acceptance_{tier}_long_window ({long_})")
+        if self.source not in SOURCES:
+            raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {self.source!r}")
 
     @property
     def windows(self) -> AlertWindows:
         """Every window and hold of the rules, resolved from this config (mixin/windows.py)."""
         return alert_windows(self)
+
+    @property
+    def direct(self) -> bool:
+        """True when the rules read vLLM's own series (source=vllm): no sidecar."""
+        return self.source == SOURCE_VLLM
 
     @property
     def confidence_z(self) -> float:

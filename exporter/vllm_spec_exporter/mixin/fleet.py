@@ -39,6 +39,7 @@ from .promql import (
     TARGET_UP,
     Queries,
     legend_label,
+    sum_by,
 )
 from .shared_panels import (
     acceptance_by_instance,
@@ -101,8 +102,9 @@ def top_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         band_thresholds = count_thresholds(color) if high is not None else thresholds(color)
         servers = servers.override_by_name(legend, [dashboard_models.DynamicConfigValue(
             id_val="thresholds", value=as_json(band_thresholds))])
-    layout.add(servers, 7, 5)
-    layout.add(speedup_stat(q), 4, 5)
+    layout.add(servers, 11 if q.direct else 7, 5)
+    if not q.direct:  # the advisor's estimate needs the sidecar
+        layout.add(speedup_stat(q), 4, 5)
     layout.add(count_stat(
         "Spec decoding off",
         "Servers whose vLLM exposes no spec-decode metrics: speculation is not configured, or a "
@@ -137,9 +139,8 @@ def servers_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
             Column("tokens per step", q.mean_acceptance_length(by_server), NUMBER, decimals=2),
             Column("k", q.k(by_server), NUMBER, decimals=0),
             Column("draft tokens/s", q.sum_rate(DRAFT_TOKENS, by_server), TOKENS_PER_SECOND, decimals=1),
-            Column("speed-up (est.)", q.estimated_speedup(by_server), SPEEDUP,
-                   decimals=2, thresholds_config=speedup_thresholds()),
-            Column("vLLM up", q.per_target(TARGET_UP), NUMBER, thresholds_config=thresholds("red", (1, "green")),
+            *advisor_columns(q, by_server),
+            Column("vLLM up", vllm_up(cfg, q), NUMBER, thresholds_config=thresholds("red", (1, "green")),
                    mappings=value_words({0: ("down", "red"), 1: ("up", "green")})),
         ],
         labels={instance: "instance", "model_name": "model"},
@@ -195,8 +196,7 @@ def models_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
                    thresholds_config=acceptance_thresholds(cfg)),
             Column("tokens per step", q.mean_acceptance_length(by_model), NUMBER, decimals=2),
             Column("draft tokens/s", q.sum_rate(DRAFT_TOKENS, by_model), TOKENS_PER_SECOND, decimals=1),
-            Column("speed-up (est.)", q.estimated_speedup(by_model), SPEEDUP,
-                   decimals=2, thresholds_config=speedup_thresholds()),
+            *advisor_columns(q, by_model),
         ],
         labels={"model_name": "model"},
         sort_by="acceptance",
@@ -204,6 +204,21 @@ def models_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
     ).links(runbook_links(cfg, alert_rules.ACCEPTANCE_LOW,
                           alert_rules.ACCEPTANCE_CRITICAL)), 12, 8)  # 10: columns scrolled away
     layout.add(acceptance_by_model(cfg, q), 12, 8)
+
+
+def advisor_columns(q: Queries, by: tuple[str, ...]) -> list[Column]:
+    """The sidecar advisor's estimated speed-up; nothing with source=vllm (no sidecar)."""
+    if q.direct:
+        return []
+    return [Column("speed-up (est.)", q.estimated_speedup(by), SPEEDUP,
+                   decimals=2, thresholds_config=speedup_thresholds())]
+
+
+def vllm_up(cfg: MixinConfig, q: Queries) -> str:
+    """Per server: can vLLM be read (the exporter's poll, or with source=vllm Prometheus' scrape)?"""
+    if q.direct:
+        return sum_by((cfg.instance_label,), q.scrape_up(), op="min")
+    return q.per_target(TARGET_UP)
 
 
 def not_speculating_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:

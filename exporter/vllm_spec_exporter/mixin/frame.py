@@ -17,7 +17,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
 from ..names import MetricName
-from . import links
+from . import links, sources
 from .config import MixinConfig
 from .layout import Layout
 from .panels import DATASOURCE, DATASOURCE_VARIABLE, link
@@ -103,7 +103,13 @@ def _variables(cfg: MixinConfig) -> Iterator[dashboard.QueryVariable | dashboard
         .label("Data source")
         .type("prometheus")
     )
-    exporter = cfg.exporter_selector
+    source = sources.selector(cfg)
+    model_engine = [
+        ("model_name", "Model", MetricName.REQUESTS_RUNNING, "model_name",
+         f'job=~"$job", {cfg.instance_label}=~"$instance"'),
+        ("engine", "Engine", MetricName.REQUESTS_RUNNING, "engine",
+         f'job=~"$job", {cfg.instance_label}=~"$instance", model_name=~"$model_name"'),
+    ]
     chained = [
         # (variable, label shown, metric, label to read, matchers of the variables before it)
         ("job", "Job", TARGET_UP, "job", ""),
@@ -111,13 +117,17 @@ def _variables(cfg: MixinConfig) -> Iterator[dashboard.QueryVariable | dashboard
         ("engine_family", "Engine family", MetricName.TARGET_INFO, "engine_family", 'job=~"$job"'),
         ("instance", "Instance", MetricName.TARGET_INFO, cfg.instance_label,
          'job=~"$job", engine_family=~"$engine_family"'),
-        ("model_name", "Model", MetricName.REQUESTS_RUNNING, "model_name",
-         f'job=~"$job", {cfg.instance_label}=~"$instance"'),
-        ("engine", "Engine", MetricName.REQUESTS_RUNNING, "engine",
-         f'job=~"$job", {cfg.instance_label}=~"$instance", model_name=~"$model_name"'),
+        *model_engine,
     ]
+    if cfg.direct:
+        # No sidecar: vLLM's own job, its servers, and the models and engines of the source records.
+        generated = sources.rate_record(cfg, sources.GENERATED)
+        chained = [("job", "Job", "up", "job", ""),
+                   ("instance", "Instance", "up", cfg.instance_label, 'job=~"$job"'),
+                   *((name, label, generated, label_name, previous)
+                     for name, label, _, label_name, previous in model_engine)]
     for name, label, metric, label_name, previous in chained:
-        matchers = ", ".join(m for m in (exporter, previous) if m)
+        matchers = ", ".join(m for m in (source, previous) if m)
         yield (
             dashboard.QueryVariable(name)
             .label(label)

@@ -5,6 +5,11 @@ to the output root to the file's exact text; `RENDERERS` lists them in the order
 Files that must exist twice (kustomize cannot read outside its root) are declared as copies and
 taken from the first render, never rendered again. Rendering is deterministic, so the committed
 files must equal a fresh render (CI runs `generate --check`).
+
+The default (sidecar) render also writes the ready-to-use files of the sidecar-less bundle under
+`direct/` (`DIRECT_ROOT`, same layout): the rules, alerts, PrometheusRule, dashboards and their
+ConfigMap rendered with source=vllm, so they are committed and checked like the rest.
+`generate --set source=vllm --output DIR` renders the whole sidecar-less bundle into DIR instead.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from . import alertmanager, compose, dashboard_files, docs, kubernetes, rule_files, runbooks
-from .config import MixinConfig, load_config
+from .config import SOURCE_VLLM, MixinConfig, load_config
 
 RENDERERS: tuple[Callable[[MixinConfig], dict[str, str]], ...] = (
     docs.render,
@@ -30,6 +35,10 @@ RENDERERS: tuple[Callable[[MixinConfig], dict[str, str]], ...] = (
 )
 # {copy: original}: byte-identical copies of files another renderer wrote.
 COPIES: dict[str, str] = kubernetes.COPIES
+# The sidecar-less bundle's ready-to-use files, committed under DIRECT_ROOT with the same layout.
+DIRECT_ROOT = "direct/"
+DIRECT_FILES = (rule_files.RULES_FILE, rule_files.ALERTS_FILE, rule_files.PROMETHEUS_RULE_FILE,
+                dashboard_files.OVERVIEW_PATH, dashboard_files.FLEET_PATH, dashboard_files.CONFIGMAP_PATH)
 
 
 def render_all(cfg: MixinConfig) -> dict[str, str]:
@@ -43,6 +52,10 @@ def render_all(cfg: MixinConfig) -> dict[str, str]:
         if copy in files:
             raise RuntimeError(f"{copy} is both rendered and copied")
         files[copy] = files[original]
+    if not cfg.direct:
+        direct_cfg = cfg.with_overrides({"source": SOURCE_VLLM})
+        direct = {**rule_files.render(direct_cfg), **dashboard_files.render(direct_cfg)}
+        files |= {DIRECT_ROOT + path: direct[path] for path in DIRECT_FILES}
     return files
 
 

@@ -54,6 +54,7 @@ from .promql import (
     join_matchers,
     legend_label,
     selector,
+    sum_by,
 )
 from .shared_panels import (
     acceptance_by_model,
@@ -106,7 +107,8 @@ def top_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "drafts.",
         [Query(q.efficiency(), "efficiency")],
     ), 3, 5)
-    layout.add(speedup_stat(q), 3, 5)
+    if not q.direct:  # the advisor's estimate needs the sidecar
+        layout.add(speedup_stat(q), 3, 5)
     layout.add(stat_panel(
         "Tokens/s",
         "Output tokens generated per second (accepted drafts included), draft tokens accepted "
@@ -118,7 +120,7 @@ def top_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
          Query(q.sum_rate(DRAFT_TOKENS), "drafted")],
         text_mode=VALUE_AND_NAME,
         decimals=1,
-    ).links(runbook_links(cfg, alert_rules.DRAFTS_STOPPED)), 5, 5)
+    ).links(runbook_links(cfg, alert_rules.DRAFTS_STOPPED)), 8 if q.direct else 5, 5)
     layout.add(targets_down_stat(cfg, q), 3, 5)
     layout.add(firing_alerts_stat(cfg, q), 3, 5)
 
@@ -243,6 +245,8 @@ def position_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         [Query(q.positions_paying_off(), "{{model_name}} paying", instant=True),
          Query(q.k(), "{{model_name}} k", instant=True)],
     ), 7, 3)
+    if q.direct:  # the advisor runs in the sidecar
+        return
     layout.add(named_stat(
         "Advisor: recommended k",
         "The exporter's advisor per model: the k (at most the current k) that maximises the "
@@ -321,7 +325,7 @@ def context_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
     vllm_scope = (
         f"From vLLM's own /metrics ({cfg.vllm_selector or 'all jobs'}), filtered by model and "
         "engine; the job/instance variables pick the exporter's targets and do not apply here."
-    )
+    ) if not q.direct else f"From vLLM's own /metrics ({cfg.vllm_selector})."
     layout.row("Load and latency: why did acceptance change?")
     layout.add(timeseries_panel(
         "Requests running and waiting",
@@ -329,16 +333,16 @@ def context_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "best at small batches: acceptance or speed dropping while running requests climb "
         "points at load, not at the draft. Good: waiting stays near 0." + crowd_note(cfg),
         NUMBER,
-        [Query(q.crowded(q.gauge(MetricName.REQUESTS_RUNNING, by_instance), high_is_bad=True),
+        [Query(q.crowded(q.load_gauge(MetricName.REQUESTS_RUNNING, by_instance), high_is_bad=True),
                f"{instance_legend} running"),
-         Query(q.crowded(q.gauge(MetricName.REQUESTS_WAITING, by_instance), high_is_bad=True),
+         Query(q.crowded(q.load_gauge(MetricName.REQUESTS_WAITING, by_instance), high_is_bad=True),
                f"{instance_legend} waiting")],
     ), 8, 8)
     layout.add(ratio_series(
         "KV-cache usage",
         "Share of the KV cache in use, per server and model (highest engine). Good: below ~90 %; "
         "near 100 % vLLM preempts requests, and draft tokens also need cache blocks." + crowd_note(cfg),
-        [Query(q.crowded(q.gauge(MetricName.KV_CACHE_USAGE_RATIO, (*by_instance, "model_name"), op="max"),
+        [Query(q.crowded(q.load_gauge(MetricName.KV_CACHE_USAGE_RATIO, (*by_instance, "model_name"), op="max"),
                          high_is_bad=True), instance_legend + " {{model_name}}")],
     ), 8, 8)
     layout.add(timeseries_panel(
@@ -373,6 +377,9 @@ def context_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
 
 def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
     instance_legend = legend_label(cfg.instance_label)
+    if q.direct:
+        direct_health_row(layout, cfg, q)
+        return
     layout.row("Exporter and target health: can these numbers be trusted?")
     layout.add(timeseries_panel(
         "Target and exporter up",
@@ -434,6 +441,41 @@ def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         merge=True,
         no_value=NO_EXPORTER,
     ).links(runbook_links(cfg, alert_rules.METRICS_MISSING)), 8, 6)
+    layout.add(firing_alerts_table(cfg, q), 24, 5)
+
+
+def direct_health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
+    """source=vllm: what Prometheus itself knows about each vLLM server (no sidecar to ask)."""
+    instance_legend = legend_label(cfg.instance_label)
+    layout.row("Target health: can these numbers be trusted?")
+    layout.add(timeseries_panel(
+        "vLLM scraped",
+        f"Prometheus' own up for each vLLM server ({cfg.vllm_selector}): 1 when its last scrape of "
+        "/metrics succeeded. Good: 1.",
+        NUMBER,
+        [Query(sum_by((cfg.instance_label,), q.scrape_up(), op="min"), f"{instance_legend} vLLM scraped")],
+        max_value=1,
+        legend_calcs=("min", "lastNotNull"),
+    ).links(runbook_links(cfg, alert_rules.VLLM_UNREACHABLE)), 8, 8)
+    layout.add(timeseries_panel(
+        "Counter resets (vLLM restarts)",
+        "Resets of vLLM's generation counter, i.e. vLLM restarted, per server per interval. Good: "
+        "0. Repeated resets are a crash loop; acceptance right after a restart covers little traffic.",
+        NUMBER,
+        [Query(q.counter_resets(), instance_legend)],
+        bars=True,
+        legend_calcs=("sum", "max"),
+    ).links(runbook_links(cfg, alert_rules.VLLM_RESTARTING)), 8, 8)
+    layout.add(table_panel(
+        "Servers not speculating",
+        "vLLM servers generating tokens whose /metrics has no speculative-decoding series "
+        "(started without --speculative-config, or renamed by an upgrade), and servers Prometheus "
+        "cannot scrape. Good: empty.",
+        NUMBER,
+        [Query(q.not_speculating(), table=True)],
+        hidden_columns=("Time", "Value"),
+        no_value="None",
+    ).links(runbook_links(cfg, alert_rules.METRICS_MISSING)), 8, 8)
     layout.add(firing_alerts_table(cfg, q), 24, 5)
 
 

@@ -2,9 +2,12 @@
 
 Nothing here knows about panels or layout (kubernetes-mixin keeps its queries apart the same
 way): each query is a function of the config's selectors. The conventions hold by construction:
-rates use `$__rate_interval`, every selector carries the dashboard variables, ratios are
-sum-then-divide with a `(den > 0)` guard (no NaN/Inf when idle), and every metric of ours comes
-from names.MetricName.
+queries read records (the source layer's per-(server, model, engine) rates, summed per panel,
+and the acceptance evidence), every selector carries the dashboard variables, ratios are the
+QUANTITIES of recording_rules (sum-then-divide with a `(den > 0)` guard: no NaN/Inf when idle),
+and every raw series comes from sources.py (the sidecar's health gauges from names.MetricName).
+With source=vllm there is no sidecar: `Queries.direct` tells the dashboards which panels to leave
+out, and the few that read the sidecar's gauges read vLLM's own or compute the same in PromQL.
 """
 
 from __future__ import annotations
@@ -13,8 +16,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..names import MetricName
-from . import recording_rules
+from . import recording_rules, sources
 from .config import MixinConfig
+from .recording_rules import (
+    ACCEPTANCE,
+    DRAFT_OUTPUT_SHARE,
+    DRAFTED_EFFICIENCY,
+    MEAN_ACCEPTANCE_LENGTH,
+    MEAN_DRAFT_LENGTH,
+    POSITION_ACCEPTANCE,
+    Quantity,
+)
+from .sources import SourceCounter
 
 RATE_INTERVAL = "$__rate_interval"
 # Alerts are matched by name prefix: every spec-decode alert the mixin generates starts with it.
@@ -42,12 +55,12 @@ PROBLEM_SPEC_OFF = "spec decoding off"
 PROBLEM_VLLM_UNREADABLE = "vLLM unreadable"
 PROBLEM_EXPORTER_UNSCRAPED = "exporter not scraped"
 
-# Our metrics, under the short names the queries read best with.
-DRAFTS = MetricName.DRAFTS_TOTAL
-DRAFT_TOKENS = MetricName.DRAFT_TOKENS_TOTAL
-ACCEPTED = MetricName.ACCEPTED_TOKENS_TOTAL
-ACCEPTED_BY_POSITION = MetricName.ACCEPTED_TOKENS_BY_POSITION_TOTAL
-GENERATED = MetricName.GENERATION_TOKENS_TOTAL
+# The counters of the source layer, under the short names the queries read best with.
+DRAFTS = sources.DRAFTS
+DRAFT_TOKENS = sources.DRAFT_TOKENS
+ACCEPTED = sources.ACCEPTED
+ACCEPTED_BY_POSITION = sources.ACCEPTED_BY_POSITION
+GENERATED = sources.GENERATED
 NUM_SPECULATIVE_TOKENS = MetricName.NUM_SPECULATIVE_TOKENS
 TARGET_UP = MetricName.TARGET_UP
 SPEC_DECODE_ENABLED = MetricName.SPEC_DECODE_ENABLED
@@ -78,13 +91,14 @@ def join_matchers(*parts: str) -> str:
 
 @dataclass(frozen=True)
 class Selectors:
-    """Label matchers (without braces) for the two scrape jobs the dashboards read.
+    """Label matchers (without braces) for the scrape jobs the dashboards read.
 
-    `series` picks the exporter's per-(model, engine) series; `target` its per-target series
-    (health gauges carry no model/engine labels, and `.+` would not match a missing label);
-    `vllm` picks vLLM's own /metrics, used only for the latency histograms the exporter does not
-    re-expose. vLLM's scrape job has other job/instance values than the sidecar's, so it is
-    narrowed by `vllm_selector` plus model/engine instead of the job/instance variables.
+    `series` picks the source records (and the exporter's per-(model, engine) gauges); `target`
+    the source job's per-target series (health gauges and `up` carry no model/engine labels, and
+    `.+` would not match a missing label); `vllm` picks vLLM's own /metrics for the latency
+    histograms the exporter does not re-expose. With source=exporter, vLLM's scrape job has other
+    job/instance values than the sidecar's, so it is narrowed by `vllm_selector` plus model/engine
+    instead of the job/instance variables; with source=vllm it is the source job itself.
     """
 
     target: str
@@ -94,13 +108,14 @@ class Selectors:
     @classmethod
     def from_config(cls, cfg: MixinConfig) -> Selectors:
         target = join_matchers(
-            cfg.exporter_selector, 'job=~"$job"', f'{cfg.instance_label}=~"$instance"'
+            sources.selector(cfg), 'job=~"$job"', f'{cfg.instance_label}=~"$instance"'
         )
         model_engine = 'model_name=~"$model_name", engine=~"$engine"'
+        series = join_matchers(target, model_engine)
         return cls(
             target=target,
-            series=join_matchers(target, model_engine),
-            vllm=join_matchers(cfg.vllm_selector, model_engine),
+            series=series,
+            vllm=series if cfg.direct else join_matchers(cfg.vllm_selector, model_engine),
         )
 
 
@@ -140,45 +155,61 @@ class Queries:
     def __init__(self, cfg: MixinConfig) -> None:
         self.cfg = cfg
         self.sel = Selectors.from_config(cfg)
+        # source=vllm: no sidecar, so no advisor, exporter health or target info to show.
+        self.direct = cfg.direct
 
-    def sum_rate(self, metric: str, by: tuple[str, ...] = ()) -> str:
-        return sum_rate(metric, self.sel.series, by)
+    def counter_rate(self, counter: SourceCounter) -> str:
+        """The source record of one counter's rate, per (server, model, engine), on the variables."""
+        return selector(sources.rate_record(self.cfg, counter), self.sel.series)
+
+    def sum_rate(self, counter: SourceCounter, by: tuple[str, ...] = ()) -> str:
+        return sum_by(by, self.counter_rate(counter))
+
+    def quantity(self, quantity: Quantity, by: tuple[str, ...] = ()) -> str:
+        """One of recording_rules.QUANTITIES over the panel's `by`, from the source records."""
+        def read(counter: SourceCounter) -> str:
+            return self.sum_rate(counter, (*by, "position") if counter.position else by)
+        matching = ""
+        if any(c.position for c in quantity.numerator):
+            matching = f"on ({', '.join(by)}) group_left ()" if by else "on () group_left ()"
+        return quantity.expr(read, matching, separator=" ")
 
     def acceptance(self, by: tuple[str, ...] = ()) -> str:
-        return guarded_ratio(self.sum_rate(ACCEPTED, by), self.sum_rate(DRAFT_TOKENS, by))
+        return self.quantity(ACCEPTANCE, by)
 
     def mean_acceptance_length(self, by: tuple[str, ...] = ()) -> str:
-        return "1 + " + guarded_ratio(self.sum_rate(ACCEPTED, by), self.sum_rate(DRAFTS, by))
+        return self.quantity(MEAN_ACCEPTANCE_LENGTH, by)
+
+    def k_series(self) -> str:
+        """k per (server, model, engine): the sidecar's gauge, or directly the number of draft
+        positions vLLM exposes (it creates every position series 0..k-1 at start-up)."""
+        if self.direct:
+            return f"count without (position) ({self.counter_rate(ACCEPTED_BY_POSITION)})"
+        return selector(NUM_SPECULATIVE_TOKENS, self.sel.series)
 
     def max_acceptance_length(self, by: tuple[str, ...] = ()) -> str:
         """k + 1: the most tokens one verification step can emit (all drafts + the bonus)."""
-        return sum_by(by, selector(NUM_SPECULATIVE_TOKENS, self.sel.series), op="max") + " + 1"
+        return sum_by(by, self.k_series(), op="max") + " + 1"
 
     def efficiency(self, by: tuple[str, ...] = ()) -> str:
         """(drafts + accepted) / (drafts * (k + 1)): tokens emitted / most emittable. Each draft's
         rate is weighted by its own series' k, so servers with different k aggregate correctly.
-        Both sides cover exactly the series that have a k gauge: a series whose k is missing (the
+        Both sides cover exactly the series that have a k: a series whose k is missing (the
         exporter's first poll, a target just gone down) must not add to the numerator alone."""
-        k = selector(NUM_SPECULATIVE_TOKENS, self.sel.series)
-        emitted = sum_by(by, f"({rate(DRAFTS, self.sel.series)} + {rate(ACCEPTED, self.sel.series)}) and {k}")
-        most_emittable = sum_by(by, f"{rate(DRAFTS, self.sel.series)} * ({k} + 1)")
+        k = self.k_series()
+        drafts, accepted = self.counter_rate(DRAFTS), self.counter_rate(ACCEPTED)
+        emitted = sum_by(by, f"({drafts} + {accepted}) and {k}")
+        most_emittable = sum_by(by, f"{drafts} * ({k} + 1)")
         return guarded_ratio(emitted, most_emittable)
 
     def drafted_efficiency(self, by: tuple[str, ...] = ()) -> str:
         """(drafts + accepted) / (drafts + draft tokens): fair when drafts are shorter than k."""
-        emitted = f"{self.sum_rate(DRAFTS, by)} + {self.sum_rate(ACCEPTED, by)}"
-        drafted = f"{self.sum_rate(DRAFTS, by)} + {self.sum_rate(DRAFT_TOKENS, by)}"
-        return guarded_ratio(f"({emitted})", f"({drafted})")
+        return self.quantity(DRAFTED_EFFICIENCY, by)
 
     def position_acceptance(self, by: tuple[str, ...] = ("model_name",)) -> str:
         """Share of drafts whose token at each position was accepted. Drafts have no position
         label, hence the one-to-many match on the remaining labels."""
-        matching = f"on ({', '.join(by)}) group_left ()" if by else "on () group_left ()"
-        return guarded_ratio(
-            self.sum_rate(ACCEPTED_BY_POSITION, (*by, "position")),
-            self.sum_rate(DRAFTS, by),
-            matching=matching,
-        )
+        return self.quantity(POSITION_ACCEPTANCE, by)
 
     def positions_paying_off(self, by: tuple[str, ...] = ("model_name",)) -> str:
         """How many draft positions are accepted at least at the warning threshold: the k that
@@ -192,10 +223,10 @@ class Queries:
         return sum_by(by, self.position_acceptance(by), op="min")
 
     def draft_output_share(self, by: tuple[str, ...] = ()) -> str:
-        return guarded_ratio(self.sum_rate(ACCEPTED, by), self.sum_rate(GENERATED, by))
+        return self.quantity(DRAFT_OUTPUT_SHARE, by)
 
     def mean_draft_length(self, by: tuple[str, ...] = ()) -> str:
-        return guarded_ratio(self.sum_rate(DRAFT_TOKENS, by), self.sum_rate(DRAFTS, by))
+        return self.quantity(MEAN_DRAFT_LENGTH, by)
 
     def target_sampled_tokens(self, by: tuple[str, ...] = ()) -> str:
         """Output tokens the target model sampled itself (one per step, incl. the bonus token)."""
@@ -208,7 +239,7 @@ class Queries:
         """Average of a per-series gauge weighted by each series' drafts/s, over the series that
         report it (the exporter omits advisor gauges while a series is idle)."""
         gauge_selector = selector(gauge, self.sel.series)
-        drafts = rate(DRAFTS, self.sel.series)
+        drafts = self.counter_rate(DRAFTS)
         return guarded_ratio(
             sum_by(by, f"{gauge_selector} * {drafts}"),
             sum_by(by, f"{drafts} and {gauge_selector}"),
@@ -227,9 +258,13 @@ class Queries:
     def gauge(self, metric: str, by: tuple[str, ...], op: str = "sum") -> str:
         return sum_by(by, selector(metric, self.sel.series), op=op)
 
+    def load_gauge(self, metric: MetricName, by: tuple[str, ...], op: str = "sum") -> str:
+        """A per-series load gauge: the sidecar's, or with source=vllm vLLM's own."""
+        return sum_by(by, sources.raw_gauge(self.cfg, metric, self.sel.series), op=op)
+
     def k(self, by: tuple[str, ...] = ("model_name",)) -> str:
         """Draft positions configured (the largest where engines differ)."""
-        return self.gauge(NUM_SPECULATIVE_TOKENS, by, op="max")
+        return sum_by(by, self.k_series(), op="max")
 
     def worst_first(self, expr: str) -> str:
         """An instant query's rows sorted ascending: the lowest value on top."""
@@ -293,10 +328,12 @@ class Queries:
         the engine's own adaptive tier (SGLang tier 0; recording_rules)."""
         names = recording_rules.record_names(self.cfg)
         matchers = join_matchers(self.sel.target, 'model_name=~"$model_name"')
+        state = (f"(0 * {selector(names.drafts_stopped, matchers)} + 2)"
+                 f" or (0 * {selector(names.drafting_paused, matchers)} + 1)")
+        if self.cfg.direct:  # vLLM's own series: no engine declares a tier
+            return state + f" or (0 * ({selector(names.draft_tokens_rate, matchers)} > 0))"
         tier = recording_rules.engine_tier_steps("{" + matchers + "}")
-        return (f"(0 * {selector(names.drafts_stopped, matchers)} + 2)"
-                f" or (0 * {selector(names.drafting_paused, matchers)} + 1)"
-                f" or (0 * ({tier} == 0) + 3)"
+        return (state + f" or (0 * ({tier} == 0) + 3)"
                 f" or (0 * ({selector(names.draft_tokens_rate, matchers)} > 0))"
                 f" or (0 * ({tier} > 0))")
 
@@ -304,27 +341,47 @@ class Queries:
         """One value per scrape target of an exporter health gauge (no model/engine labels)."""
         return sum_by((self.cfg.instance_label,), selector(metric, self.sel.target), op=op)
 
+    def scrape_up(self) -> str:
+        """`up` of the source job's targets: the sidecars, or with source=vllm the vLLM servers."""
+        return sources.scrape_up(self.cfg, join_matchers('job=~"$job"', f'{self.cfg.instance_label}=~"$instance"'))
+
+    def spec_off_series(self) -> str:
+        """source=vllm: (server, model) pairs generating tokens whose spec-decode counters are not
+        scraped at all, the direct form of the sidecar's `spec_decode_enabled 0`."""
+        return (f"group without (engine) ({self.counter_rate(GENERATED)})\n"
+                f"unless {sources.drafts_present(self.cfg)}")
+
     def spec_decode_off_servers(self) -> str:
         """Servers the exporter reads where vLLM exposes no spec-decode metrics; 0 (not empty)
         while exporters are scraped, so "No exporter" stays distinguishable."""
-        up = selector("up", self.sel.target)
+        up = self.scrape_up()
+        if self.direct:
+            return f"count(count by ({self.cfg.instance_label}) ({self.spec_off_series()})) or (0 * count({up}))"
         return f"count({self.per_target(SPEC_DECODE_ENABLED, op='max')} == 0) or (0 * count({up}))"
 
     def not_speculating(self) -> str:
         """One row per server that is not speculating, with the reason in label `problem`."""
-        reasons = (
-            (self.per_target(SPEC_DECODE_ENABLED, op="max"), PROBLEM_SPEC_OFF),
-            (self.per_target(TARGET_UP), PROBLEM_VLLM_UNREADABLE),
-            (self.per_target("up"), PROBLEM_EXPORTER_UNSCRAPED),
-        )
+        instance = (self.cfg.instance_label,)
+        if self.direct:
+            reasons = ((f"sum by ({instance[0]}) ({self.spec_off_series()}) * 0", PROBLEM_SPEC_OFF),
+                       (sum_by(instance, self.scrape_up(), op="min"), PROBLEM_VLLM_UNREADABLE))
+        else:
+            reasons = (
+                (self.per_target(SPEC_DECODE_ENABLED, op="max"), PROBLEM_SPEC_OFF),
+                (self.per_target(TARGET_UP), PROBLEM_VLLM_UNREADABLE),
+                (self.per_target("up"), PROBLEM_EXPORTER_UNSCRAPED),
+            )
         return " or ".join(f'label_replace({expr} == 0, "{PROBLEM_LABEL}", "{text}", "", "")'
                            for expr, text in reasons)
 
     # Health: per scrape target, no model/engine labels.
     def targets_down(self) -> str:
-        """Exporters that cannot read vLLM, plus exporters Prometheus cannot scrape. Empty (shown
-        as "No exporter") when no exporter is scraped at all, so silence is never green."""
-        up = selector("up", self.sel.target)
+        """Exporters that cannot read vLLM, plus exporters Prometheus cannot scrape (source=vllm:
+        vLLM servers Prometheus cannot scrape). Empty (shown as "No exporter") when no target is
+        scraped at all, so silence is never green."""
+        up = self.scrape_up()
+        if self.direct:
+            return f"count({up} == 0) or (0 * count({up}))"
         target_up = selector(TARGET_UP, self.sel.target)
         return f"count(({target_up} == 0) or ({up} == 0)) or (0 * count({up}))"
 
@@ -338,9 +395,10 @@ class Queries:
         return sum_rate(MetricName.SCRAPE_ERRORS_TOTAL, self.sel.target, ("reason",))
 
     def counter_resets(self) -> str:
-        """vLLM restarts per server per interval (polls in which its counters reset)."""
-        return sum_by((self.cfg.instance_label,),
-                      f"increase({selector(TARGET_RESTARTS, self.sel.target)}[{RATE_INTERVAL}])")
+        """vLLM restarts per server per interval (sidecar: polls in which its counters reset;
+        source=vllm: resets of vLLM's generation counter)."""
+        matchers = join_matchers('job=~"$job"', f'{self.cfg.instance_label}=~"$instance"')
+        return sum_by((self.cfg.instance_label,), sources.restarts(self.cfg, RATE_INTERVAL, matchers))
 
     def poll_age(self) -> str:
         """Seconds since each exporter last read vLLM successfully (0 before the first success)."""

@@ -1,42 +1,57 @@
 """Recording rules for speculative decoding, built from one MixinConfig.
 
-Recording rules follow Prometheus' `level:metric:operations` convention
-(https://prometheus.io/docs/practices/rules/):
+Three layers, each reading only the one before it (the kubernetes-mixin way: queries read records):
 
-* level `instance_model`: one server (all its data-parallel engines summed) and one model;
-  `instance_model_position` adds the 0-based draft `position`;
-* level `<fleet labels>_model` (default `job_model`): every server of a model summed;
-* operation `rate<window>` for per-second rates, `ratio_rate<window>` for a ratio of two rates
-  (the two metrics joined by `_per_`), `mean_rate<window>` for the mean acceptance length.
+1. the *source* records (sources.py, group `vllm-spec-decode.source`): per (server, model, engine)
+   rates of the five counters, read from the sidecar or straight from vLLM (`source` knob);
+2. per server and model (`instance_model`: the data-parallel engines summed) and per model across
+   the fleet (`<fleet labels>_model`, default `job_model`): rates, and the ratios of `QUANTITIES`;
+3. the *evidence* records of the acceptance alerts, one group per alert window: the source
+   increases (per server and model) of drafts (the trials), draft tokens and accepted tokens, then
+   the acceptance ratio and its Wilson score bounds `:confidence_upper_<w>` / `:confidence_lower_<w>` with a
+   `confidence` label (GitLab metrics-catalog style). An alert fires when the upper bound is below
+   its threshold in a long and a short window of one tier, i.e. when the counters prove it.
 
-Ratios always divide separately aggregated numerators and denominators (never an average of
-ratios), and the denominator is guarded with `> 0` so idle servers give no sample instead of NaN.
-All inputs are the exporter's colon-free counters (names.MetricName).
+Names follow Prometheus' `level:metric:operations` (https://prometheus.io/docs/practices/rules/):
+operation `rate<window>`, `increase<window>`, `ratio_rate<window>` for a ratio of two rates (the
+two metrics joined by `_per_`), `mean_rate<window>` for the mean acceptance length.
 
-The acceptance alerts read a second family, the *evidence* records, one set per alert window:
-drafts (the trials) and the acceptance ratio over the window from `increase()`, and the Wilson
-score bounds `:confidence_upper_<w>` / `:confidence_lower_<w>` with a `confidence` label
-(GitLab metrics-catalog style). An alert fires when the upper bound is below its threshold in a
-long and a short window of one tier, i.e. when the counters prove acceptance is low.
+Each derived quantity is defined once here, in `QUANTITIES` (a ratio of sums of counters), and
+once in Python (derive.py); the records, the evidence and every dashboard panel build their PromQL
+from it, and tests/test_quantities_prometheus.py shows the two definitions agree on real vLLM
+output. Ratios always divide separately aggregated numerators and denominators (never an average
+of ratios), and the denominator is guarded with `> 0`, so idle servers give no sample, not NaN.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..names import MetricName
-from . import links
+from . import links, sources
 from .config import MixinConfig
+from .sources import ACCEPTED, ACCEPTED_BY_POSITION, DRAFT_TOKENS, DRAFTS, GENERATED, SourceCounter
 
 __all__ = [
+    "ACCEPTANCE",
+    "DRAFTED_EFFICIENCY",
+    "DRAFT_OUTPUT_SHARE",
     "EVIDENCE_GROUP",
+    "MEAN_ACCEPTANCE_LENGTH",
+    "MEAN_DRAFT_LENGTH",
+    "POSITION_ACCEPTANCE",
+    "QUANTITIES",
     "RECORDING_GROUP",
+    "SOURCE_GROUP",
     "EvidenceNames",
+    "Quantity",
     "RecordNames",
     "alert_windows",
     "engine_tier_steps",
+    "evidence_group_name",
     "evidence_meanings",
     "evidence_names",
     "evidence_rules",
@@ -44,11 +59,57 @@ __all__ = [
     "record_names",
     "recording_groups",
     "recording_rules",
+    "source_meanings",
     "wilson_bound",
 ]
 
+SOURCE_GROUP = "vllm-spec-decode.source"
 RECORDING_GROUP = "vllm-spec-decode.rules"
+# One evidence group per alert window: `vllm-spec-decode.evidence.<window>` (evidence_group_name).
 EVIDENCE_GROUP = "vllm-spec-decode.evidence"
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A derived quantity: `offset + sum(numerator) / sum(denominator)`, each a sum of counters.
+
+    `expr(read)` writes it in PromQL given how to read one counter's aggregate (a record, a sum of
+    records, an increase), so a record, an evidence ratio and a dashboard panel all use the same
+    definition. derive.py computes the same quantity from the same counters' deltas in Python.
+    """
+
+    numerator: tuple[SourceCounter, ...]
+    denominator: tuple[SourceCounter, ...]
+    offset: int = 0
+
+    def expr(self, read: Callable[[SourceCounter], str], matching: str = "", separator: str = "\n") -> str:
+        """PromQL of the quantity; `matching` joins a `position` numerator to its denominator."""
+        def total(counters: tuple[SourceCounter, ...]) -> str:
+            text = " + ".join(read(c) for c in counters)
+            return f"({text})" if len(counters) > 1 else text
+        operator = f"/ {matching}" if matching else "/"
+        ratio = f"{total(self.numerator)}{separator}{operator}{separator}({total(self.denominator)} > 0)"
+        return f"{self.offset} + {ratio}" if self.offset else ratio
+
+
+ACCEPTANCE = Quantity((ACCEPTED,), (DRAFT_TOKENS,))
+# Mean acceptance length counts the bonus token the target emits with every verification.
+MEAN_ACCEPTANCE_LENGTH = Quantity((ACCEPTED,), (DRAFTS,), offset=1)
+# vLLM exports no per-position draft counter; its own per-position rate divides by drafts (the
+# numerator keeps its `position` label: read it with POSITION_MATCHING).
+POSITION_ACCEPTANCE = Quantity((ACCEPTED_BY_POSITION,), (DRAFTS,))
+DRAFTED_EFFICIENCY = Quantity((DRAFTS, ACCEPTED), (DRAFTS, DRAFT_TOKENS))
+DRAFT_OUTPUT_SHARE = Quantity((ACCEPTED,), (GENERATED,))
+MEAN_DRAFT_LENGTH = Quantity((DRAFT_TOKENS,), (DRAFTS,))
+QUANTITIES = {
+    "acceptance": ACCEPTANCE,
+    "mean_acceptance_length": MEAN_ACCEPTANCE_LENGTH,
+    "position_acceptance": POSITION_ACCEPTANCE,
+    "drafted_efficiency": DRAFTED_EFFICIENCY,
+    "draft_output_share": DRAFT_OUTPUT_SHARE,
+    "mean_draft_length": MEAN_DRAFT_LENGTH,
+}
+POSITION_MATCHING = "ignoring (position) group_left ()"
 
 
 @dataclass(frozen=True)
@@ -81,6 +142,11 @@ class RecordNames:
     fleet_position_acceptance_ratio: str
 
 
+# The RecordNames field of each counter's rate (without the fleet_ prefix).
+_RATE_FIELD = {ACCEPTED: "accepted_rate", DRAFT_TOKENS: "draft_tokens_rate", DRAFTS: "drafts_rate",
+               GENERATED: "generation_rate", ACCEPTED_BY_POSITION: "accepted_by_position_rate"}
+
+
 def record_names(cfg: MixinConfig) -> RecordNames:
     w = cfg.windows.rate_window
     fleet = "_".join((*cfg.fleet_labels, "model"))
@@ -111,7 +177,9 @@ class EvidenceNames:
     """Evidence records of one window `w` (per server and model)."""
 
     window: str
-    drafts: str  # drafts in the window: the trial count behind the bound
+    drafts: str  # drafts in the window (the trials; absent without drafts); a source record
+    draft_tokens: str  # proposed draft tokens in the window; a source record
+    accepted: str  # accepted draft tokens in the window; a source record
     ratio: str  # accepted / proposed draft tokens in the window
     upper: str  # Wilson upper bound of acceptance (label confidence)
     lower: str  # Wilson lower bound
@@ -120,7 +188,9 @@ class EvidenceNames:
 def evidence_names(window: str) -> EvidenceNames:
     return EvidenceNames(
         window=window,
-        drafts=f"instance_model:vllm_spec_decode_drafts:increase{window}",
+        drafts=sources.increase_record(DRAFTS, window),
+        draft_tokens=sources.increase_record(DRAFT_TOKENS, window),
+        accepted=sources.increase_record(ACCEPTED, window),
         ratio=f"instance_model:vllm_spec_decode_accepted_per_draft_tokens:ratio_increase{window}",
         upper=f"instance_model:vllm_spec_decode_acceptance:confidence_upper_{window}",
         lower=f"instance_model:vllm_spec_decode_acceptance:confidence_lower_{window}",
@@ -141,10 +211,13 @@ def wilson_bound(cfg: MixinConfig, e: EvidenceNames, side: str) -> str:
     Written over the raw drafts D (n = D/φ) so every constant is folded in at generation time:
         bound = (p + (z²φ/2)/D ± z·sqrt(φ·p(1-p)/D + (z²φ²/4)/D²)) / (1 + (z²φ)/D)
     Only `sqrt`, `^` and arithmetic: valid on every Prometheus (and Thanos/Mimir ruler).
+    p is ACCEPTANCE written over the source increases, not read from the `e.ratio` record: a bound
+    one record away from the counters pages no later on vmalert (sources.py says why).
     """
     z, phi = cfg.confidence_z, cfg.acceptance_overdispersion
     z2 = z * z
-    p, d = e.ratio, e.drafts
+    reads = {ACCEPTED: e.accepted, DRAFT_TOKENS: e.draft_tokens}
+    p, d = f"({ACCEPTANCE.expr(reads.__getitem__, separator=' ')})", e.drafts
     bound = (f"(\n  {p}\n  + {z2 * phi / 2:.10g} / {d}\n"
              f"  {side} {z:.10g} * sqrt({phi:g} * {p} * (1 - {p}) / {d} + {z2 * phi * phi / 4:.10g} / {d} ^ 2)\n)\n"
              f"/\n(1 + {z2 * phi:.10g} / {d})")
@@ -152,23 +225,24 @@ def wilson_bound(cfg: MixinConfig, e: EvidenceNames, side: str) -> str:
     return f"clamp_min(\n{bound},\n0\n)" if side == "-" else f"clamp_max(\n{bound},\n1\n)"
 
 
-def evidence_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
-    """Drafts, ratio and both Wilson bounds for every alert window, per server and model."""
-    sel = links.exporter_selector(cfg)
+def evidence_group_name(window: str) -> str:
+    return f"{EVIDENCE_GROUP}.{window}"
+
+
+def evidence_rules(cfg: MixinConfig, window: str) -> list[dict[str, Any]]:
+    """The source increases, the ratio and both Wilson bounds of one alert window, per server and model."""
     confidence = {"confidence": cfg.confidence_label}
-    rules: list[dict[str, Any]] = []
-    for window in alert_windows(cfg):
-        e = evidence_names(window)
-        # increase(), not rate(): the bound needs counts. `> 0` drops windows without drafts, so
-        # an idle server has no bound at all (no evidence never fires) instead of a NaN.
-        rules.append({"record": e.drafts,
-                      "expr": f"sum without (engine) (increase({MetricName.DRAFTS_TOTAL}{sel}[{window}])) > 0"})
-        rules.append({"record": e.ratio, "expr": (
-            f"sum without (engine) (increase({MetricName.ACCEPTED_TOKENS_TOTAL}{sel}[{window}]))\n/\n"
-            f"(sum without (engine) (increase({MetricName.DRAFT_TOKENS_TOTAL}{sel}[{window}])) > 0)")})
-        rules.append({"record": e.upper, "expr": wilson_bound(cfg, e, "+"), "labels": dict(confidence)})
-        rules.append({"record": e.lower, "expr": wilson_bound(cfg, e, "-"), "labels": dict(confidence)})
-    return rules
+    e = evidence_names(window)
+    reads = {ACCEPTED: e.accepted, DRAFT_TOKENS: e.draft_tokens}
+
+    # increase(), not rate(): the bound needs counts. The drafts record keeps only windows with
+    # drafts, so an idle server has no bound at all (no evidence never fires) instead of a NaN.
+    return [
+        *sources.increase_rules(cfg, window),
+        {"record": e.ratio, "expr": ACCEPTANCE.expr(reads.__getitem__)},
+        {"record": e.upper, "expr": wilson_bound(cfg, e, "+"), "labels": dict(confidence)},
+        {"record": e.lower, "expr": wilson_bound(cfg, e, "-"), "labels": dict(confidence)},
+    ]
 
 
 def evidence_meanings(cfg: MixinConfig) -> dict[str, str]:
@@ -177,9 +251,12 @@ def evidence_meanings(cfg: MixinConfig) -> dict[str, str]:
     meanings: dict[str, str] = {}
     for window in alert_windows(cfg):
         e = evidence_names(window)
+        meanings |= {sources.increase_record(c, window): f"Source layer, per server and model (engines summed): "
+                                                          f"{_COUNTER_MEANING[c]} over the last {window}."
+                     for c in sources.EVIDENCE_COUNTERS}
         meanings |= {
-            e.drafts: f"Per server and model. Drafts over the last {window} (the trials behind the bound); "
-                      "absent without drafts.",
+            e.drafts: f"Source layer, per server and model (engines summed): drafts over the last {window} "
+                      "(the trials behind the bound); absent without drafts.",
             e.ratio: f"Per server and model. Acceptance over the last {window}: accepted / proposed draft tokens.",
             e.upper: f"Per server and model. Upper Wilson bound of acceptance over {window}, label "
                      f"confidence=\"{conf}\": acceptance is below it with {conf} confidence.",
@@ -190,8 +267,9 @@ def evidence_meanings(cfg: MixinConfig) -> dict[str, str]:
 
 
 def recording_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
+    """Per server and model, then per model across the fleet: rates and QUANTITIES' ratios."""
     n = record_names(cfg)
-    sel, w = links.exporter_selector(cfg), cfg.windows.rate_window
+    fields = dataclasses.asdict(n)
     by_fleet = ", ".join((*cfg.fleet_labels, "model_name"))
     rules: list[dict[str, Any]] = []
 
@@ -199,33 +277,23 @@ def recording_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
         rules.append({"record": name, "expr": expr})
 
     # Per server: sum the data-parallel engines (`without` keeps job, instance and any other
-    # target labels such as namespace or pod).
-    for name, counter in ((n.accepted_rate, MetricName.ACCEPTED_TOKENS_TOTAL),
-                          (n.draft_tokens_rate, MetricName.DRAFT_TOKENS_TOTAL),
-                          (n.drafts_rate, MetricName.DRAFTS_TOTAL),
-                          (n.generation_rate, MetricName.GENERATION_TOKENS_TOTAL),
-                          (n.accepted_by_position_rate, MetricName.ACCEPTED_TOKENS_BY_POSITION_TOTAL)):
-        record(name, f"sum without (engine) (rate({counter}{sel}[{w}]))")
-    record(n.acceptance_ratio, f"{n.accepted_rate}\n/\n({n.draft_tokens_rate} > 0)")
-    # Mean acceptance length counts the bonus token the target emits with every verification.
-    record(n.acceptance_length, f"1 + {n.accepted_rate}\n/\n({n.drafts_rate} > 0)")
-    # vLLM exports no per-position draft counter; its own per-position rate divides by drafts.
-    record(n.position_acceptance_ratio,
-           f"{n.accepted_by_position_rate}\n/ ignoring (position) group_left ()\n({n.drafts_rate} > 0)")
-    rules += drafting_state_rules(cfg, n)
+    # target labels such as namespace or pod); per model across the fleet: sum the servers' rates.
+    # Then QUANTITIES' ratios divide those sums.
+    for prefix in ("", "fleet_"):
+        for counter, field_name in _RATE_FIELD.items():
+            if prefix:
+                position = ", position" if counter.position else ""
+                expr = f"sum by ({by_fleet}{position}) ({fields[field_name]})"
+            else:
+                expr = f"sum without (engine) ({sources.rate_record(cfg, counter)})"
+            record(fields[prefix + field_name], expr)
 
-    # Fleet: sum the per-server rates, then divide the sums.
-    for fleet_name, instance_name in ((n.fleet_accepted_rate, n.accepted_rate),
-                                      (n.fleet_draft_tokens_rate, n.draft_tokens_rate),
-                                      (n.fleet_drafts_rate, n.drafts_rate),
-                                      (n.fleet_generation_rate, n.generation_rate)):
-        record(fleet_name, f"sum by ({by_fleet}) ({instance_name})")
-    record(n.fleet_accepted_by_position_rate, f"sum by ({by_fleet}, position) ({n.accepted_by_position_rate})")
-    record(n.fleet_acceptance_ratio, f"{n.fleet_accepted_rate}\n/\n({n.fleet_draft_tokens_rate} > 0)")
-    record(n.fleet_acceptance_length, f"1 + {n.fleet_accepted_rate}\n/\n({n.fleet_drafts_rate} > 0)")
-    record(n.fleet_position_acceptance_ratio,
-           f"{n.fleet_accepted_by_position_rate}\n/ ignoring (position) group_left ()\n({n.fleet_drafts_rate} > 0)")
-    return rules
+        def read(counter: SourceCounter, prefix: str = prefix) -> str:
+            return fields[prefix + _RATE_FIELD[counter]]
+        record(fields[prefix + "acceptance_ratio"], ACCEPTANCE.expr(read))
+        record(fields[prefix + "acceptance_length"], MEAN_ACCEPTANCE_LENGTH.expr(read))
+        record(fields[prefix + "position_acceptance_ratio"], POSITION_ACCEPTANCE.expr(read, POSITION_MATCHING))
+    return rules + drafting_state_rules(cfg, n)
 
 
 def drafting_state_rules(cfg: MixinConfig, n: RecordNames) -> list[dict[str, Any]]:
@@ -245,20 +313,21 @@ def drafting_state_rules(cfg: MixinConfig, n: RecordNames) -> list[dict[str, Any
     gauges then read 0 %). drafts_stopped never holds while engine_tier_steps is 0. (An expression,
     not a record: the recording group is at mixtool's 20-rule limit.)
     """
-    sel, w = links.exporter_selector(cfg), cfg.windows.rate_window
+    w = cfg.windows.rate_window
     no_drafts = (f"(\n  {n.generation_rate} >= {cfg.min_generation_tokens_per_second:g}\nand\n"
                  f"  {n.draft_tokens_rate} == 0\n)")
     drafted_at = f"max_over_time({n.drafting_batch}[{cfg.drafting_batch_memory}])"
+    # Only the sidecar serves an engine's tier (SGLang); vLLM's own series (source=vllm) have none.
+    tier_0 = "" if cfg.direct else f"\nunless\n({engine_tier_steps(links.exporter_selector(cfg))} == 0)"
+    running = sources.raw_gauge(cfg, MetricName.REQUESTS_RUNNING, sources.selector(cfg))
     return [
         # A subquery at the evaluation interval, so idle moments (no sample above 0) are skipped. The
         # step is explicit: MetricsQL (vmalert) defaults a subquery's step to the query's, not to the
         # evaluation interval, and then the window can hold no point at all.
         {"record": n.running_batch,
-         "expr": f"min_over_time((sum without (engine) ({MetricName.REQUESTS_RUNNING}{sel}) > 0)"
-                 f"[{w}:{cfg.windows.evaluation_interval}])"},
+         "expr": f"min_over_time((sum without (engine) ({running}) > 0)[{w}:{cfg.windows.evaluation_interval}])"},
         {"record": n.drafting_batch, "expr": f"{n.running_batch}\nand\n({n.draft_tokens_rate} > 0)"},
-        {"record": n.drafts_stopped,
-         "expr": f"{no_drafts}\nand\n({n.running_batch} <= {drafted_at})\nunless\n({engine_tier_steps(sel)} == 0)"},
+        {"record": n.drafts_stopped, "expr": f"{no_drafts}\nand\n({n.running_batch} <= {drafted_at}){tier_0}"},
         {"record": n.drafting_paused, "expr": f"{no_drafts}\nand\n({n.running_batch} > {drafted_at})"},
     ]
 
@@ -272,14 +341,33 @@ def engine_tier_steps(selector: str) -> str:
 
 
 def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
-    # Rules in a group run in order, so the fleet rules see this cycle's server rules and the
-    # bounds this cycle's drafts and ratios. The evidence records are their own group: they feed
-    # the acceptance alerts only, and both groups stay small (mixtool's lint: <= 20 rules).
-    # `interval:` pins the evaluation interval the holds were rounded to, whatever the server's
-    # global evaluation_interval is.
+    # Rules in a group run in order, so each evidence group's bounds see this cycle's increases.
+    # The groups stay small (mixtool's lint: <= 20 rules); a group reads the source records of
+    # the previous evaluation at worst, never a stale window. `interval:` pins the evaluation
+    # interval the holds were rounded to, whatever the server's global evaluation_interval is.
     interval = cfg.windows.evaluation_interval
-    return [{"name": RECORDING_GROUP, "interval": interval, "rules": recording_rules(cfg)},
-            {"name": EVIDENCE_GROUP, "interval": interval, "rules": evidence_rules(cfg)}]
+    return [{"name": SOURCE_GROUP, "interval": interval, "rules": sources.rate_rules(cfg)},
+            {"name": RECORDING_GROUP, "interval": interval, "rules": recording_rules(cfg)},
+            *({"name": evidence_group_name(window), "interval": interval, "rules": evidence_rules(cfg, window)}
+              for window in alert_windows(cfg))]
+
+
+_COUNTER_MEANING = {
+    DRAFTS: "drafts (verification steps with a draft)",
+    DRAFT_TOKENS: "draft tokens proposed",
+    ACCEPTED: "accepted draft tokens",
+    ACCEPTED_BY_POSITION: "accepted draft tokens at each 0-based position",
+    GENERATED: "generated (output) tokens, accepted drafts included",
+}
+
+
+def source_meanings(cfg: MixinConfig) -> dict[str, str]:
+    """Source record name -> one-line meaning (alerts/README.md)."""
+    origin = (f"vLLM's own counters (`{cfg.vllm_selector}`, any spelling)" if cfg.direct
+              else f"the exporter's counters (`{cfg.exporter_selector}`)")
+    return {sources.rate_record(cfg, c): f"Source layer, per server, model and engine, from {origin}: "
+                                          f"{_COUNTER_MEANING[c]} per second."
+            for c in sources.COUNTERS}
 
 
 def record_meaning(name: str, n: RecordNames) -> str:

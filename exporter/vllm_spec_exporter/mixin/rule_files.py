@@ -67,7 +67,8 @@ def readme_values(cfg: MixinConfig) -> dict[str, object]:
         f"| {a['annotations']['summary']} |"
         for a in alert_rules.all_alerts(cfg)
     ]
-    record_rows = [f"| `{r['record']}` | {recording_rules.record_meaning(r['record'], n)} |"
+    source_rows = [f"| `{name}` | {meaning} |" for name, meaning in recording_rules.source_meanings(cfg).items()]
+    record_rows = source_rows + [f"| `{r['record']}` | {recording_rules.record_meaning(r['record'], n)} |"
                    for r in recording_rules.recording_rules(cfg)]
     evidence_rows = [f"| `{name}` | {meaning} |" for name, meaning in recording_rules.evidence_meanings(cfg).items()]
     derived = _derived_defaults(cfg)
@@ -77,6 +78,9 @@ def readme_values(cfg: MixinConfig) -> dict[str, object]:
                  + f" | {_cell(knob.doc)} |"
                  for knob in config.knobs()]
     return {
+        "source_group": recording_rules.SOURCE_GROUP,
+        "source_origin": ("vLLM's own series (`source=vllm`)" if cfg.direct
+                          else "the exporter's counters (`source=exporter`, the default)"),
         "recording_group": recording_rules.RECORDING_GROUP,
         "evidence_group": recording_rules.EVIDENCE_GROUP,
         "acceptance_group": alert_rules.ACCEPTANCE_GROUP,

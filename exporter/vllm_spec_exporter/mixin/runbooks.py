@@ -43,7 +43,12 @@ def values(cfg: MixinConfig) -> dict[str, object]:
         "confidence": cfg.confidence_label,
         "min_generation_tokens_per_second": f"{cfg.min_generation_tokens_per_second:g}",
     }
-    # Each alert's severity, duration and expression, as its section opens.
+    # Each alert's severity, duration and expression, as its section opens. The sidecar's own
+    # health alerts keep their section in a source=vllm render, which says they are not loaded.
+    for name in (alert_rules.EXPORTER_DOWN, alert_rules.EXPORTER_ABSENT):
+        out[name.lower() + "_rule"] = ("Not part of the sidecar-less bundle (source=vllm): without the sidecar "
+                                       f"there is no exporter to watch; {alert_rules.VLLM_UNREACHABLE} reads "
+                                       "vLLM's own `up`.")
     for a in alerts:
         out[a["alert"].lower() + "_rule"] = (
             f"Severity: `{a['labels']['severity']}`. Fires after: `{a.get('for', '0s')}`. Expression:\n\n"

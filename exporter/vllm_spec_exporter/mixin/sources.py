@@ -1,0 +1,188 @@
+"""The source layer: the only module of the generators that names raw series.
+
+Every spec-decode quantity starts from five counters. With `source=exporter` (the default) they are
+the sidecar's normalised counters (names.MetricName, job `exporter_selector`); with `source=vllm`
+they are vLLM's own series as Prometheus already scrapes them (job `vllm_selector`), under any of
+the four spellings a TSDB may hold: `vllm:` (vLLM, Prometheus 3), `vllm_` (OpenMetrics underscore
+escaping, prometheus/client_python#1177), `ray_vllm:` and `ray_vllm_` (Ray Serve's stat logger).
+
+This module turns either into the *source records*, one per (server, model, engine) with every
+target label kept and the metric name replaced:
+
+    instance_model_engine[_position]:<metric>:rate<rate_window>     every counter (dashboards, alerts)
+    instance_model:<metric>:increase<w>                             drafts, draft tokens, accepted,
+                                                                    engines summed, for every alert
+                                                                    window w (evidence)
+
+The increases are summed over data-parallel engines here, not one layer later: the Wilson bounds
+the alerts read are then one record away from the counters, as they were before this layer
+existed. vmalert writes records back asynchronously, so a record read by the next rule of its own
+group is the previous evaluation's (its docs: do not rely on chaining); every extra layer between
+counters and bounds would page one evaluation later on vmalert. Per-engine increases would only
+be summed again (and cost series at fleet scale).
+
+Everything downstream (recording_rules, alert_rules, promql) reads those records, so both sources
+give the same evidence, pages and panels. The few raw series that are not counters of a quantity
+(`up`, restarts, "are the spec-decode counters there at all", vLLM's load gauges) are also named
+only here, as expressions the alerts and dashboards embed.
+
+Direct mode reads each spelling with its own range selector joined by `or` (left operand wins), not
+one `__name__=~` regex: while a scrape job switches spelling, both names hold samples inside the
+range, and one rate() over both would fail with "vector cannot contain metrics with the same
+labelset" (until Prometheus' delayed name removal is the default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..names import MetricName
+from .config import MixinConfig
+
+__all__ = [
+    "ACCEPTED",
+    "ACCEPTED_BY_POSITION",
+    "COUNTERS",
+    "DRAFTS",
+    "DRAFT_TOKENS",
+    "EVIDENCE_COUNTERS",
+    "GENERATED",
+    "VLLM_GAUGES",
+    "VLLM_PREFIXES",
+    "SourceCounter",
+    "drafts_present",
+    "increase_record",
+    "increase_rules",
+    "rate_record",
+    "rate_rules",
+    "raw_gauge",
+    "restarts",
+    "scrape_up",
+    "selector",
+    "vllm_spellings",
+]
+
+# The spellings of a `vllm:` name a TSDB may hold, in order of preference.
+VLLM_PREFIXES = ("vllm:", "vllm_", "ray_vllm:", "ray_vllm_")
+
+
+@dataclass(frozen=True)
+class SourceCounter:
+    """One counter of the source layer.
+
+    `metric` is the metric part of its record names; `exporter` the sidecar's served name; `vllm`
+    vLLM's sample name after the `vllm:` prefix; `position` says the series carry a 0-based draft
+    `position` label (the record's level then ends in `_position`).
+    """
+
+    metric: str
+    exporter: MetricName
+    vllm: str
+    position: bool = False
+
+    @property
+    def level(self) -> str:
+        return "instance_model_engine_position" if self.position else "instance_model_engine"
+
+
+DRAFTS = SourceCounter("vllm_spec_decode_drafts", MetricName.DRAFTS_TOTAL, "spec_decode_num_drafts_total")
+DRAFT_TOKENS = SourceCounter("vllm_spec_decode_draft_tokens", MetricName.DRAFT_TOKENS_TOTAL,
+                             "spec_decode_num_draft_tokens_total")
+ACCEPTED = SourceCounter("vllm_spec_decode_accepted_tokens", MetricName.ACCEPTED_TOKENS_TOTAL,
+                         "spec_decode_num_accepted_tokens_total")
+ACCEPTED_BY_POSITION = SourceCounter("vllm_spec_decode_accepted_tokens_by_position",
+                                     MetricName.ACCEPTED_TOKENS_BY_POSITION_TOTAL,
+                                     "spec_decode_num_accepted_tokens_per_pos_total", position=True)
+GENERATED = SourceCounter("vllm_generation_tokens", MetricName.GENERATION_TOKENS_TOTAL, "generation_tokens_total")
+
+COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_BY_POSITION, GENERATED)
+# The counters the acceptance evidence needs per alert window (trials, numerator, denominator).
+EVIDENCE_COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED)
+
+# vLLM's own names of what the sidecar serves as load gauges (direct dashboards read them).
+VLLM_GAUGES = {
+    MetricName.REQUESTS_RUNNING: "num_requests_running",
+    MetricName.REQUESTS_WAITING: "num_requests_waiting",
+    MetricName.KV_CACHE_USAGE_RATIO: "kv_cache_usage_perc",  # a 0-1 ratio despite its name
+}
+
+
+def vllm_spellings(name: str) -> tuple[str, ...]:
+    """Every spelling of vLLM's `vllm:<name>` a TSDB may hold."""
+    return tuple(prefix + name for prefix in VLLM_PREFIXES)
+
+
+def selector(cfg: MixinConfig) -> str:
+    """Label matchers (without braces) of the source's scrape job."""
+    return cfg.vllm_selector if cfg.direct else cfg.exporter_selector
+
+
+def rate_record(cfg: MixinConfig, counter: SourceCounter) -> str:
+    return f"{counter.level}:{counter.metric}:rate{cfg.windows.rate_window}"
+
+
+def increase_record(counter: SourceCounter, window: str) -> str:
+    return f"instance_model:{counter.metric}:increase{window}"
+
+
+def _over_range(cfg: MixinConfig, function: str, counter: SourceCounter, window: str, matchers: str = "") -> str:
+    """`function(counter{source job, matchers}[window])`, one series per (server, model, engine)."""
+    match = ", ".join(m for m in (selector(cfg), matchers) if m)
+    if not cfg.direct:
+        return f"{function}({counter.exporter}{{{match}}}[{window}])"
+    return "\nor\n".join(f'{function}({{__name__="{name}", {match}}}[{window}])'
+                         for name in vllm_spellings(counter.vllm))
+
+
+def rate_rules(cfg: MixinConfig) -> list[dict[str, str]]:
+    """The source records every panel and the fleet records read: each counter's rate."""
+    window = cfg.windows.rate_window
+    return [{"record": rate_record(cfg, c), "expr": _over_range(cfg, "rate", c, window)} for c in COUNTERS]
+
+
+def increase_rules(cfg: MixinConfig, window: str) -> list[dict[str, str]]:
+    """The source records of one alert window, per server and model: increases of drafts, draft
+    tokens and accepted tokens. Drafts, the bound's trials, keep only windows that drafted, so an
+    idle server has no evidence at all (never a bound from zero trials)."""
+    def summed(counter: SourceCounter) -> str:
+        total = f"sum without (engine) (\n{_over_range(cfg, 'increase', counter, window)}\n)" if cfg.direct \
+            else f"sum without (engine) ({_over_range(cfg, 'increase', counter, window)})"
+        return f"{total} > 0" if counter is DRAFTS else total
+    return [{"record": increase_record(c, window), "expr": summed(c)} for c in EVIDENCE_COUNTERS]
+
+
+def drafts_present(cfg: MixinConfig) -> str:
+    """One sample per (server, model) whose drafts counter is scraped *now*: an instant selector,
+    which ends at once when the series go stale (pod deleted), unlike any range window."""
+    if not cfg.direct:
+        return f"group without (engine) ({DRAFTS.exporter}{{{selector(cfg)}}})"
+    names = "|".join(vllm_spellings(DRAFTS.vllm))
+    return f'group without (engine) ({{__name__=~"{names}", {selector(cfg)}}})'
+
+
+def scrape_up(cfg: MixinConfig, matchers: str = "") -> str:
+    """`up` of the source's scrape job (the sidecar's, or vLLM's own in direct mode)."""
+    match = ", ".join(m for m in (selector(cfg), matchers) if m)
+    return f"up{{{match}}}"
+
+
+def restarts(cfg: MixinConfig, window: str, matchers: str = "") -> str:
+    """Restarts of each scrape target over `window`, one sample per target.
+
+    The sidecar counts polls in which a counter went down or its `_created` time changed (its own
+    counter, so increase() also counts across restarts of the sidecar); directly, a restart is a
+    reset of vLLM's generation counter, which every model and engine of the server see at once.
+    """
+    match = ", ".join(m for m in (selector(cfg), matchers) if m)
+    if not cfg.direct:
+        return f"increase({MetricName.TARGET_RESTARTS_TOTAL}{{{match}}}[{window}])"
+    return f"max without (model_name, engine) (\n{_over_range(cfg, 'resets', GENERATED, window, matchers)}\n)"
+
+
+def raw_gauge(cfg: MixinConfig, gauge: MetricName, matchers: str) -> str:
+    """A load gauge of each series: the sidecar's, or vLLM's own under any spelling (an instant
+    selector: a spelling switch leaves no overlap, the old name goes stale at the same scrape)."""
+    if not cfg.direct:
+        return f"{gauge}{{{matchers}}}"
+    names = "|".join(vllm_spellings(VLLM_GAUGES[gauge]))
+    return f'{{__name__=~"{names}", {matchers}}}'

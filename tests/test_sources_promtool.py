@@ -1,0 +1,150 @@
+"""Both sources give the same pages: the promtool scenarios, run on vLLM's own series too.
+
+Every scenario of tests/promtool/ is written for the sidecar (source=exporter). Here each one is
+translated to what Prometheus holds when it scrapes vLLM directly: the sidecar's counters become
+vLLM's own names in one of the four spellings (`vllm:`, `vllm_`, `ray_vllm:`, `ray_vllm_`,
+rotated over the servers and over four runs, so every series is read in every spelling), the
+sidecar's job becomes vLLM's, and the rule files are the committed sidecar-less ones
+(direct/alerts/). The expectations are left as they are: the same alerts at the same evaluation
+times, the same records with the same values. Scenarios of sidecar-only alerts (the exporter's
+own health, `vllm_spec_decode_enabled`, `target_up`) have no direct counterpart; the direct
+health alerts have their own scenarios (tests/promtool/direct_health_test.yaml).
+Like every promtool scenario, they run on both promtools: Prometheus 3's and 2.42's, the oldest
+we support (tests/test_alerts_promtool.py).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from support.prom import require_version, run_tool
+from vllm_spec_exporter.mixin import alert_rules, generate, recording_rules, rule_files, sources
+from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.names import MetricName
+from vllm_spec_lab.monitoring import PROMTOOL_BIN, PROMTOOL_OLDEST_BIN
+
+pytestmark = pytest.mark.prometheus
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMTOOL_DIR = ROOT / "tests" / "promtool"
+# Written for the sidecar, and about the sidecar or engines the direct rules do not read.
+SIDECAR_ONLY_FILES = ("mixed_engines_test.yaml", "direct_health_test.yaml")
+SIDECAR_SCENARIOS = sorted(p for p in PROMTOOL_DIR.glob("*.yaml") if p.name not in SIDECAR_ONLY_FILES)
+SIDECAR_ONLY_ALERTS = {alert_rules.METRICS_MISSING, alert_rules.VLLM_UNREACHABLE, alert_rules.VLLM_RESTARTING,
+                       alert_rules.EXPORTER_DOWN, alert_rules.EXPORTER_ABSENT}
+SIDECAR_ONLY_SERIES = {MetricName.TARGET_UP, MetricName.SPEC_DECODE_ENABLED, MetricName.TARGET_RESTARTS_TOTAL,
+                       MetricName.TARGET_INFO}
+# Scenarios about engines other than vLLM (the direct rules read vLLM's own series only).
+OTHER_ENGINES = ("TensorRT-LLM",)
+EXPORTER_JOB, VLLM_JOB = "vllm-spec-exporter", "vllm"
+VLLM_NAME = {c.exporter: c.vllm for c in sources.COUNTERS} | {k: v for k, v in sources.VLLM_GAUGES.items()}
+# (path, version prefix): the newest and the oldest promtool we support.
+PROMTOOLS = [pytest.param((PROMTOOL_BIN, "3."), id="promtool-3"),
+             pytest.param((PROMTOOL_OLDEST_BIN, "2."), id="promtool-2.42")]
+
+
+@pytest.fixture(params=PROMTOOLS)
+def promtool(request: pytest.FixtureRequest) -> str:
+    path, prefix = request.param
+    return require_version(path, prefix)
+
+
+def _spelling(instance: str, instances: list[str], offset: int) -> str:
+    if instance not in instances:
+        instances.append(instance)
+    return sources.VLLM_PREFIXES[(instances.index(instance) + offset) % len(sources.VLLM_PREFIXES)]
+
+
+def translate(scenario: dict, offset: int, rules: list[str]) -> tuple[dict, set[str]]:
+    """The scenario as Prometheus would hold it without the sidecar; also the spellings used."""
+    scenario = yaml.safe_load(yaml.safe_dump(scenario))  # a deep copy
+    scenario["rule_files"] = rules
+    # The groups in dependency order, as Prometheus' own evaluation of them reaches the same result.
+    direct = MixinConfig().with_overrides({"source": "vllm"})
+    scenario["group_eval_order"] = [g["name"] for g in (*recording_rules.recording_groups(direct),
+                                                        *alert_rules.alert_groups(direct))]
+    used: set[str] = set()
+    scenario["tests"] = [c for c in scenario["tests"] if not any(e in c.get("name", "") for e in OTHER_ENGINES)]
+    for case in scenario["tests"]:
+        instances: list[str] = []
+        series = []
+        for item in case.get("input_series", []):
+            name, _, labels = item["series"].partition("{")
+            if name in SIDECAR_ONLY_SERIES:
+                continue
+            labels = labels.replace(f'job="{EXPORTER_JOB}"', f'job="{VLLM_JOB}"')
+            if name in VLLM_NAME:
+                instance = re.search(r'instance="([^"]*)"', labels)
+                prefix = _spelling(instance.group(1) if instance else "", instances, offset)
+                used.add(prefix)
+                name = prefix + VLLM_NAME[name]
+            series.append({**item, "series": f'{{__name__="{name}",{labels}'})
+        case["input_series"] = series
+        case["alert_rule_test"] = [t for t in case.get("alert_rule_test", [])
+                                   if t["alertname"] not in SIDECAR_ONLY_ALERTS]
+        for check in case["alert_rule_test"]:
+            for alert in check.get("exp_alerts", []):
+                alert["exp_labels"].pop("engine_family", None)  # target_info's, a sidecar series
+        if not case["alert_rule_test"]:
+            del case["alert_rule_test"]
+    text = yaml.safe_dump(scenario, sort_keys=False, width=1_000_000)
+    text = text.replace(f'job="{EXPORTER_JOB}"', f'job="{VLLM_JOB}"').replace(f"var-job={EXPORTER_JOB}&",
+                                                                              f"var-job={VLLM_JOB}&")
+    text = re.sub(rf"(\bjob: ){EXPORTER_JOB}\b", rf"\g<1>{VLLM_JOB}", text)
+    return yaml.safe_load(text), used
+
+
+@pytest.fixture(scope="module")
+def direct_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The committed direct rule files, checked equal to a fresh render, in a scratch tree."""
+    root = tmp_path_factory.mktemp("direct-promtool")
+    files = generate.render_all(MixinConfig())
+    for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE):
+        committed = (ROOT / generate.DIRECT_ROOT / rel).read_text()
+        assert committed == files[generate.DIRECT_ROOT + rel], f"stale {generate.DIRECT_ROOT}{rel}"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(committed)
+    (root / "tests").mkdir()
+    return root
+
+
+def test_every_sidecar_scenario_is_translated() -> None:
+    assert {p.name for p in SIDECAR_SCENARIOS} >= {"acceptance_alerts_test.yaml", "failure_modes_test.yaml",
+                                                   "recording_rules_test.yaml"}
+
+
+@pytest.mark.parametrize("offset", range(len(sources.VLLM_PREFIXES)))
+def test_direct_rules_give_the_sidecar_pages_in_every_spelling(promtool: str, direct_root: Path, offset: int) -> None:
+    rules = [f"../{rule_files.RULES_FILE}", f"../{rule_files.ALERTS_FILE}"]
+    names, spellings = [], set()
+    for path in SIDECAR_SCENARIOS:
+        scenario, used = translate(yaml.safe_load(path.read_text()), offset, rules)
+        spellings |= used
+        out = direct_root / "tests" / f"direct-{offset}-{path.name}"
+        out.write_text(yaml.safe_dump(scenario, sort_keys=False, width=1_000_000))
+        names.append(out.name)
+    assert spellings == set(sources.VLLM_PREFIXES)
+    result = run_tool([promtool, "test", "rules", *names], cwd=direct_root / "tests", timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("SUCCESS") == len(names)
+
+
+def test_translation_can_fail(promtool: str, direct_root: Path) -> None:
+    # The same scenarios against the sidecar's rules must fail (no exporter series any more):
+    # the translated expectations are not vacuous.
+    sidecar_rules = direct_root / "sidecar"
+    sidecar_rules.mkdir(exist_ok=True)
+    for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE):
+        (sidecar_rules / Path(rel).name).write_text((ROOT / rel).read_text())
+    path = PROMTOOL_DIR / "acceptance_alerts_test.yaml"
+    scenario, _ = translate(yaml.safe_load(path.read_text()), 0,
+                            [f"../sidecar/{Path(rel).name}" for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE)])
+    out = direct_root / "tests" / "against-sidecar-rules.yaml"
+    out.write_text(yaml.safe_dump(scenario, sort_keys=False, width=1_000_000))
+    result = run_tool([promtool, "test", "rules", out.name], cwd=direct_root / "tests")
+    assert result.returncode != 0
+    assert "SpecDecodeAcceptanceCritical" in result.stdout + result.stderr

@@ -86,11 +86,20 @@ def dashboard_sweep(stack: LocalStack, cfg: MixinConfig | None = None) -> list[s
     return problems
 
 
-def warning_band_phase(stack: LocalStack, traffic: TrafficDriver) -> tuple[float, float, float]:
+def firing_on(stack: LocalStack, job: str) -> dict[str, float]:
+    """The acceptance alerts firing on one source's job, with their activeAt (unix seconds)."""
+    names = (alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL)
+    return {a["labels"]["alertname"]: _unix(a["activeAt"]) for a in stack.prometheus.alerts()
+            if a["state"] == "firing" and a["labels"].get("job") == job and a["labels"]["alertname"] in names}
+
+
+def warning_band_phase(stack: LocalStack, traffic: TrafficDriver) -> tuple[float, float, float, float]:
     """Acceptance between the critical and the warning thresholds (read from the stack's config):
     the warning must reach the webhook, the critical must not, for as long as a collapse to 0 %
     takes to page critical at this traffic (the fast tier: its short window plus its hold, after
-    the long window has filled). Returns (measured acceptance, time to warn, band length) in s."""
+    the long window has filled). Both sources (the sidecar's rules and source=vllm's) warn at
+    about the same time. Returns (measured acceptance, time to warn, band length, sidecar minus
+    direct warning time), in s."""
     cfg = stack.config
     low, critical = alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL
     w = cfg.windows
@@ -103,7 +112,17 @@ def warning_band_phase(stack: LocalStack, traffic: TrafficDriver) -> tuple[float
     # Long enough for the critical to have paged, were acceptance below its threshold.
     critical_needs = seconds(w.fast_long) + seconds(w.fast_short) + seconds(w.critical_hold) + 4 * seconds(
         w.evaluation_interval)
+    # The warning's onset is the band's: compare the two sources' firing times here, where it began
+    # (the collapse that follows compares the critical's).
+    def warning_on() -> dict[str, float] | None:
+        on = {job: firing_on(stack, job).get(low) for job in (EXPORTER_JOB, VLLM_JOB)}
+        return on if all(on.values()) else None  # type: ignore[return-value]
+
+    onsets = wait_until(warning_on, 60, interval=1.0)
+    assert onsets, f"{low} not firing on both sources in the band: {stack.firing_alerts()}"
     time.sleep(max(0.0, started + critical_needs - time.time()))
+    # Still the same episodes at the end of the band: neither source's warning reset meanwhile.
+    assert warning_on() == onsets, (onsets, warning_on(), stack.firing_alerts())
     after = spec_counters(stack.target)
     drafted = after[TrafficDriver.DRAFTED] - before.get(TrafficDriver.DRAFTED, 0)
     acceptance = (after[TrafficDriver.ACCEPTED] - before.get(TrafficDriver.ACCEPTED, 0)) / drafted
@@ -115,7 +134,7 @@ def warning_band_phase(stack: LocalStack, traffic: TrafficDriver) -> tuple[float
     # A sustained band keeps the warning firing: no resolution while acceptance stays below it.
     flapped = [n for n in stack.notifications() if n["alertname"] == low and n["status"] == "resolved"]
     assert not flapped, f"{low} resolved during the warning band ({acceptance:.1%}): {flapped}"
-    return acceptance, time_to_warn, time.time() - started
+    return acceptance, time_to_warn, time.time() - started, round(onsets[EXPORTER_JOB] - onsets[VLLM_JOB], 1)
 
 
 def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
@@ -164,7 +183,7 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
 
         # --- Phase 2: the warning band. The warning fires, the critical does not.
         band_at = time.time()
-        band_acceptance, time_to_page, band_seconds = warning_band_phase(stack, traffic)
+        band_acceptance, time_to_page, band_seconds, warning_lag = warning_band_phase(stack, traffic)
 
         # --- Phase 3: degraded. A sustained collapse to ~0 % pages critical, while still degraded
         # (not after recovery began); the warning is already firing since the band.
@@ -184,16 +203,15 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
             problems = dashboard_sweep(stack)
         assert not problems, "\n".join(problems)
         # Without the sidecar: the same alerts fire on vLLM's own series, at about the same time.
-        def firing_on(job: str) -> dict[str, float]:
-            return {a["labels"]["alertname"]: _unix(a["activeAt"]) for a in prom.alerts()
-                    if a["state"] == "firing" and a["labels"].get("job") == job
-                    and a["labels"]["alertname"] in (low, critical)}
-        both = wait_until(lambda: len(firing_on(VLLM_JOB)) == 2 and firing_on(VLLM_JOB), 60, interval=1.0)
+        both = wait_until(lambda: len(firing_on(stack, VLLM_JOB)) == 2 and firing_on(stack, VLLM_JOB), 60,
+                          interval=1.0)
         assert both, f"direct mode did not fire {low} and {critical}; alerts: {stack.firing_alerts()}"
-        sidecar = firing_on(EXPORTER_JOB)
+        sidecar = firing_on(stack, EXPORTER_JOB)
         # The sidecar adds a hop (its 2 s poll, then the 2 s scrape of it): a few seconds, no more.
-        lags = {name: round(sidecar[name] - both[name], 1) for name in both if name in sidecar}
-        assert lags and all(abs(lag) <= 10 for lag in lags.values()), (lags, sidecar, both)
+        # The warning's lag was taken in the band, where its onset is.
+        assert critical in sidecar, (sidecar, both)
+        lags = {low: warning_lag, critical: round(sidecar[critical] - both[critical], 1)}
+        assert all(abs(lag) <= 10 for lag in lags.values()), (lags, sidecar, both)
         assert stack.direct_config is not None
         problems = dashboard_sweep(stack, stack.direct_config)
         if problems:

@@ -124,6 +124,10 @@ class Pod:
     exporter_down_at: float | None = None  # Prometheus cannot scrape the exporter: up 0, all gone
     batch: Callable[[float], float] = lambda _t: 4.0  # requests in the running batch
     pause_above: float | None = None  # dynamic k: k = 0 (no drafts, not counted) above this batch
+    # An SGLang --speculative-adaptive server: what the exporter serves for it (no spec counter,
+    # SGLang has none; the engine's last-batch gauges and its active tier), tier 0 (0 draft steps,
+    # 1 verify token, its own acceptance gauge at 0) above this batch, else 3 steps.
+    sglang_tier0_above: float | None = None
 
 
 @dataclass(frozen=True)
@@ -211,6 +215,11 @@ def scenarios() -> list[Scenario]:
         Scenario("night: 62 %, 1-12 draft tok/s, very overdispersed", 24,
                  (p("a", const(0.62), _night_volume, sigma=1.2, request_tokens=400),), benign=True, seed=5),
         Scenario("2-min dips to 0 % from 55 %, every 30 min", 24, (p("a", _dips_from_55, const(HIGH)),), benign=True),
+        Scenario("SGLang adaptive tier 0 for an hour (batch 64)", 2,
+                 (p("a", const(0.7), const(HIGH), batch=step(4.0, 64.0, 30 * M, 90 * M), sglang_tier0_above=32),),
+                 benign=True, quiet=(alert_rules.DRAFTS_STOPPED,),
+                 note="SGLang's default adaptive config drafts nothing (tier 0) from a batch of 64; the exporter "
+                      "serves its tier gauges, no counter; warnings here count SpecDecodeDraftsStopped too"),
         Scenario("dynamic-k pauses: batch 8 for 30 min an hour", 12,
                  (p("a", const(0.7), const(HIGH), batch=_load_waves, pause_above=2),), benign=True,
                  quiet=(alert_rules.DRAFTS_STOPPED,),
@@ -393,6 +402,30 @@ def _compress(values: list[str]) -> str:
     return " ".join(out)
 
 
+_SGLANG_KEYS = ("resets", "up", "target_up", "enabled", "running")  # no spec counter: SGLang has none
+
+
+def _sglang_series(pod: Pod, scenario: Scenario, step_s: int, counters: _Counters) -> list[dict]:
+    """What the exporter serves for an SGLang adaptive server (engines.py): its health series, the
+    running batch, the active tier and its own last-batch acceptance gauge; tier 0 above
+    `pod.sglang_tier0_above`, where SGLang's gauge reads 0 (no accepted draft at all)."""
+    assert pod.sglang_tier0_above is not None
+    times = [i * step_s for i in range(int(scenario.hours * H / step_s) + 1)]
+    paused = [pod.batch(t) > pod.sglang_tier0_above for t in times]
+    target = f'job="{JOB}",instance="{pod.instance}"'
+    labels = target + ',model_name="llama"'
+    out = [{"series": f"{_METRICS[key][0]}{{{labels if _METRICS[key][1] else target}}}",
+            "values": _compress(counters.samples[key])} for key in _SGLANG_KEYS]
+    for metric, values in ((MetricName.ENGINE_DRAFT_STEPS, ["0" if p else "3" for p in paused]),
+                           (MetricName.ENGINE_VERIFY_TOKENS, ["1" if p else "4" for p in paused]),
+                           (MetricName.ENGINE_ACCEPTANCE_RATIO,
+                            ["0" if p else f"{pod.acceptance(t):g}" for p, t in zip(paused, times, strict=True)])):
+        out.append({"series": f"{metric}{{{labels}}}", "values": _compress(values)})
+    info = f'{target},engine_family="sglang",schema="sglang-gauges",version=""'
+    out.append({"series": f"vllm_spec_exporter_target_info{{{info}}}", "values": _compress(["1"] * len(times))})
+    return out
+
+
 def test_file(scenario: Scenario, rules_dir: Path, run: Run) -> dict:
     rng = random.Random(scenario.seed)
     step_s, eval_s = run.scrape_s, run.evaluation_s
@@ -400,6 +433,9 @@ def test_file(scenario: Scenario, rules_dir: Path, run: Run) -> dict:
     direct = run.rules == DIRECT
     for index, pod in enumerate(scenario.pods):
         counters = simulate(pod, scenario, rng, step_s)
+        if pod.sglang_tier0_above is not None:  # the sidecar's series (direct rules read none of them)
+            series += _sglang_series(pod, scenario, step_s, counters)
+            continue
         for key, (metric, per_model) in _METRICS.items():
             labels = f'job="{JOB}",instance="{pod.instance}"'
             if direct:  # vLLM's own `up` is what the sidecar's target_up reports

@@ -29,7 +29,7 @@ from support.proctree import descendants, wait_gone
 from support.prom import have_binary
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
 
-RUNNING = b"phase 1/3"  # the live screen is up: everything has been started
+RUNNING = b"phase 1/4"  # the live screen is up: everything has been started
 
 
 def read_until(fd: int, marker: bytes, timeout: float = 90) -> bytes:

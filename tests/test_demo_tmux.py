@@ -82,12 +82,15 @@ def test_demo_in_a_terminal_live_screen_verdict_and_ctrl_c():
         shell = int(tmux("display-message", "-p", "-t", "demo", "#{pane_pid}").strip())
         tmux("send-keys", "-t", "demo", f"{SCRIPT} demo --phase-seconds {PHASE_SECONDS} --watch; "
                                         "echo DEMO-EXIT=$?", "Enter")
-        first = wait_for_screen(tmux, r"phase 1/3: healthy \(temperature 0\)", 600, seen)
+        first = wait_for_screen(tmux, r"phase 1/4: healthy \(temperature 0\)", 600, seen)
         wait_for_screen(tmux, r"acceptance\s+\d+\.\d% █", 120, seen)
-        degraded = wait_for_screen(tmux, r"degraded \+\d+ s\s+chat\s+FIRING\s+SpecDecodeAcceptanceLow",
+        # The warning band (phase 2) warns in chat; the collapse (phase 3) pages critical.
+        band = wait_for_screen(tmux, r"warning band \+\d+ s\s+chat\s+FIRING\s+SpecDecodeAcceptanceLow",
+                               2 * PHASE_SECONDS + 60, seen)
+        degraded = wait_for_screen(tmux, r"degraded \+\d+ s\s+pager\s+FIRING\s+SpecDecodeAcceptanceCritical",
                                    2 * PHASE_SECONDS + 60, seen)
         tree = descendants(shell)  # the demo, the warden, vLLM's whole tree, exporter, Prometheus, ...
-        done = wait_for_screen(tmux, r"phases done — verdict", 2 * PHASE_SECONDS + 120, seen)
+        done = wait_for_screen(tmux, r"phases done — verdict", PHASE_SECONDS + 120, seen)
         tmux("send-keys", "-t", "demo", "C-c")
         final = wait_for_screen(tmux, r"DEMO-EXIT=\d+", 120, seen)
         history = tmux("capture-pane", "-p", "-t", "demo", "-S", "-200")
@@ -101,8 +104,9 @@ def test_demo_in_a_terminal_live_screen_verdict_and_ctrl_c():
                      "alerts in Prometheus:", "vLLM          http://127.0.0.1:", "exporter      http://127.0.0.1:",
                      "Prometheus    http://127.0.0.1:", "Alertmanager  http://127.0.0.1:", "logs          /"):
         assert expected in first + degraded, expected
+    assert "phase 2/4: warning band (temperature 0, partly looping prompts)" in band, band
     # One notification format, cut at the terminal's width (160), not at 70 characters.
-    note = next(line for line in degraded.splitlines() if "FIRING   SpecDecodeAcceptanceLow" in line)
+    note = next(line for line in band.splitlines() if "FIRING   SpecDecodeAcceptanceLow" in line)
     assert "SpecDecodeAcceptanceLow: Speculative decoding acceptance is below 50%." in note, note
     assert all(len(line) <= COLUMNS for screen in seen for line in screen.splitlines())
     for transient in ("SpecDecodeExporterAbsent", "SpecDecodeVllmUnreachable"):
@@ -113,11 +117,14 @@ def test_demo_in_a_terminal_live_screen_verdict_and_ctrl_c():
     assert "DEMO-EXIT=0" in final, history
     verdict = history[history.find("verdict of the demo run"):]
     rows = {name: re.search(rf"^{name}\s+[\d.]+\s+([\d.]+)%\s+([\d.]+)%", verdict, re.M)
-            for name in ("healthy", "degraded", "healthy again")}
+            for name in ("healthy", "warning band", "degraded", "healthy again")}
     assert all(rows.values()), verdict
     assert float(rows["healthy"][1]) >= 50 and float(rows["healthy again"][1]) >= 50
+    assert 40 <= float(rows["warning band"][1]) < 50
     assert float(rows["degraded"][1]) < 40
-    assert re.search(r"degraded \+\d+ s\s+chat\s+FIRING\s+SpecDecodeAcceptanceLow", verdict)
+    assert re.search(r"warning band \+\d+ s\s+chat\s+FIRING\s+SpecDecodeAcceptanceLow", verdict)
+    assert re.search(r"degraded \+\d+ s\s+pager\s+FIRING\s+SpecDecodeAcceptanceCritical", verdict)
+    assert not re.search(r"warning band \+\d+ s\s+pager\s+FIRING", verdict)
     assert re.search(r"healthy again \+\d+ s\s+chat\s+RESOLVED\s+SpecDecodeAcceptanceLow", verdict)
     assert "verdict: AS EXPECTED" in verdict
     logs = re.search(r"vLLM\s+(/\S+/vllm\.log)", verdict)

@@ -1,10 +1,12 @@
 """The whole chain, real: vLLM (CPU build, n-gram, k=4) -> exporter -> Prometheus with the generated
 rules -> Alertmanager with the generated routing -> a local webhook.
 
-Phases: healthy (temperature 0, acceptance ~0.9), degraded (temperature 1.2, acceptance ~0), healthy
-again. Asserts: the exporter agrees with the counter deltas and with vLLM's own `SpecDecoding metrics`
-log lines; SpecDecodeAcceptanceLow reaches the webhook only during the degraded phase and resolves
-after recovery; every dashboard query returns data. Prints time-to-page and time-to-resolve.
+Phases: healthy (temperature 0, acceptance ~0.9), a warning band (greedy prompts that loop only
+partly: acceptance between the alerts' critical and warning thresholds, traffic.WARNING_BAND),
+degraded (temperature 1.2, acceptance ~0), healthy again. Asserts: the exporter agrees with the
+counter deltas and with vLLM's own `SpecDecoding metrics` log lines; in the band the warning
+reaches the webhook and the critical does not; the collapse pages critical; recovery resolves both;
+every dashboard query returns data. Prints time-to-page and time-to-resolve.
 Windows are shortened via MixinConfig.with_overrides (lab/pipeline.py FAST_ALERTS).
 """
 
@@ -22,6 +24,7 @@ from support.grafana import expand_variables
 from support.prom import require_binary
 from vllm_spec_exporter.mixin import alert_rules, dashboard_files, overview
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.windows import seconds
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
 from vllm_spec_lab.pipeline import (
     EXPORTER_JOB,
@@ -34,6 +37,7 @@ from vllm_spec_lab.pipeline import (
 )
 from vllm_spec_lab.server import spec_counters
 from vllm_spec_lab.speclog import parse_line
+from vllm_spec_lab.traffic import WARNING_BAND
 from vllm_spec_lab.venv import VllmVenvError
 
 pytestmark = [pytest.mark.vllm, pytest.mark.prometheus]
@@ -82,6 +86,57 @@ def dashboard_sweep(stack: LocalStack, cfg: MixinConfig | None = None) -> list[s
     return problems
 
 
+def firing_on(stack: LocalStack, job: str) -> dict[str, float]:
+    """The acceptance alerts firing on one source's job, with their activeAt (unix seconds)."""
+    names = (alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL)
+    return {a["labels"]["alertname"]: _unix(a["activeAt"]) for a in stack.prometheus.alerts()
+            if a["state"] == "firing" and a["labels"].get("job") == job and a["labels"]["alertname"] in names}
+
+
+def warning_band_phase(stack: LocalStack, traffic: TrafficDriver) -> tuple[float, float, float, float]:
+    """Acceptance between the critical and the warning thresholds (read from the stack's config):
+    the warning must reach the webhook, the critical must not, for as long as a collapse to 0 %
+    takes to page critical at this traffic (the fast tier: its short window plus its hold, after
+    the long window has filled). Both sources (the sidecar's rules and source=vllm's) warn at
+    about the same time. Returns (measured acceptance, time to warn, band length, sidecar minus
+    direct warning time), in s."""
+    cfg = stack.config
+    low, critical = alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL
+    w = cfg.windows
+    before = spec_counters(stack.target)
+    started = time.time()
+    traffic.steer(WARNING_BAND)
+    warned = wait_until(lambda: [n for n in stack.notifications()
+                                 if n["status"] == "firing" and n["alertname"] == low], 180, interval=1.0)
+    time_to_warn = warned[0]["time"] - started if warned else math.nan
+    # Long enough for the critical to have paged, were acceptance below its threshold.
+    critical_needs = seconds(w.fast_long) + seconds(w.fast_short) + seconds(w.critical_hold) + 4 * seconds(
+        w.evaluation_interval)
+    # The warning's onset is the band's: compare the two sources' firing times here, where it began
+    # (the collapse that follows compares the critical's).
+    def warning_on() -> dict[str, float] | None:
+        on = {job: firing_on(stack, job).get(low) for job in (EXPORTER_JOB, VLLM_JOB)}
+        return on if all(on.values()) else None  # type: ignore[return-value]
+
+    onsets = wait_until(warning_on, 60, interval=1.0)
+    assert onsets, f"{low} not firing on both sources in the band: {stack.firing_alerts()}"
+    time.sleep(max(0.0, started + critical_needs - time.time()))
+    # Still the same episodes at the end of the band: neither source's warning reset meanwhile.
+    assert warning_on() == onsets, (onsets, warning_on(), stack.firing_alerts())
+    after = spec_counters(stack.target)
+    drafted = after[TrafficDriver.DRAFTED] - before.get(TrafficDriver.DRAFTED, 0)
+    acceptance = (after[TrafficDriver.ACCEPTED] - before.get(TrafficDriver.ACCEPTED, 0)) / drafted
+    # vLLM's own counters put the band where it must be; then the alerts must agree with them.
+    assert cfg.acceptance_critical_threshold < acceptance < cfg.acceptance_warning_threshold, acceptance
+    assert warned, f"no {low} notification in the warning band ({acceptance:.1%}); alerts: {stack.firing_alerts()}"
+    paged = [n for n in stack.notifications() if n["alertname"] == critical]
+    assert not paged and not stack.prometheus.firing(critical), (acceptance, paged, stack.firing_alerts())
+    # A sustained band keeps the warning firing: no resolution while acceptance stays below it.
+    flapped = [n for n in stack.notifications() if n["alertname"] == low and n["status"] == "resolved"]
+    assert not flapped, f"{low} resolved during the warning band ({acceptance:.1%}): {flapped}"
+    return acceptance, time_to_warn, time.time() - started, round(onsets[EXPORTER_JOB] - onsets[VLLM_JOB], 1)
+
+
 def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
     require_binary(PROMETHEUS_BIN)
     require_binary(ALERTMANAGER_BIN)
@@ -126,14 +181,14 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
         assert healthy_acceptance > 0.6, healthy_acceptance
         assert not [n for n in stack.notifications() if n["status"] == "firing"], stack.notifications()
 
-        # --- Phase 2: degraded. A page must arrive.
+        # --- Phase 2: the warning band. The warning fires, the critical does not.
+        band_at = time.time()
+        band_acceptance, time_to_page, band_seconds, warning_lag = warning_band_phase(stack, traffic)
+
+        # --- Phase 3: degraded. A sustained collapse to ~0 % pages critical, while still degraded
+        # (not after recovery began); the warning is already firing since the band.
         traffic.temperature = 1.2
         degraded_at = time.time()
-        paged = wait_until(lambda: [n for n in stack.notifications()
-                                  if n["status"] == "firing" and low in n["title"]], 150, interval=1.0)
-        assert paged, f"no {low} notification; alerts: {stack.firing_alerts()}"
-        time_to_page = paged[0]["time"] - degraded_at
-        # A sustained collapse to ~0 % pages critical too, while still degraded (not after recovery began).
         critical_paged = wait_until(
             lambda: [n for n in stack.notifications() if n["status"] == "firing" and n["alertname"] == critical],
             150, interval=1.0)
@@ -148,16 +203,15 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
             problems = dashboard_sweep(stack)
         assert not problems, "\n".join(problems)
         # Without the sidecar: the same alerts fire on vLLM's own series, at about the same time.
-        def firing_on(job: str) -> dict[str, float]:
-            return {a["labels"]["alertname"]: _unix(a["activeAt"]) for a in prom.alerts()
-                    if a["state"] == "firing" and a["labels"].get("job") == job
-                    and a["labels"]["alertname"] in (low, critical)}
-        both = wait_until(lambda: len(firing_on(VLLM_JOB)) == 2 and firing_on(VLLM_JOB), 60, interval=1.0)
+        both = wait_until(lambda: len(firing_on(stack, VLLM_JOB)) == 2 and firing_on(stack, VLLM_JOB), 60,
+                          interval=1.0)
         assert both, f"direct mode did not fire {low} and {critical}; alerts: {stack.firing_alerts()}"
-        sidecar = firing_on(EXPORTER_JOB)
+        sidecar = firing_on(stack, EXPORTER_JOB)
         # The sidecar adds a hop (its 2 s poll, then the 2 s scrape of it): a few seconds, no more.
-        lags = {name: round(sidecar[name] - both[name], 1) for name in both if name in sidecar}
-        assert lags and all(abs(lag) <= 10 for lag in lags.values()), (lags, sidecar, both)
+        # The warning's lag was taken in the band, where its onset is.
+        assert critical in sidecar, (sidecar, both)
+        lags = {low: warning_lag, critical: round(sidecar[critical] - both[critical], 1)}
+        assert all(abs(lag) <= 10 for lag in lags.values()), (lags, sidecar, both)
         assert stack.direct_config is not None
         problems = dashboard_sweep(stack, stack.direct_config)
         if problems:
@@ -165,7 +219,7 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
             problems = dashboard_sweep(stack, stack.direct_config)
         assert not problems, "direct dashboards:\n" + "\n".join(problems)
 
-        # --- Phase 3: healthy again. The page resolves; nothing new fires.
+        # --- Phase 4: healthy again. The page resolves; nothing new fires.
         traffic.temperature = 0.0
         recovered_at = time.time()
         def resolutions() -> list[dict]:
@@ -179,10 +233,11 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path):
         time_to_resolve = last_resolved - recovered_at
         later_pages = [n for n in stack.notifications() if n["status"] == "firing" and n["time"] > last_resolved]
         assert not later_pages, later_pages
-        assert not [n for n in stack.notifications() if n["time"] < degraded_at]
+        assert not [n for n in stack.notifications() if n["time"] < band_at]
         assert not prom.firing(low) and not prom.firing(critical)
-        print(f"\nreal pipeline: healthy acceptance {healthy_acceptance:.1%}; "
-              f"time to warn {time_to_page:.0f} s, to page critical {time_to_critical:.0f} s, "
+        print(f"\nreal pipeline: healthy acceptance {healthy_acceptance:.1%}; warning band "
+              f"{band_acceptance:.1%} for {band_seconds:.0f} s: warned after {time_to_page:.0f} s, no critical; "
+              f"collapse paged critical after {time_to_critical:.0f} s, "
               f"both resolved {time_to_resolve:.0f} s after recovery "
               f"(lab/pipeline.py FAST_ALERTS: evidence windows 30 s / 10 s, 2 s scrape/eval); "
               f"sidecar minus direct (source=vllm) firing times: {lags} s")

@@ -120,6 +120,42 @@ def test_sglang_last_batch_gauges_are_served_never_windowed():
     assert not [n for n in served if n in {m.name for m in schema.DERIVED + schema.COUNTERS}]
 
 
+def test_sglang_adaptive_tier_is_served_and_tier_0_is_told_apart_from_no_drafter():
+    # Reconstructed from SGLang's source at 016d860 / 00df707 (tests/fixtures/reconstructed/README.md):
+    # scrape 0 drafts at 3 steps; scrape 1 is tier 0 under a batch of 64 (paused by design).
+    bodies = scrapes("sglang-016d860")
+    drafting, paused = bodies
+    for body, steps in ((drafting, 3.0), (paused, 0.0)):
+        _, served = serve([body])
+        assert info(served)["schema"] == "sglang-gauges"
+        assert served["vllm_spec_decode_engine_draft_steps"] == [
+            ({"model_name": "tiny-llama", "engine": ""}, source_value(body, "sglang:spec_num_steps"))]
+        assert only(served, "vllm_spec_decode_engine_draft_steps") == steps
+        assert only(served, "vllm_spec_decode_engine_verify_tokens") == source_value(
+            body, "sglang:spec_num_draft_tokens")
+        assert only(served, "vllm_spec_decode_enabled") == 1
+    # At tier 0 SGLang's own gauges read acceptance 0 and length 1: served as they are (the rules
+    # read the tier to call it a pause), never turned into a windowed "collapse".
+    _, served = serve([paused])
+    assert only(served, "vllm_spec_decode_engine_acceptance_ratio") == 0.0
+    assert only(served, "vllm_spec_decode_engine_verify_tokens") >= 1
+    assert "vllm_spec_decode_acceptance_ratio" not in served
+    # Tensor-parallel ranks at different tiers (mid-switch): the lowest tier is served.
+    text = ("# TYPE sglang:spec_num_steps gauge\n"
+            'sglang:spec_num_steps{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0"} 3\n'
+            'sglang:spec_num_steps{model_name="m",engine_type="unified",tp_rank="1",pp_rank="0"} 0\n')
+    assert normalise(parse(text)).gauges == {("engine_draft_steps", ("m", "")): 0.0}
+
+
+def test_sglang_tier_gauges_are_no_served_name_of_the_engine():
+    # The served names differ from SGLang's own in every spelling (colon, escaped underscore).
+    ours = {"vllm_spec_decode_engine_draft_steps", "vllm_spec_decode_engine_verify_tokens"}
+    assert ours <= schema.exposed_names()
+    theirs = {"sglang:spec_num_steps", "sglang:spec_num_draft_tokens"}
+    assert not ours & (theirs | {n.replace(":", "_") for n in theirs})
+    assert engines.NAMES[engines.Family.SGLANG]["spec_num_steps"] == "engine_draft_steps"
+
+
 def test_sglang_dp_rank_is_the_engine_label_and_ranks_keep_the_worst_value():
     text = ("# TYPE sglang:spec_accept_rate gauge\n"
             'sglang:spec_accept_rate{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0",dp_rank="0"} 0.8\n'

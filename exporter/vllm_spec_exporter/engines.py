@@ -56,10 +56,17 @@ NAMES: dict[Family, dict[str, Key]] = {
         "num_requests_waiting": Key.REQUESTS_WAITING,
         "kv_cache_utilization": Key.KV_CACHE_USAGE,
     },
-    # SGLang python/sglang/srt/metrics/collector.py at 00ae9c1590d2d0bb6c0bfff39e312c34ae3dd538.
+    # SGLang python/sglang/srt/metrics/collector.py at 00ae9c1590d2d0bb6c0bfff39e312c34ae3dd538; the
+    # adaptive tier gauges (--speculative-adaptive, PR #25940) from observability/metrics_collector.py
+    # at 016d8605e45876180312e29d6988e1de06562472, set by managers/scheduler_components/
+    # metrics_reporter.py at 00df707e8de4ab0110fb5527bf3c9dffc535671a (_active_spec_config_snapshot).
     Family.SGLANG: {
         "spec_accept_length": Key.ENGINE_ACCEPTANCE_LENGTH,  # multiprocess "mostrecent": last batch
         "spec_accept_rate": Key.ENGINE_ACCEPTANCE_RATE,
+        # The active tier: speculative_num_steps (0: the tier drafts nothing, paused by design) and
+        # speculative_num_draft_tokens (steps + 1 per tier, the root included; 0 without a drafter).
+        "spec_num_steps": Key.ENGINE_DRAFT_STEPS,
+        "spec_num_draft_tokens": Key.ENGINE_VERIFY_TOKENS,
         "num_running_reqs": Key.REQUESTS_RUNNING,
         "num_queue_reqs": Key.REQUESTS_WAITING,
         "token_usage": Key.KV_CACHE_USAGE,
@@ -92,9 +99,11 @@ SPEC_KEYS = frozenset({
     Key.DRAFTS, Key.DRAFT_TOKENS, Key.ACCEPTED_TOKENS, Key.ACCEPTED_PER_POS,
     Key.V0_ACCEPTANCE_RATE, Key.V0_EFFICIENCY, Key.V0_EMITTED_TOKENS,
     Key.ENGINE_ACCEPTANCE_LENGTH, Key.ENGINE_ACCEPTANCE_RATE, Key.ENGINE_DRAFT_OVERHEAD,
+    Key.ENGINE_DRAFT_STEPS, Key.ENGINE_VERIFY_TOKENS,
     Key.DIFFUSION_STEPS, Key.DIFFUSION_CANVAS_POSITIONS, Key.DIFFUSION_COMMITTED_TOKENS,
 })
-ENGINE_GAUGE_KEYS = (Key.ENGINE_ACCEPTANCE_LENGTH, Key.ENGINE_ACCEPTANCE_RATE, Key.ENGINE_DRAFT_OVERHEAD)
+ENGINE_GAUGE_KEYS = (Key.ENGINE_ACCEPTANCE_LENGTH, Key.ENGINE_ACCEPTANCE_RATE, Key.ENGINE_DRAFT_OVERHEAD,
+                     Key.ENGINE_DRAFT_STEPS, Key.ENGINE_VERIFY_TOKENS)
 # A parsed sample standing for a spec-decode-like name from an unknown engine (see parse.py).
 FOREIGN_KEY = Key.FOREIGN_SPEC
 
@@ -167,8 +176,11 @@ SCHEMAS: tuple[EngineSchema, ...] = (
     EngineSchema(
         SCHEMA_SGLANG, Family.SGLANG, "SGLang (`--enable-metrics`)",
         "gauges `sglang:spec_accept_length`, `sglang:spec_accept_rate`: the last batch's value "
-        "(multiprocess mode `mostrecent`); labels `model_name`, `engine_type`, `tp_rank`, `pp_rank`, `dp_rank`",
-        False, "reconstructed from `python/sglang/srt/metrics/collector.py` at 00ae9c1",
+        "(multiprocess mode `mostrecent`); with `--speculative-adaptive`, the active tier "
+        "`sglang:spec_num_steps` (0: drafting paused by design) and `sglang:spec_num_draft_tokens`; labels "
+        "`model_name`, `engine_type`, `tp_rank`, `pp_rank`, `dp_rank`",
+        False, "reconstructed from `python/sglang/srt/metrics/collector.py` at 00ae9c1 and the adaptive "
+               "tier gauges from `observability/metrics_collector.py` at 016d860",
         (("every windowed value, the counters and the alerts", "no spec counters: averaging a last-batch "
           "gauge over time weights batches by how long they happened to be current; the gauges are served "
           "as `vllm_spec_decode_engine_acceptance_{length,ratio}`"),),

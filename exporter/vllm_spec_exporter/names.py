@@ -54,6 +54,10 @@ class Family(StrEnum):
     ENGINE_ACCEPTANCE_LENGTH = "engine_acceptance_length"
     ENGINE_ACCEPTANCE_RATE = "engine_acceptance_rate"
     ENGINE_DRAFT_OVERHEAD = "engine_draft_overhead"
+    # An adaptive engine's active tier (SGLang --speculative-adaptive): draft steps per verification
+    # (0 = drafting paused by design) and tokens verified per step (root included; 0 = no drafter).
+    ENGINE_DRAFT_STEPS = "engine_draft_steps"
+    ENGINE_VERIFY_TOKENS = "engine_verify_tokens"
     # vLLM serving a diffusion LLM: the spec-decode stats renamed (they mean denoising, not drafts).
     DIFFUSION_STEPS = "diffusion_steps"
     DIFFUSION_CANVAS_POSITIONS = "diffusion_canvas_positions"
@@ -121,6 +125,8 @@ class MetricName(StrEnum):
     ENGINE_ACCEPTANCE_LENGTH = "vllm_spec_decode_engine_acceptance_length"
     ENGINE_ACCEPTANCE_RATIO = "vllm_spec_decode_engine_acceptance_ratio"
     ENGINE_DRAFT_OVERHEAD_RATIO = "vllm_spec_decode_engine_draft_overhead_ratio"
+    ENGINE_DRAFT_STEPS = "vllm_spec_decode_engine_draft_steps"
+    ENGINE_VERIFY_TOKENS = "vllm_spec_decode_engine_verify_tokens"
     # vLLM's counters, re-exposed under stable colon-free names.
     DRAFTS_TOTAL = "vllm_spec_decode_drafts_total"
     DRAFT_TOKENS_TOTAL = "vllm_spec_decode_draft_tokens_total"

@@ -165,6 +165,13 @@ ENGINE_GAUGES = (
            "sglang:spec_accept_rate. Not windowed: averaging it over time is biased."),
     Metric(MetricName.ENGINE_DRAFT_OVERHEAD_RATIO, "gauge", SERIES_LABELS,
            "Share of the last iteration's latency spent drafting: trtllm_spec_decode_draft_overhead."),
+    Metric(MetricName.ENGINE_DRAFT_STEPS, "gauge", SERIES_LABELS,
+           "Draft steps per verification of the engine's active adaptive tier: sglang:spec_num_steps. 0 with "
+           "engine_verify_tokens >= 1: the tier drafts nothing, speculation paused by design (the engine's "
+           "acceptance gauges then read 0 %, which is not a collapse)."),
+    Metric(MetricName.ENGINE_VERIFY_TOKENS, "gauge", SERIES_LABELS,
+           "Tokens verified per step by the active tier, the root token included (steps + 1 at top-k 1): "
+           "sglang:spec_num_draft_tokens. 0: the server has no drafter."),
 )
 
 # Context that explains an acceptance drop (speculation hurts at high batch sizes).

@@ -1,11 +1,13 @@
 """`vllm-spec-exporter demo`: the whole pipeline on this machine, with a live terminal view.
 
 Without --target: a real vLLM (the CPU build, a tiny model generated locally, n-gram speculation)
-is started and driven through three phases — healthy (temperature 0), degraded (temperature 1.2),
-healthy again — while the exporter, Prometheus with the generated rules and Alertmanager with the
-generated routing watch it. Then a verdict screen (per phase: acceptance measured by vLLM and shown
-by the exporter, the advisor's k, when each alert fired and resolved; where the logs are) and exit
-0 when the pipeline behaved as expected, 1 when not; --watch keeps watching after the verdict.
+is started and driven through four phases — healthy (temperature 0), a warning band (greedy prompts
+that loop only partly: acceptance between the critical and the warning threshold), degraded
+(temperature 1.2), healthy again — while the exporter, Prometheus with the generated rules and
+Alertmanager with the generated routing watch it. Then a verdict screen (per phase: acceptance
+measured by vLLM and shown by the exporter, the advisor's k, when each alert fired and resolved;
+where the logs are) and exit 0 when the pipeline behaved as expected, 1 when not; --watch keeps
+watching after the verdict.
 With --target: the same live view of an existing server, without traffic, until Ctrl-C.
 
 Whatever ends it (Ctrl-C, SIGTERM, a closed terminal, a closed output pipe, an error, even
@@ -30,11 +32,17 @@ from vllm_spec_exporter.fetch import metrics_url
 from . import default_cache_dir
 from .pipeline import MODEL_NAME, LocalStack, StackOptions, TrafficDriver, exporter_snapshot
 from .server import spec_counters
-from .verdict import PhaseRecord, Verdict, judge, locate
+from .traffic import COLLAPSE, HEALTHY, WARNING_BAND, TrafficMix
+from .verdict import BAND, PhaseRecord, Verdict, judge, locate
+from .verdict import COLLAPSE as COLLAPSED
+from .verdict import HEALTHY as HEALTHY_INTENT
 
-# (name, temperature, healthy?) — temperature 0 makes the tiny model loop (n-gram acceptance
-# ~90 %), 1.2 makes its output noise (~0 %).
-PHASES = (("healthy", 0.0, True), ("degraded", 1.2, False), ("healthy again", 0.0, True))
+# (name, traffic, intent) — temperature 0 makes the tiny model loop (n-gram acceptance ~90 %),
+# partly looping greedy prompts give ~41 % (between the critical and warning thresholds: the
+# warning fires, the critical must not), 1.2 makes its output noise (~0 %).
+PHASES: tuple[tuple[str, TrafficMix, str], ...] = (
+    ("healthy", HEALTHY, HEALTHY_INTENT), ("warning band", WARNING_BAND, BAND),
+    ("degraded", COLLAPSE, COLLAPSED), ("healthy again", HEALTHY, HEALTHY_INTENT))
 KEEP_LOG_RUNS = 5  # older demo log folders are pruned
 EXIT_VERDICT_UNEXPECTED = 1
 
@@ -44,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="watch this existing vLLM instead of starting one (no traffic, no verdict; "
                              "Ctrl-C ends it)")
     parser.add_argument("--phase-seconds", type=float, default=90.0,
-                        help="length of each of the three traffic phases, at least 10 (default 90 s; "
+                        help="length of each of the four traffic phases, at least 10 (default 90 s; "
                              "shorter phases may end before the alerts' windows and fail the verdict)")
     parser.add_argument("--watch", action="store_true",
                         help="after the verdict, keep the live view running until Ctrl-C "
@@ -226,10 +234,11 @@ class Demo:
     def _enter_phase(self, index: int, now: float) -> None:
         if self.phases:
             self.phases[-1].ended = now
-        name, temperature, healthy = PHASES[index]
-        self.phases.append(PhaseRecord(name, temperature, healthy, started=now))
+        name, mix, intent = PHASES[index]
+        self.phases.append(PhaseRecord(name, mix.temperature, intent, started=now))
         assert self.traffic is not None
-        self.traffic.phase, self.traffic.temperature = name, temperature
+        self.traffic.phase = name
+        self.traffic.steer(mix)
 
     def _finish(self, now: float) -> None:
         assert self.traffic is not None
@@ -283,9 +292,9 @@ class Demo:
             outcome = "AS EXPECTED" if self.verdict.ok else "UNEXPECTED"
             return f"phases done — verdict {outcome}; watching (Ctrl-C to stop)"
         index = len(self.phases) - 1
-        name, temperature, _ = PHASES[index]
+        name, mix, _ = PHASES[index]
         left = self.args.phase_seconds * (index + 1) - (now - self.started)
-        return f"phase {index + 1}/{len(PHASES)}: {name} (temperature {temperature:g}), {left:.0f} s left"
+        return f"phase {index + 1}/{len(PHASES)}: {name} ({mix.describe()}), {left:.0f} s left"
 
     def render(self, metrics: dict[str, dict[tuple, float]] | None, now: float) -> str:
         width = self.out.width

@@ -34,7 +34,7 @@ from .monitoring import (
     wait_until,
 )
 from .server import NGRAM_SPEC_CONFIG, VllmServer
-from .traffic import Phase, run_phase
+from .traffic import LOOPING_PROMPTS, Phase, TrafficMix, run_phase
 
 EXPORTER_JOB = "vllm-spec-exporter"
 VLLM_JOB = "vllm"
@@ -325,7 +325,8 @@ class LocalStack:
 
 class TrafficDriver:
     """Keeps sending requests at the current temperature from a background thread (bounded: stops
-    by itself after `max_seconds`, and on stop()).
+    by itself after `max_seconds`, and on stop()). `temperature = t` sends the looping prompts at
+    t; `steer(mix)` sends a traffic.TrafficMix (temperature and prompts, switched together).
 
     Requests go in batches of `concurrency`. With `counters` (a reader of vLLM's own spec counters,
     e.g. `lab.server.spec_counters`), each batch is bracketed by two reads and its draft and
@@ -340,7 +341,9 @@ class TrafficDriver:
     def __init__(self, base_url: str, model: str, max_seconds: float = 1800.0, concurrency: int = 2,
                  counters: Callable[[str], dict[str, float]] | None = None) -> None:
         self.base_url, self.model = base_url, model
-        self.temperature: float | None = None  # None: idle
+        # (temperature, prompts, batch size) of the next batch, replaced as one value so a batch
+        # never mixes one setting's temperature with another's prompts; None: idle.
+        self._setting: tuple[float, tuple[str, ...], int] | None = None
         self.phase = ""  # the name batches are tallied under
         self.concurrency = concurrency
         self.busy = False  # a batch of requests is in flight
@@ -354,6 +357,18 @@ class TrafficDriver:
         self._thread.start()
         return self
 
+    @property
+    def temperature(self) -> float | None:
+        return None if self._setting is None else self._setting[0]
+
+    @temperature.setter
+    def temperature(self, value: float | None) -> None:
+        self._setting = None if value is None else (value, LOOPING_PROMPTS, self.concurrency)
+
+    def steer(self, mix: TrafficMix) -> None:
+        """From the next batch on, send `mix` (a temperature with its prompts and batch size)."""
+        self._setting = (mix.temperature, tuple(mix.prompts), mix.batch or self.concurrency)
+
     def _read_counters(self) -> dict[str, float] | None:
         if self._counters is None:
             return None
@@ -364,12 +379,13 @@ class TrafficDriver:
 
     def _run(self) -> None:
         while not self._stop.is_set() and time.monotonic() < self._deadline:
-            temperature, phase_name = self.temperature, self.phase
-            if temperature is None:
+            setting, phase_name = self._setting, self.phase
+            if setting is None:
                 self._stop.wait(0.5)
                 continue
-            phase = Phase(name=f"t={temperature}", temperature=temperature, max_requests=self.concurrency,
-                          max_seconds=30, concurrency=self.concurrency, max_tokens=96)
+            temperature, prompts, batch = setting
+            phase = Phase(name=f"t={temperature}", temperature=temperature, max_requests=batch,
+                          max_seconds=30, concurrency=batch, max_tokens=96, prompts=prompts)
             self.busy = True
             try:
                 before = self._read_counters()

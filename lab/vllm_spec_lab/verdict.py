@@ -4,12 +4,15 @@ Pure functions over what the demo recorded (no servers here), so the rules are u
 
 - per phase, vLLM's own counters (batch-bracketed, `TrafficDriver.tally`) give the measured
   acceptance; the traffic must have steered it where the phase intends (healthy phases at or
-  above the warning threshold, the degraded phase below the critical one);
+  above the warning threshold, a warning band between the critical and the warning threshold,
+  the degraded phase below the critical one);
 - the exporter's last full-window reading in each phase lies on the same side of the warning
   threshold as that measurement;
-- with monitoring: no notification before the degraded phase; an acceptance alert notifies during
-  the degraded phase; every acceptance alert that fired resolves during the last (healthy) phase;
-  no other alert notifies at all (an unreachable vLLM or exporter would be a finding).
+- with monitoring: no notification before the first unhealthy phase; in a warning band the
+  warning notifies and the critical does not; an acceptance alert (the critical, after a band)
+  notifies during the degraded phase; every acceptance alert that fired resolves during the last
+  (healthy) phase; no other alert notifies at all (an unreachable vLLM or exporter would be a
+  finding).
 
 Times are reported relative to the start of the phase they fall in ("degraded +35 s").
 """
@@ -19,14 +22,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_spec_exporter.mixin.alert_rules import ACCEPTANCE_CRITICAL, ACCEPTANCE_LOW
+
 ACCEPTANCE_ALERT_PREFIX = "SpecDecodeAcceptance"
+# What a phase's traffic is meant to do to acceptance.
+HEALTHY, BAND, COLLAPSE = "healthy", "warning band", "collapse"
 
 
 @dataclass
 class PhaseRecord:
     name: str
     temperature: float
-    healthy: bool  # what the phase intends: acceptance high (True) or collapsed (False)
+    intent: str  # HEALTHY (at or above warning), BAND (between critical and warning) or COLLAPSE
     started: float  # unix seconds
     ended: float | None = None
     drafted: float = 0.0  # vLLM's counters over the phase's batches
@@ -38,6 +45,10 @@ class PhaseRecord:
     @property
     def acceptance(self) -> float | None:
         return self.accepted / self.drafted if self.drafted > 0 else None
+
+    @property
+    def healthy(self) -> bool:
+        return self.intent == HEALTHY
 
 
 @dataclass
@@ -76,14 +87,20 @@ def judge(phases: list[PhaseRecord], notifications: list[dict[str, Any]] | None,
         if measured is None:
             problems.append(f"{phase.name}: no draft tokens measured (did the traffic reach vLLM?)")
             continue
-        if phase.healthy and measured < warning:
+        if phase.intent == HEALTHY and measured < warning:
             problems.append(f"{phase.name}: acceptance {measured:.1%} is below {warning:.0%}; the traffic "
                             "did not keep it healthy")
-        if not phase.healthy and measured >= critical:
+        if phase.intent == BAND and not critical <= measured < warning:
+            problems.append(f"{phase.name}: acceptance {measured:.1%} is not between {critical:.0%} and "
+                            f"{warning:.0%}; the traffic missed the warning band")
+        if phase.intent == COLLAPSE and measured >= critical:
             problems.append(f"{phase.name}: acceptance {measured:.1%} did not fall below {critical:.0%}")
         if seen is None:
             problems.append(f"{phase.name}: the exporter served no full-window acceptance during the phase")
-        elif (seen >= warning) != (measured >= warning):
+            continue
+        # The warning line only: one 20 s reading of a band ~1.5 points above the critical line may
+        # cut a batch at its edges and fall just below it, which the alerts' evidence never would.
+        if (seen >= warning) != (measured >= warning):
             problems.append(f"{phase.name}: the exporter showed {seen:.1%} but vLLM measured {measured:.1%} "
                             f"(opposite sides of {warning:.0%})")
     lines.append(f"(advisor draft cost {draft_cost:g}; the exporter column is its last full-window "
@@ -107,12 +124,15 @@ def judge(phases: list[PhaseRecord], notifications: list[dict[str, Any]] | None,
 
 
 def _alert_lines(phases: list[PhaseRecord], notifications: list[dict[str, Any]], problems: list[str]) -> list[str]:
-    degraded = next((i for i, p in enumerate(phases) if not p.healthy), None)
+    degraded = next((i for i, p in enumerate(phases) if p.intent == COLLAPSE), None)
+    band = next((i for i, p in enumerate(phases) if p.intent == BAND), None)
+    first_unhealthy = next((i for i, p in enumerate(phases) if not p.healthy), None)
     lines = ["alert notifications (time after the start of the phase they arrived in):"]
     if not notifications:
         lines.append("  none")
     fired: dict[str, int] = {}  # alertname -> phase index of its first firing notification
-    resolved: dict[str, int] = {}
+    resolved: dict[str, int] = {}  # alertname -> phase index of its last resolved notification
+    early: dict[str, list[str]] = {}  # acceptance alerts resolved before the last phase: where
     for note in sorted(notifications, key=lambda n: n["time"]):
         index, where = locate(phases, note["time"])
         name = note["alertname"]
@@ -120,15 +140,27 @@ def _alert_lines(phases: list[PhaseRecord], notifications: list[dict[str, Any]],
         if note["status"] == "firing":
             fired.setdefault(name, index)
         else:
-            resolved.setdefault(name, index)
+            resolved[name] = index
+            if index < len(phases) - 1:
+                early.setdefault(name, []).append(where)
         if not name.startswith(ACCEPTANCE_ALERT_PREFIX) and note["status"] == "firing":
             problems.append(f"{name} notified ({where}): not expected in this demo")
-        elif note["status"] == "firing" and degraded is not None and index < degraded:
-            problems.append(f"{name} notified before the degraded phase ({where})")
+        elif note["status"] == "firing" and first_unhealthy is not None and index < first_unhealthy:
+            problems.append(f"{name} notified before the {phases[first_unhealthy].name} phase ({where})")
+        elif note["status"] == "firing" and index == band and name == ACCEPTANCE_CRITICAL:
+            problems.append(f"{name} paged during the {phases[band].name} phase ({where}): acceptance there is "
+                            "above the critical threshold")
     acceptance_fired = {n: i for n, i in fired.items() if n.startswith(ACCEPTANCE_ALERT_PREFIX)}
-    if degraded is not None and degraded not in acceptance_fired.values():
+    if band is not None and acceptance_fired.get(ACCEPTANCE_LOW) != band:
+        problems.append(f"{ACCEPTANCE_LOW} did not notify during the {phases[band].name} phase")
+    if band is not None and degraded is not None and acceptance_fired.get(ACCEPTANCE_CRITICAL) != degraded:
+        problems.append(f"{ACCEPTANCE_CRITICAL} did not page during the {phases[degraded].name} phase")
+    if degraded is not None and band is None and degraded not in acceptance_fired.values():
         problems.append(f"no acceptance alert notified during the {phases[degraded].name} phase")
     last = len(phases) - 1
+    for name, wheres in early.items():
+        if name.startswith(ACCEPTANCE_ALERT_PREFIX):
+            problems.append(f"{name} resolved while acceptance was still low ({', '.join(wheres)}): it flapped")
     for name, index in acceptance_fired.items():
         if degraded is not None and index > degraded:
             problems.append(f"{name} first notified after the {phases[degraded].name} phase had ended")

@@ -177,7 +177,9 @@ def acceptance_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "Per server and model while it generates. Paused: no drafts, and the running batch is larger "
         f"than any at which the server drafted in the last {cfg.drafting_batch_memory}: the engine "
         "pauses speculation on purpose under load (vLLM's num_speculative_tokens_per_batch_size with "
-        "k = 0), not a fault; it resumes when the batch shrinks. Stopped: no drafts at a batch where it"
+        "k = 0), not a fault; it resumes when the batch shrinks. Paused (tier 0): the engine says so "
+        "itself (SGLang --speculative-adaptive at a tier of 0 draft steps; its own acceptance gauges then "
+        "read 0 %). Stopped: no drafts at a batch where it"
         f" drafted before: {alert_rules.DRAFTS_STOPPED} after {cfg.spec_decode_stopped_for}. Good: "
         "drafting, or paused only at peak load." + crowd_note(cfg),
         [Query(q.crowded(q.drafting_state(), high_is_bad=True), legend_label(cfg.instance_label) + " {{model_name}}",
@@ -194,7 +196,7 @@ def drafting_state_mappings() -> list[dashboard_models.ValueMapping]:
             text=text, color=color, index=value)})
 
     return [word(0, "Drafting", "green"), word(1, "Paused by design (batch)", "blue"),
-            word(2, "Stopped", "orange"), *no_traffic_mapping()]
+            word(2, "Stopped", "orange"), word(3, "Paused by design (tier 0)", "blue"), *no_traffic_mapping()]
 
 
 def position_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:

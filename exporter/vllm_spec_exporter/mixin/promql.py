@@ -324,12 +324,18 @@ class Queries:
 
     def drafting_state(self) -> str:
         """Per server and model while it drafts or generates: 0 drafting, 1 paused by design (no
-        drafts at a larger batch than any at which it drafted), 2 stopped (recording_rules)."""
+        drafts at a larger batch than any at which it drafted), 2 stopped, 3 paused by design by
+        the engine's own adaptive tier (SGLang tier 0; recording_rules)."""
         names = recording_rules.record_names(self.cfg)
         matchers = join_matchers(self.sel.target, 'model_name=~"$model_name"')
-        return (f"(0 * {selector(names.drafts_stopped, matchers)} + 2)"
-                f" or (0 * {selector(names.drafting_paused, matchers)} + 1)"
-                f" or (0 * ({selector(names.draft_tokens_rate, matchers)} > 0))")
+        state = (f"(0 * {selector(names.drafts_stopped, matchers)} + 2)"
+                 f" or (0 * {selector(names.drafting_paused, matchers)} + 1)")
+        if self.cfg.direct:  # vLLM's own series: no engine declares a tier
+            return state + f" or (0 * ({selector(names.draft_tokens_rate, matchers)} > 0))"
+        tier = recording_rules.engine_tier_steps("{" + matchers + "}")
+        return (state + f" or (0 * ({tier} == 0) + 3)"
+                f" or (0 * ({selector(names.draft_tokens_rate, matchers)} > 0))"
+                f" or (0 * ({tier} > 0))")
 
     def per_target(self, metric: str, op: str = "min") -> str:
         """One value per scrape target of an exporter health gauge (no model/engine labels)."""

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..names import MetricName
-from . import sources
+from . import links, sources
 from .config import MixinConfig
 from .sources import ACCEPTED, ACCEPTED_BY_POSITION, DRAFT_TOKENS, DRAFTS, GENERATED, SourceCounter, own
 
@@ -50,6 +50,7 @@ __all__ = [
     "Quantity",
     "RecordNames",
     "alert_windows",
+    "engine_tier_steps",
     "evidence_group_name",
     "evidence_meanings",
     "evidence_names",
@@ -306,6 +307,11 @@ def drafting_state_rules(cfg: MixinConfig, n: RecordNames) -> list[dict[str, Any
     design, and a batch at or below one is speculation stopped. Idle moments (no running request)
     are left out, so bursts separated by idle gaps do not look like a small batch. A server with
     no drafting on record is neither: nothing to compare with, so nothing is claimed.
+
+    Engines that say which tier they run need no inference: SGLang's adaptive mode serves the
+    active tier's draft steps, and a tier of 0 steps drafts nothing on purpose (its own acceptance
+    gauges then read 0 %). drafts_stopped never holds while engine_tier_steps is 0. (An expression,
+    not a record: the recording group is at mixtool's 20-rule limit.)
     """
     w = cfg.windows.rate_window
     generation, draft_tokens, running_batch = (own(cfg, name) for name in
@@ -313,6 +319,8 @@ def drafting_state_rules(cfg: MixinConfig, n: RecordNames) -> list[dict[str, Any
     no_drafts = (f"(\n  {generation} >= {cfg.min_generation_tokens_per_second:g}\nand\n"
                  f"  {draft_tokens} == 0\n)")
     drafted_at = f"max_over_time({own(cfg, n.drafting_batch)}[{cfg.drafting_batch_memory}])"
+    # Only the sidecar serves an engine's tier (SGLang); vLLM's own series (source=vllm) have none.
+    tier_0 = "" if cfg.direct else f"\nunless\n({engine_tier_steps(links.exporter_selector(cfg))} == 0)"
     running = sources.raw_gauge(cfg, MetricName.REQUESTS_RUNNING, sources.selector(cfg))
     return [
         # A subquery at the evaluation interval, so idle moments (no sample above 0) are skipped. The
@@ -321,9 +329,17 @@ def drafting_state_rules(cfg: MixinConfig, n: RecordNames) -> list[dict[str, Any
         {"record": n.running_batch,
          "expr": f"min_over_time((sum without (engine) ({running}) > 0)[{w}:{cfg.windows.evaluation_interval}])"},
         {"record": n.drafting_batch, "expr": f"{running_batch}\nand\n({draft_tokens} > 0)"},
-        {"record": n.drafts_stopped, "expr": f"{no_drafts}\nand\n({running_batch} <= {drafted_at})"},
+        {"record": n.drafts_stopped, "expr": f"{no_drafts}\nand\n({running_batch} <= {drafted_at}){tier_0}"},
         {"record": n.drafting_paused, "expr": f"{no_drafts}\nand\n({running_batch} > {drafted_at})"},
     ]
+
+
+def engine_tier_steps(selector: str) -> str:
+    """Per server and model: the draft steps of an adaptive engine's active tier (SGLang
+    --speculative-adaptive), the highest engine; 0 = the tier drafts nothing, paused by design.
+    Only servers with a drafter (verify tokens >= 1: SGLang reports 0 / 0 without one)."""
+    return (f"(max without (engine) ({MetricName.ENGINE_DRAFT_STEPS}{selector}) "
+            f"and max without (engine) ({MetricName.ENGINE_VERIFY_TOKENS}{selector}) > 0)")
 
 
 def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:

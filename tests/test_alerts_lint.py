@@ -199,7 +199,7 @@ def test_overrides_change_thresholds_labels_and_links() -> None:
     files = {**rule_files.render(cfg), **alertmanager.render(cfg), **runbooks.render(cfg)}
     by_name = {a["alert"]: a for g in yaml.safe_load(files[rule_files.ALERTS_FILE])["groups"] for a in g["rules"]}
     low, critical = by_name[alert_rules.ACCEPTANCE_LOW], by_name[alert_rules.ACCEPTANCE_CRITICAL]
-    assert "confidence_upper_5m < 0.6\n" in low["expr"] and "< 0.45\n" in critical["expr"]
+    assert "confidence_upper_5m{namespace=\"llm\",container=\"spec\"} < 0.6\n" in low["expr"] and "< 0.45\n" in critical["expr"]
     assert '{namespace="llm",container="spec"}' in low["expr"]  # the presence check uses the selector
     assert critical["labels"] == {"severity": "page", "team": "llm"}
     assert low["annotations"]["summary"] == "Speculative decoding acceptance is below 60%."

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from support.prom import require_version, run_tool
-from vllm_spec_exporter.mixin import alert_rules, generate, recording_rules, rule_files, sources
+from vllm_spec_exporter.mixin import alert_rules, alertmanager, generate, recording_rules, rule_files, sources
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.names import MetricName
 from vllm_spec_lab.monitoring import PROMTOOL_BIN, PROMTOOL_OLDEST_BIN
@@ -32,7 +32,8 @@ pytestmark = pytest.mark.prometheus
 ROOT = Path(__file__).resolve().parents[1]
 PROMTOOL_DIR = ROOT / "tests" / "promtool"
 # Written for the sidecar, and about the sidecar or engines the direct rules do not read.
-SIDECAR_ONLY_FILES = ("mixed_engines_test.yaml", "direct_health_test.yaml")
+# (not sidecar scenarios: llama.cpp via the sidecar; the direct bundle's own; both bundles at once)
+SIDECAR_ONLY_FILES = ("mixed_engines_test.yaml", "direct_health_test.yaml", "both_bundles_test.yaml")
 SIDECAR_SCENARIOS = sorted(p for p in PROMTOOL_DIR.glob("*.yaml") if p.name not in SIDECAR_ONLY_FILES)
 SIDECAR_ONLY_ALERTS = {alert_rules.METRICS_MISSING, alert_rules.VLLM_UNREACHABLE, alert_rules.VLLM_RESTARTING,
                        alert_rules.EXPORTER_DOWN, alert_rules.EXPORTER_ABSENT}
@@ -148,3 +149,20 @@ def test_translation_can_fail(promtool: str, direct_root: Path) -> None:
     result = run_tool([promtool, "test", "rules", out.name], cwd=direct_root / "tests")
     assert result.returncode != 0
     assert "SpecDecodeAcceptanceCritical" in result.stdout + result.stderr
+
+
+def test_generate_direct_output_is_the_committed_sidecar_less_bundle(tmp_path: Path) -> None:
+    """`generate --set source=vllm --output DIR` writes what a Prometheus scraping vLLM loads, equal
+    to the committed direct/ files, and nothing that deploys or documents the sidecar."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    generate.add_arguments(parser)
+    out = tmp_path / "direct"
+    assert generate.run(parser.parse_args(["--set", "source=vllm", "--output", str(out)])) == 0
+    written = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert written == {*generate.DIRECT_FILES, alertmanager.ALERTMANAGER_FILE}, written
+    root = Path(__file__).resolve().parents[1]
+    for rel in generate.DIRECT_FILES:
+        assert (out / rel).read_text() == (root / generate.DIRECT_ROOT / rel).read_text(), rel
+    assert 'job="vllm-spec-exporter"' not in (out / rule_files.RULES_FILE).read_text()

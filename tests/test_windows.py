@@ -134,6 +134,6 @@ def test_generate_output_renders_a_60s_bundle_into_a_folder(tmp_path: Path, caps
     assert generate.run(args) == 0
     rules = yaml.safe_load((tmp_path / "b60" / rule_files.ALERTS_FILE).read_text())
     assert {g["interval"] for g in rules["groups"]} == {"60s"}
-    assert "confidence_upper_2m[3m]" in (tmp_path / "b60" / rule_files.ALERTS_FILE).read_text()
+    assert 'confidence_upper_2m{job="vllm-spec-exporter"}[3m]' in (tmp_path / "b60" / rule_files.ALERTS_FILE).read_text()
     assert (tmp_path / "b60" / kubernetes.PODMONITOR_FILE).is_file()
     assert (tmp_path / "b60" / compose.PROMETHEUS_FILE).is_file()

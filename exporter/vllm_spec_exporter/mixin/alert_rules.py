@@ -116,15 +116,16 @@ def acceptance_condition(cfg: MixinConfig, threshold: float, sustained: str) -> 
         # Below T at every evaluation in the last `sustained`, and already `sustained` ago: a
         # series younger than that (a new pod) waits the full time too. The `offset` term also
         # keeps the check the same on Prometheus 3.x, whose left-open range drops the start.
-        return (f"max_over_time({short.upper}[{sustained}]) < {t}\n{indent}and\n"
-                f"{indent}  {short.upper} offset {sustained} < {t}")
+        upper = sources.own(cfg, short.upper)
+        return (f"max_over_time({upper}[{sustained}]) < {t}\n{indent}and\n"
+                f"{indent}  {upper} offset {sustained} < {t}")
 
     return (
         f"(\n"
-        f"  (\n    {fl.upper} < {t}\n  and\n    {held(fs, sustained, '  ')}\n  )\n"
+        f"  (\n    {sources.own(cfg, fl.upper)} < {t}\n  and\n    {held(fs, sustained, '  ')}\n  )\n"
         f"or\n"
-        f"  (\n    (\n      {sl.upper} < {t}\n    and\n      {held(ss, w.slow_hold, '    ')}\n    )\n"
-        f"  unless\n    {fs.lower} > {t}\n  )\n"
+        f"  (\n    (\n      {sources.own(cfg, sl.upper)} < {t}\n    and\n      {held(ss, w.slow_hold, '    ')}\n    )\n"
+        f"  unless\n    {sources.own(cfg, fs.lower)} > {t}\n  )\n"
         f")\n"
         f"and ignoring (confidence)\n"
         f"  {sources.drafts_present(cfg)}"
@@ -143,15 +144,15 @@ def drafts_stopped_condition(cfg: MixinConfig) -> str:
     n = record_names(cfg)
     if cfg.direct:
         # No sidecar, no target_info: vLLM's own counters, whose stops the records classify.
-        return n.drafts_stopped
+        return sources.own(cfg, n.drafts_stopped)
     sel = links.exporter_selector(cfg)
     info = MetricName.TARGET_INFO
     target_only = "ignoring (model_name, engine_family, schema, version)"
     trtllm = f"{info}{{{cfg.exporter_selector},engine_family=\"trtllm\"}}"
     return (
-        f"(\n  {n.drafts_stopped}\nor\n"
-        f"  (\n    {n.generation_rate} >= {cfg.min_generation_tokens_per_second:g}\n  and\n"
-        f"    {n.draft_tokens_rate} == 0\n  )\n  and {target_only}\n    {trtllm}\n)\n"
+        f"(\n  {sources.own(cfg, n.drafts_stopped)}\nor\n"
+        f"  (\n    {sources.own(cfg, n.generation_rate)} >= {cfg.min_generation_tokens_per_second:g}\n  and\n"
+        f"    {sources.own(cfg, n.draft_tokens_rate)} == 0\n  )\n  and {target_only}\n    {trtllm}\n)\n"
         f"* {target_only} group_left (engine_family)\n  {info}{sel}"
     )
 
@@ -214,7 +215,7 @@ def metrics_missing(cfg: MixinConfig) -> dict[str, Any]:
         n = record_names(cfg)
         return _alert(
             cfg, METRICS_MISSING,
-            expr=(f"{n.generation_rate} >= {cfg.min_generation_tokens_per_second:g}\nunless\n"
+            expr=(f"{sources.own(cfg, n.generation_rate)} >= {cfg.min_generation_tokens_per_second:g}\nunless\n"
                   f"{sources.drafts_present(cfg)}"),
             severity=cfg.warning_severity,
             summary="The vLLM server exposes no speculative-decoding metrics.",

@@ -128,9 +128,11 @@ def servers_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "Servers, worst acceptance first",
         "One row per server and model, lowest acceptance on top: acceptance (accepted / drafted "
         "over the server's engines), tokens per step (1 + accepted / drafts) next to k, draft "
-        "tokens proposed per second (how much the row weighs in the fleet figures), the "
-        "exporter's estimated speed-up, and whether the exporter can read vLLM. Good: every "
-        "acceptance green and every speed-up above 1×. Empty cells mean no draft tokens in the "
+        "tokens proposed per second (how much the row weighs in the fleet figures), "
+        + ("and whether Prometheus can scrape vLLM. Good: every acceptance green. " if q.direct else
+           "the exporter's estimated speed-up, and whether the exporter can read vLLM. Good: every "
+           "acceptance green and every speed-up above 1×. ")
+        + "Empty cells mean no draft tokens in the "
         "window; a row with only 'vLLM up' is a server that is down or not speculating. Click "
         "an instance to open it in the overview dashboard.",
         [
@@ -189,7 +191,8 @@ def models_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "Per model, over every selected server serving it: servers speculating it, acceptance "
         "and tokens per step with numerator and denominator summed over the servers before "
         "dividing (never an average of per-server ratios, so a busy server weighs more than an "
-        "idle one), draft tokens per second and estimated speed-up. Good: acceptance green.",
+        "idle one), draft tokens per second" + ("" if q.direct else " and estimated speed-up")
+        + ". Good: acceptance green.",
         [
             Column("servers", q.servers_per_model(), NUMBER, decimals=0),
             Column("acceptance", q.worst_first(q.acceptance(by_model)), RATIO, decimals=1,
@@ -223,17 +226,19 @@ def vllm_up(cfg: MixinConfig, q: Queries) -> str:
 
 def not_speculating_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
     layout.row("Servers not speculating, and alerts")
+    unreadable = ("Prometheus cannot scrape vLLM's /metrics: vLLM down or unreachable)" if q.direct else
+                  f"the exporter cannot read vLLM's /metrics: vLLM down or unreachable) or "
+                  f"'{PROBLEM_EXPORTER_UNSCRAPED}' (Prometheus cannot scrape the exporter)")
     layout.add(table_panel(
         "Servers not speculating",
         f"Every server that is not speculating now, and why: '{PROBLEM_SPEC_OFF}' (vLLM "
-        f"exposes no spec-decode metrics: not configured, or renamed by an upgrade), "
-        f"'{PROBLEM_VLLM_UNREADABLE}' (the exporter cannot read vLLM's /metrics: vLLM down or "
-        f"unreachable) or '{PROBLEM_EXPORTER_UNSCRAPED}' (Prometheus cannot scrape the exporter). "
+        f"exposes no spec-decode metrics: not configured, or renamed by an upgrade)"
+        f"{' or' if q.direct else ','} '{PROBLEM_VLLM_UNREADABLE}' ({unreadable}. "
         "Good: empty, or only servers meant to run without speculation.",
         NUMBER,
         [Query(q.not_speculating(), table=True)],
         hidden_columns=("Time", "Value"),
         no_value="None: every server speculates",
     ).links(runbook_links(cfg, alert_rules.METRICS_MISSING, alert_rules.VLLM_UNREACHABLE,
-                          alert_rules.EXPORTER_DOWN)), 12, 6)
+                          *(() if q.direct else (alert_rules.EXPORTER_DOWN,)))), 12, 6)
     layout.add(firing_alerts_table(cfg, q), 12, 5)

@@ -9,7 +9,8 @@ files must equal a fresh render (CI runs `generate --check`).
 The default (sidecar) render also writes the ready-to-use files of the sidecar-less bundle under
 `direct/` (`DIRECT_ROOT`, same layout): the rules, alerts, PrometheusRule, dashboards and their
 ConfigMap rendered with source=vllm, so they are committed and checked like the rest.
-`generate --set source=vllm --output DIR` renders the whole sidecar-less bundle into DIR instead.
+`generate --set source=vllm --output DIR` renders the whole sidecar-less bundle into DIR instead:
+the DIRECT_FILES and the Alertmanager routing, nothing that deploys or documents the sidecar.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ DIRECT_FILES = (rule_files.RULES_FILE, rule_files.ALERTS_FILE, rule_files.PROMET
 
 
 def render_all(cfg: MixinConfig) -> dict[str, str]:
+    if cfg.direct:
+        # Without the sidecar there is nothing to deploy next to vLLM: no exporter manifests,
+        # PodMonitor, compose file or exporter docs; only what a Prometheus scraping vLLM loads.
+        return {**alertmanager.render(cfg),
+                **{path: text for render in (rule_files.render, dashboard_files.render)
+                   for path, text in render(cfg).items() if path in DIRECT_FILES}}
     files: dict[str, str] = {}
     for render in RENDERERS:
         for path, text in render(cfg).items():
@@ -52,11 +59,8 @@ def render_all(cfg: MixinConfig) -> dict[str, str]:
         if copy in files:
             raise RuntimeError(f"{copy} is both rendered and copied")
         files[copy] = files[original]
-    if not cfg.direct:
-        direct_cfg = cfg.with_overrides({"source": SOURCE_VLLM})
-        direct = {**rule_files.render(direct_cfg), **dashboard_files.render(direct_cfg)}
-        files |= {DIRECT_ROOT + path: direct[path] for path in DIRECT_FILES}
-    return files
+    direct = render_all(cfg.with_overrides({"source": SOURCE_VLLM}))
+    return files | {DIRECT_ROOT + path: direct[path] for path in DIRECT_FILES}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

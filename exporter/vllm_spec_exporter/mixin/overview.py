@@ -78,7 +78,8 @@ def build(cfg: MixinConfig) -> dict:
     return frame.build(
         cfg, TITLE, links.overview_uid(cfg),
         "Is vLLM speculative decoding paying off? Acceptance, tokens per step, efficiency, "
-        "per-position acceptance (is k right?), token flow, load, latency and exporter health.",
+        "per-position acceptance (is k right?), token flow, load, latency and "
+        + ("target health (read straight from vLLM's own metrics, no sidecar)." if cfg.direct else "exporter health."),
         (top_row, acceptance_row, position_row, token_flow_row, context_row, health_row),
         [frame.dashboard_link(cfg, "Fleet", links.fleet_uid(cfg), "Every server side by side, worst acceptance first")],
     )

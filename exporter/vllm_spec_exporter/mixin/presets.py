@@ -29,6 +29,7 @@ __all__ = [
 
 NO_TRAFFIC = "No traffic"  # no draft tokens in the window: not 0 %
 NO_EXPORTER = "No exporter"  # Prometheus scrapes no exporter matching the selection
+NO_TARGET = "No target"  # source=vllm: Prometheus scrapes no vLLM server matching the selection
 BACKGROUND = common_models.BigValueColorMode.BACKGROUND
 VALUE_AND_NAME = common_models.BigValueTextMode.VALUE_AND_NAME
 

@@ -33,7 +33,7 @@ from typing import Any
 from ..names import MetricName
 from . import links, sources
 from .config import MixinConfig
-from .sources import ACCEPTED, ACCEPTED_BY_POSITION, DRAFT_TOKENS, DRAFTS, GENERATED, SourceCounter
+from .sources import ACCEPTED, ACCEPTED_BY_POSITION, DRAFT_TOKENS, DRAFTS, GENERATED, SourceCounter, own
 
 __all__ = [
     "ACCEPTANCE",
@@ -216,8 +216,8 @@ def wilson_bound(cfg: MixinConfig, e: EvidenceNames, side: str) -> str:
     """
     z, phi = cfg.confidence_z, cfg.acceptance_overdispersion
     z2 = z * z
-    reads = {ACCEPTED: e.accepted, DRAFT_TOKENS: e.draft_tokens}
-    p, d = f"({ACCEPTANCE.expr(reads.__getitem__, separator=' ')})", e.drafts
+    reads = {ACCEPTED: own(cfg, e.accepted), DRAFT_TOKENS: own(cfg, e.draft_tokens)}
+    p, d = f"({ACCEPTANCE.expr(reads.__getitem__, separator=' ')})", own(cfg, e.drafts)
     bound = (f"(\n  {p}\n  + {z2 * phi / 2:.10g} / {d}\n"
              f"  {side} {z:.10g} * sqrt({phi:g} * {p} * (1 - {p}) / {d} + {z2 * phi * phi / 4:.10g} / {d} ^ 2)\n)\n"
              f"/\n(1 + {z2 * phi:.10g} / {d})")
@@ -233,7 +233,7 @@ def evidence_rules(cfg: MixinConfig, window: str) -> list[dict[str, Any]]:
     """The source increases, the ratio and both Wilson bounds of one alert window, per server and model."""
     confidence = {"confidence": cfg.confidence_label}
     e = evidence_names(window)
-    reads = {ACCEPTED: e.accepted, DRAFT_TOKENS: e.draft_tokens}
+    reads = {ACCEPTED: own(cfg, e.accepted), DRAFT_TOKENS: own(cfg, e.draft_tokens)}
 
     # increase(), not rate(): the bound needs counts. The drafts record keeps only windows with
     # drafts, so an idle server has no bound at all (no evidence never fires) instead of a NaN.
@@ -283,13 +283,13 @@ def recording_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
         for counter, field_name in _RATE_FIELD.items():
             if prefix:
                 position = ", position" if counter.position else ""
-                expr = f"sum by ({by_fleet}{position}) ({fields[field_name]})"
+                expr = f"sum by ({by_fleet}{position}) ({own(cfg, fields[field_name])})"
             else:
-                expr = f"sum without (engine) ({sources.rate_record(cfg, counter)})"
+                expr = f"sum without (engine) ({own(cfg, sources.rate_record(cfg, counter))})"
             record(fields[prefix + field_name], expr)
 
         def read(counter: SourceCounter, prefix: str = prefix) -> str:
-            return fields[prefix + _RATE_FIELD[counter]]
+            return own(cfg, fields[prefix + _RATE_FIELD[counter]])
         record(fields[prefix + "acceptance_ratio"], ACCEPTANCE.expr(read))
         record(fields[prefix + "acceptance_length"], MEAN_ACCEPTANCE_LENGTH.expr(read))
         record(fields[prefix + "position_acceptance_ratio"], POSITION_ACCEPTANCE.expr(read, POSITION_MATCHING))
@@ -314,9 +314,11 @@ def drafting_state_rules(cfg: MixinConfig, n: RecordNames) -> list[dict[str, Any
     not a record: the recording group is at mixtool's 20-rule limit.)
     """
     w = cfg.windows.rate_window
-    no_drafts = (f"(\n  {n.generation_rate} >= {cfg.min_generation_tokens_per_second:g}\nand\n"
-                 f"  {n.draft_tokens_rate} == 0\n)")
-    drafted_at = f"max_over_time({n.drafting_batch}[{cfg.drafting_batch_memory}])"
+    generation, draft_tokens, running_batch = (own(cfg, name) for name in
+                                               (n.generation_rate, n.draft_tokens_rate, n.running_batch))
+    no_drafts = (f"(\n  {generation} >= {cfg.min_generation_tokens_per_second:g}\nand\n"
+                 f"  {draft_tokens} == 0\n)")
+    drafted_at = f"max_over_time({own(cfg, n.drafting_batch)}[{cfg.drafting_batch_memory}])"
     # Only the sidecar serves an engine's tier (SGLang); vLLM's own series (source=vllm) have none.
     tier_0 = "" if cfg.direct else f"\nunless\n({engine_tier_steps(links.exporter_selector(cfg))} == 0)"
     running = sources.raw_gauge(cfg, MetricName.REQUESTS_RUNNING, sources.selector(cfg))
@@ -326,9 +328,9 @@ def drafting_state_rules(cfg: MixinConfig, n: RecordNames) -> list[dict[str, Any
         # evaluation interval, and then the window can hold no point at all.
         {"record": n.running_batch,
          "expr": f"min_over_time((sum without (engine) ({running}) > 0)[{w}:{cfg.windows.evaluation_interval}])"},
-        {"record": n.drafting_batch, "expr": f"{n.running_batch}\nand\n({n.draft_tokens_rate} > 0)"},
-        {"record": n.drafts_stopped, "expr": f"{no_drafts}\nand\n({n.running_batch} <= {drafted_at}){tier_0}"},
-        {"record": n.drafting_paused, "expr": f"{no_drafts}\nand\n({n.running_batch} > {drafted_at})"},
+        {"record": n.drafting_batch, "expr": f"{running_batch}\nand\n({draft_tokens} > 0)"},
+        {"record": n.drafts_stopped, "expr": f"{no_drafts}\nand\n({running_batch} <= {drafted_at}){tier_0}"},
+        {"record": n.drafting_paused, "expr": f"{no_drafts}\nand\n({running_batch} > {drafted_at})"},
     ]
 
 

@@ -11,7 +11,7 @@ from grafana_foundation_sdk.builders import dashboard, stat, table, timeseries
 from . import alert_rules, links
 from .config import MixinConfig
 from .panels import NUMBER, SPEEDUP, Query, acceptance_thresholds, link, table_panel, thresholds
-from .presets import BACKGROUND, NO_EXPORTER, count_stat, ratio_series, ratio_stat, traffic_stat
+from .presets import BACKGROUND, NO_EXPORTER, NO_TARGET, count_stat, ratio_series, ratio_stat, traffic_stat
 from .promql import ALERT_NAME_REGEX, Queries, legend_label
 
 __all__ = [
@@ -76,6 +76,15 @@ def speedup_stat(q: Queries) -> stat.Panel:
 
 
 def targets_down_stat(cfg: MixinConfig, q: Queries) -> stat.Panel:
+    if q.direct:
+        return count_stat(
+            "Targets down",
+            f"vLLM servers Prometheus cannot scrape ({cfg.vllm_selector}). Good is 0. 'No target' means "
+            "Prometheus scrapes no vLLM server matching the selection: every other panel is then empty "
+            "for that reason, not because of idle traffic (check the vllm_selector knob).",
+            [Query(q.targets_down(), "down")],
+            no_value=NO_TARGET,
+        ).links(runbook_links(cfg, alert_rules.VLLM_UNREACHABLE))
     return count_stat(
         "Targets down",
         "vLLM servers the exporter cannot read, plus exporters Prometheus cannot scrape. Good is "

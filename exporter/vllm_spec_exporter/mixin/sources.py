@@ -53,6 +53,7 @@ __all__ = [
     "drafts_present",
     "increase_record",
     "increase_rules",
+    "own",
     "rate_record",
     "rate_rules",
     "raw_gauge",
@@ -82,6 +83,7 @@ class SourceCounter:
 
     @property
     def level(self) -> str:
+        """The aggregation level of its rate record's name."""
         return "instance_model_engine_position" if self.position else "instance_model_engine"
 
 
@@ -117,11 +119,20 @@ def selector(cfg: MixinConfig) -> str:
     return cfg.vllm_selector if cfg.direct else cfg.exporter_selector
 
 
+def own(cfg: MixinConfig, record: str) -> str:
+    """`record` as this bundle reads it back: with its source's job matcher. Records keep the
+    source's target labels, so the sidecar and the direct bundle can run in one Prometheus (a fleet
+    with and without the sidecar) without reading, and re-writing, each other's series."""
+    return f"{record}{{{selector(cfg)}}}"
+
+
 def rate_record(cfg: MixinConfig, counter: SourceCounter) -> str:
+    """Name of `counter`'s source rate record (per server, model and engine[, position])."""
     return f"{counter.level}:{counter.metric}:rate{cfg.windows.rate_window}"
 
 
 def increase_record(counter: SourceCounter, window: str) -> str:
+    """Name of `counter`'s source increase record over `window` (per server and model)."""
     return f"instance_model:{counter.metric}:increase{window}"
 
 

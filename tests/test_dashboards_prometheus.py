@@ -370,14 +370,18 @@ def test_vllm_latency_queries_work_on_every_name_spelling(stack: dict, model: di
     # 2.x gets `vllm_` (OpenMetrics, underscore escaping); Prometheus 3 (allow-utf-8) keeps `vllm:`.
     colon, underscore = stack["prefix"], stack["prefix"].replace(":", "_")
     spelled = {"classic": colon, "escaped": underscore}
-    negotiated = [p for p in (colon, underscore)
-                  if prom.query(f'{{__name__="{p}inter_token_latency_seconds_count", '
-                                f'instance="{instances["negotiated"]}"}}')]
+    def landed() -> list[str]:
+        return [p for p in (colon, underscore)
+                if prom.query(f'{{__name__="{p}inter_token_latency_seconds_count", '
+                              f'instance="{instances["negotiated"]}"}}', at=query_time(prom))]
+    # (a scrape that timed out on a loaded machine leaves the series stale for a moment)
+    negotiated = wait_until(landed, timeout=15) or []
     assert len(negotiated) == 1, negotiated
     print(f"negotiated spelling: {negotiated[0]}")
     for endpoint, spelling in spelled.items():
         name = spelling + "inter_token_latency_seconds_count"
-        assert prom.query(f'{{__name__="{name}", instance="{instances[endpoint]}"}}'), endpoint
+        assert wait_until(lambda name=name, endpoint=endpoint: prom.query(
+            f'{{__name__="{name}", instance="{instances[endpoint]}"}}', at=query_time(prom)), timeout=15), endpoint
     panel = next(p for p in dashboard_files.iter_panels(model) if p["title"] == "Inter-token latency")
     mean = next(t["expr"] for t in panel["targets"] if t["legendFormat"] == "mean")
     for endpoint, instance in instances.items():

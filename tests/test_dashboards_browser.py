@@ -25,13 +25,12 @@ import pytest
 
 from support import grafana_render as gr
 from support.prom import require_binary
-from vllm_spec_exporter.mixin import dashboard_files, fleet, overview
-from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin import dashboard_files, fleet, overview, sources
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, http_get_json
 
 pytestmark = [pytest.mark.browser, pytest.mark.prometheus]
 
-CFG = MixinConfig()
+CFG = gr.STACK_CONFIG  # the bundle for the replay's 5 s scrapes (its rules are loaded)
 MODELS = {"overview": overview.build(CFG), "fleet": fleet.build(CFG)}
 # What to draw: every moment of the overview; the fleet healthy and idle.
 SHOTS = (("overview", "healthy"), ("overview", "degraded"), ("overview", "recovered"), ("overview", "idle"),
@@ -111,6 +110,17 @@ def shown_at(results: list[dict], end: float) -> float | None:
     return max(float(t) for t, _ in series[0]["values"])
 
 
+def record_evaluated_at(prom_url: str, at: float | None) -> float | None:
+    """When the source records a panel reads at `at` were evaluated (their newest sample at or
+    before it): the ratio stats read records, which trail the raw counters by up to an evaluation."""
+    if at is None:
+        return None
+    record = sources.rate_record(CFG, sources.ACCEPTED)
+    data = http_get_json(f"{prom_url}/api/v1/query?{urlencode({'query': f'max(timestamp({record}))', 'time': at})}")
+    series = data["data"]["result"]
+    return float(series[0]["value"][1]) if series else None
+
+
 def raw_delta(prom_url: str, metric: str, at: float) -> float | None:
     """Δ of a counter over the samples Prometheus holds in [at - rate interval, at]."""
     expr = f"{metric}[{gr.RATE_INTERVAL}]"
@@ -135,7 +145,7 @@ def expected_values(replay: gr.Replay, model: dict, results: dict[str, list[dict
     out: dict[tuple[str, str], float | None] = {}
     for title, legend, numerator, denominator, offset in RATIO_STATS:
         panel = panel_of(model, title)
-        at = shown_at(results[str(panel["id"])], end)
+        at = record_evaluated_at(replay.prom.url, shown_at(results[str(panel["id"])], end))
         num = raw_delta(replay.prom.url, numerator, at) if at else None
         den = raw_delta(replay.prom.url, denominator, at) if at else None
         out[(title, legend)] = offset + num / den if num is not None and den else None

@@ -22,7 +22,6 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from support import grafana_render as gr  # noqa: E402
 from vllm_spec_exporter.mixin import fleet, overview  # noqa: E402
-from vllm_spec_exporter.mixin.config import MixinConfig  # noqa: E402
 
 MOMENT = "recovered"
 
@@ -35,7 +34,7 @@ def main() -> int:
     if problem := gr.missing_tools():
         print(problem, file=sys.stderr)
         return 2
-    cfg = MixinConfig()
+    cfg = gr.STACK_CONFIG  # the bundle for the replay's scrapes (its recording rules are loaded)
     models = {"overview": overview.build(cfg), "fleet": fleet.build(cfg)}
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="grafana-render-") as tmp:

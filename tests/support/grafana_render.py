@@ -33,7 +33,8 @@ from urllib.parse import urlencode
 from support.badtarget import BadTarget
 from support.exporter import ExporterProcess
 from support.grafana import expand_variables
-from vllm_spec_exporter.mixin import dashboard_files
+from vllm_spec_exporter.mixin import dashboard_files, overview, rule_files
+from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab.monitoring import Prometheus, http_get_json, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,13 +49,24 @@ EXPORTER_POLL_SECONDS = 1
 LEAD_IN_SECONDS = 12  # exporter and Prometheus settle on the first (idle) capture before traffic
 IDLE_HOLD_SECONDS = 30  # the last capture held: longer than $__rate_interval, so ratios go empty
 PAGE_WIDTH = 1600
-# The acceptance the overview's top-left stat shows (used to pick the moments to look at).
-ACCEPTANCE_EXPR = ("sum(rate(vllm_spec_decode_accepted_tokens_total[$__rate_interval])) / "
-                   "(sum(rate(vllm_spec_decode_draft_tokens_total[$__rate_interval])) > 0)")
 GRID_COLUMNS = 24
 # $__rate_interval of every panel here: the step stays at the scrape interval for ranges up to
 # PAGE_WIDTH/… seconds, so Grafana's max(step + scrape, 4 × scrape) is 4 × 5 s.
 RATE_INTERVAL = "20s"
+# The bundle generated for these scrapes. The dashboards read the recording rules' source records,
+# so the replay's Prometheus loads them; their rate window is the panels' $__rate_interval here
+# (the committed 2m would blend the replay's phases).
+STACK_CONFIG = MixinConfig().with_overrides({"scrape_interval": f"{SCRAPE_INTERVAL_SECONDS}s",
+                                             "evaluation_interval": f"{SCRAPE_INTERVAL_SECONDS}s",
+                                             "rate_window": RATE_INTERVAL})
+
+
+def acceptance_query() -> str:
+    """The overview's top-left stat, "Acceptance rate", as generated (it picks the moments to look
+    at: the records it reads lag the raw counters by up to an evaluation)."""
+    panel = next(p for p in dashboard_files.iter_panels(overview.build(STACK_CONFIG))
+                 if p["title"] == "Acceptance rate")
+    return panel["targets"][0]["expr"]
 
 
 # --- How Grafana's Prometheus data source builds a request ------------------------------------
@@ -193,7 +205,7 @@ class Replay:
 
     def acceptance_at(self, when: float, rate_interval: str) -> float | None:
         """The overview's acceptance query at one instant (None: no traffic in the window)."""
-        expr = expand_variables(ACCEPTANCE_EXPR, rate_interval)
+        expr = expand_variables(acceptance_query(), rate_interval)
         data = http_get_json(f"{self.prom.url}/api/v1/query?{urlencode({'query': expr, 'time': when})}")
         result = data["data"]["result"]
         return float(result[0]["value"][1]) if result else None
@@ -221,12 +233,15 @@ def replay() -> Iterator[Replay]:
     target = BadTarget()
     target.set(BadTarget.body(scrapes[0].body, content_type=scrapes[0].content_type))
     exporter = None
+    rules_dir = Path(tempfile.mkdtemp(prefix="grafana-render-rules-"))
     try:
         exporter = ExporterProcess(target.url, interval=EXPORTER_POLL_SECONDS, timeout=0.9, window=20,
                                    min_draft_tokens=100).start()
         scrape = {"vllm-spec-exporter": [f"127.0.0.1:{exporter.port}"], "vllm": [f"127.0.0.1:{target.port}"]}
+        rules = rules_dir / "prometheus_rules.yaml"
+        rules.write_text(rule_files.render(STACK_CONFIG)[rule_files.RULES_FILE])
         with Prometheus(scrape_targets=scrape, scrape_interval=f"{SCRAPE_INTERVAL_SECONDS}s",
-                        evaluation_interval=f"{SCRAPE_INTERVAL_SECONDS}s") as prom:
+                        evaluation_interval=f"{SCRAPE_INTERVAL_SECONDS}s", rule_files=[rules]) as prom:
             wait_until(prom.targets_up, timeout=30)
             run = Replay(prom, exporter, target, scrapes)
             run.run()
@@ -235,6 +250,7 @@ def replay() -> Iterator[Replay]:
         if exporter is not None:
             exporter.stop()
         target.stop()
+        shutil.rmtree(rules_dir, ignore_errors=True)
 
 
 # --- The renderer --------------------------------------------------------------------------------

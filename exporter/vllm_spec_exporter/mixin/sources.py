@@ -155,9 +155,10 @@ def increase_rules(cfg: MixinConfig, window: str) -> list[dict[str, str]]:
     """The source records of one alert window, per server and model: increases of drafts, draft
     tokens and accepted tokens. Drafts, the bound's trials, keep only windows that drafted, so an
     idle server has no evidence at all (never a bound from zero trials)."""
+    spelled_out = "\n" if cfg.direct else ""  # the four spellings' `or` on lines of their own
+
     def summed(counter: SourceCounter) -> str:
-        total = f"sum without (engine) (\n{_over_range(cfg, 'increase', counter, window)}\n)" if cfg.direct \
-            else f"sum without (engine) ({_over_range(cfg, 'increase', counter, window)})"
+        total = f"sum without (engine) ({spelled_out}{_over_range(cfg, 'increase', counter, window)}{spelled_out})"
         return f"{total} > 0" if counter is DRAFTS else total
     return [{"record": increase_record(c, window), "expr": summed(c)} for c in EVIDENCE_COUNTERS]
 

@@ -1,4 +1,4 @@
-"""`vllm-spec-exporter demo`: the whole pipeline on this machine, with a live terminal view.
+"""`vllm-spec-lab demo` (also `vllm-spec-exporter demo`): the whole pipeline on this machine, with a live terminal view.
 
 Without --target: a real vLLM (the CPU build, a tiny model generated locally, n-gram speculation)
 is started and driven through four phases — healthy (temperature 0), a warning band (greedy prompts

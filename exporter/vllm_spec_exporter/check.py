@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import advisor, settings, terminal
+from . import advisor, durations, settings, terminal
 from .derive import SeriesFigures, derive_series, derive_v0, figures
 from .engines import COUNTER_SCHEMAS
 from .names import Schema
@@ -59,15 +59,9 @@ def validate_arguments(args: argparse.Namespace) -> None:
 
 
 def parse_duration(text: str) -> float:
-    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    for suffix in sorted(units, key=len, reverse=True):
-        if text.endswith(suffix):
-            number = text[: -len(suffix)]
-            break
-    else:
-        suffix, number = "s", text
+    """--duration: a duration (`30s`, `2m`, `1m30s`) or a bare number of seconds."""
     try:
-        value = float(number) * units[suffix]
+        value = float(text) if text.replace(".", "", 1).isdigit() else durations.seconds(text)
     except ValueError:
         raise ValueError(f"--duration: cannot read {text!r}; use e.g. 30s or 2m") from None
     if not math.isfinite(value) or value < 1 or value > 86400:

@@ -44,7 +44,6 @@ PHASES: tuple[tuple[str, TrafficMix, str], ...] = (
     ("healthy", HEALTHY, HEALTHY_INTENT), ("warning band", WARNING_BAND, BAND),
     ("degraded", COLLAPSE, COLLAPSED), ("healthy again", HEALTHY, HEALTHY_INTENT))
 KEEP_LOG_RUNS = 5  # older demo log folders are pruned
-EXIT_VERDICT_UNEXPECTED = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -28,6 +28,7 @@ from typing import Any, TextIO
 
 from vllm_spec_exporter import terminal
 from vllm_spec_exporter.fetch import metrics_url
+from vllm_spec_exporter.names import MetricName
 
 from . import default_cache_dir
 from .pipeline import MODEL_NAME, LocalStack, StackOptions, TrafficDriver, exporter_snapshot
@@ -275,13 +276,13 @@ class Demo:
         if now - phase.started < self.stack.options.exporter_window + 2 * self.stack.options.exporter_interval:
             return
         for labels in metrics.get("vllm_spec_decode_draft_tokens_per_second", {}):
-            entry = terminal.entry_from_exporter(metrics, labels)
-            if "spec_decode_acceptance_ratio" in entry:
-                phase.exporter_acceptance = entry["spec_decode_acceptance_ratio"]
-            advice = entry.get("advisor")
-            if advice:
-                phase.recommended_k = advice["recommended_k"]
-                phase.speedup = advice["estimated_speedup"].get(advice["recommended_k"])
+            view = terminal.view_from_exporter(metrics, labels)
+            acceptance = view.values.get(MetricName.ACCEPTANCE_RATIO)
+            if acceptance is not None:
+                phase.exporter_acceptance = acceptance
+            if view.advisor is not None:
+                phase.recommended_k = view.advisor.recommended_k
+                phase.speedup = view.advisor.estimated_speedup.get(view.advisor.recommended_k)
 
     # --- the live screen ------------------------------------------------------------------------
     def _phase_line(self, now: float) -> str:
@@ -309,11 +310,9 @@ class Demo:
             if not series:
                 lines.append("no spec-decode series yet (waiting for the first polls)")
             for labels in series:
-                entry = terminal.entry_from_exporter(metrics, labels)
-                if entry.get("advisor"):
-                    entry["advisor"]["draft_cost_ratio"] = stack.draft_cost
+                view = terminal.view_from_exporter(metrics, labels, draft_cost=stack.draft_cost)
                 lines.append("")
-                lines += terminal.model_lines(entry, self.warning)
+                lines += terminal.model_lines(view, self.warning)
         lines.append("")
         if stack.prometheus is not None:
             lines += self._alert_lines(now, width)

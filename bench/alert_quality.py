@@ -50,7 +50,7 @@ from pathlib import Path
 import yaml
 
 from vllm_spec_exporter.durations import seconds
-from vllm_spec_exporter.mixin import alert_rules, generate, rule_files, sources, windows
+from vllm_spec_exporter.mixin import alert_rules, generate, provenance, rule_files, sources, windows
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.names import MetricName
 from vllm_spec_lab.monitoring import PROMTOOL_BIN, PROMTOOL_OLDEST_BIN
@@ -746,7 +746,13 @@ def main() -> int:
         if args.max_hours:
             table += (f"\nRun with `--max-hours {args.max_hours:g}` on a shared machine: every scenario simulated "
                       f"at most {args.max_hours:g} h (false alerts still per simulated day).\n")
+        measured = provenance.digests(ROOT, provenance.ALERT_QUALITY.inputs)
+        table += ("\nRules measured: " + ", ".join(f"`{Path(path).name}` sha256 `{digest[:16]}`"
+                                                   for path, digest in sorted(measured.items()))
+                  + f" (recorded in `{provenance.ALERT_QUALITY.record}`: `generate --check` fails when they "
+                  "change).\n")
         rule_files.QUALITY_TABLE.write_text(table)
+        provenance.write_record(ROOT, provenance.ALERT_QUALITY)
         print(f"wrote {rule_files.QUALITY_TABLE.relative_to(ROOT)}; now run `vllm-spec-exporter generate`")
     return 0
 

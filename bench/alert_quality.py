@@ -613,6 +613,8 @@ def compare_sources(results: dict[tuple[str, Run], Timeline], chosen: list[Scena
         for iv in intervals:
             for p in promtools:
                 new_run, direct_run = Run("new", iv, p), Run(DIRECT, iv, p)
+                if (s.name, new_run) not in results or (s.name, direct_run) not in results:
+                    continue  # a cell not run by default (benign scenarios on Prometheus 3's promtool)
                 new, direct = results[(s.name, new_run)], results[(s.name, direct_run)]
                 eval_s = new_run.evaluation_s
                 keys = sorted({k for k in (*new, *direct) if k[0] in direct_alerts})

@@ -382,6 +382,10 @@ _METRICS = {
     "target_up": ("vllm_spec_exporter_target_up", False), "enabled": ("vllm_spec_decode_enabled", False),
     "running": ("vllm_server_requests_running", True),
 }
+# The exporter's names at PREVIOUS_COMMIT, which the previous rules read (CHANGELOG.md: renamed metrics).
+_PREVIOUS_NAMES = {"vllm_server_generation_tokens_total": "vllm_generation_tokens_total",
+                   "vllm_spec_exporter_target_restarts_total": "vllm_spec_exporter_counter_resets_total",
+                   "vllm_server_requests_running": "vllm_num_requests_running"}
 # Without the sidecar Prometheus holds vLLM's own counters, running requests and `up`; nothing else.
 _DIRECT_NAMES = {c.exporter: c.vllm for c in sources.COUNTERS} | dict(sources.VLLM_GAUGES)
 
@@ -447,6 +451,8 @@ def test_file(scenario: Scenario, rules_dir: Path, run: Run) -> dict:
                 labels = f'job="vllm",instance="{pod.instance}"'
                 if metric in _DIRECT_NAMES:
                     metric = sources.VLLM_PREFIXES[index % len(sources.VLLM_PREFIXES)] + _DIRECT_NAMES[metric]
+            if run.rules == "previous":
+                metric = _PREVIOUS_NAMES.get(metric, metric)
             if per_model:
                 labels += ',model_name="llama",engine="0"'
             series.append({"series": f'{{__name__="{metric}",{labels}}}', "values": _compress(counters.samples[key])})

@@ -3,7 +3,7 @@
 # check, and every test (unit, promtool, real Prometheus/Alertmanager, real vLLM on the CPU).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/bootstrap.sh"
+source "$ROOT/scripts/bootstrap.sh" test
 cd "$ROOT"
 echo "== ruff"
 .venv/bin/ruff check .

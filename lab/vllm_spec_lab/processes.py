@@ -266,17 +266,23 @@ class ChildProcess:
 
 def spawn(argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = None, cwd: Path | None = None,
           log: Path | None = None, ready: ReadyProbe = None, ready_timeout: float = 30.0, grace: float = 10.0,
-          pass_fds: Sequence[int] = ()) -> ChildProcess:
+          pass_fds: Sequence[int] = (), private_tmp: bool = False) -> ChildProcess:
     """Start `argv` under all three layers, its stdout and stderr appended to `log` (default: a
     file in a temporary folder of its own, removed by `stop`); then wait for `ready` (a URL
     answering 200, or a callable) up to `ready_timeout` s. A child that exits or is not ready in
     time is stopped and `ChildStartError` carries its log tail. `env` replaces the environment
-    (None: inherit); `pass_fds` stay open in the child (e.g. a lock it must hold)."""
+    (None: inherit); `pass_fds` stay open in the child (e.g. a lock it must hold);
+    `private_tmp` points the child's TMPDIR at that own folder, so the temporary files of a tool
+    that cannot clean up when killed (node's Chromium profile) go with it."""
     keeper = warden()
     own_dir = None
+    slug = name.replace(" ", "-").replace("/", "-")
+    if log is None or private_tmp:
+        own_dir = TempDir(f"vse-{slug}-")
     if log is None:
-        own_dir = TempDir(f"vse-{name.replace(' ', '-').replace('/', '-')}-")
-        log = own_dir.path / f"{name.replace(' ', '-').replace('/', '-')}.log"
+        log = own_dir.path / f"{slug}.log"  # type: ignore[union-attr]
+    if private_tmp:
+        env = {**(os.environ if env is None else env), "TMPDIR": str(own_dir.path)}  # type: ignore[union-attr]
     log.parent.mkdir(parents=True, exist_ok=True)
     try:
         with open(log, "ab") as handle:
@@ -295,11 +301,11 @@ def spawn(argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = Non
 
 
 def run(argv: Sequence[str], *, name: str, timeout: float, env: Mapping[str, str] | None = None,
-        cwd: Path | None = None, log: Path | None = None) -> str:
+        cwd: Path | None = None, log: Path | None = None, private_tmp: bool = False) -> str:
     """Run `argv` to completion as a tracked child (a tool that starts its own children, e.g. node
     driving Chromium); returns its output. Exit non-zero or running past `timeout` s: the whole
     group is stopped and `ChildExitError` carries the log tail."""
-    with spawn(argv, name=name, env=env, cwd=cwd, log=log) as child:
+    with spawn(argv, name=name, env=env, cwd=cwd, log=log, private_tmp=private_tmp) as child:
         try:
             code = child.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from support.exporter import SCRIPT
+from vllm_spec_lab.exporter_process import SCRIPT
 
 MISSING = "/nonexistent/file"
 BAD = [

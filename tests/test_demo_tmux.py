@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from support.exporter import SCRIPT
 from support.proctree import descendants, survivors
 from support.prom import require_binary
+from vllm_spec_lab.exporter_process import SCRIPT
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
 from vllm_spec_lab.venv import VllmVenvError, ensure_vllm_venv
 

@@ -2,7 +2,7 @@
 Grafana SDK (the `[generate]` extra) nor the lab (lab/, a separate package) importable, and load
 none of the generators; `generate` and `demo` say in one line what to install.
 
-Each command runs in a real process against the simulated vLLM (tests/support/fakevllm.py), with
+Each command runs in a real process against the simulated vLLM (lab/vllm_spec_lab/fakes/vllm.py), with
 an import hook that makes `grafana_foundation_sdk` and `vllm_spec_lab` unimportable, as in a plain
 `pip install vllm-spec-exporter`.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import requests
 
-from support.fakevllm import FakeVllm
+from vllm_spec_lab.fakes.vllm import FakeVllm
 from vllm_spec_lab.server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

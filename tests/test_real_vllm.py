@@ -15,13 +15,13 @@ import time
 
 import pytest
 
-from support.exporter import SCRIPT, ExporterProcess
-from support.fakevllm import wait_until
 from vllm_spec_lab import default_cache_dir
+from vllm_spec_lab.exporter_process import SCRIPT, ExporterProcess
 from vllm_spec_lab.server import NGRAM_SPEC_CONFIG, VllmServer, spec_counters
 from vllm_spec_lab.tinymodel import ensure_tiny_models
 from vllm_spec_lab.traffic import high_acceptance_phase, low_acceptance_phase, run_phase
 from vllm_spec_lab.venv import VllmVenvError, ensure_vllm_venv
+from vllm_spec_lab.waiting import wait_until
 
 pytestmark = pytest.mark.vllm
 SERIES = (("engine", "0"), ("model_name", "tiny-llama"))

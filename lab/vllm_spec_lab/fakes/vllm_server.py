@@ -1,9 +1,9 @@
 """`python -m vllm.entrypoints.openai.api_server ...` as the fake vLLM venv runs it (see
-fakevllm_venv.py): a SIMULATED vLLM, a real process tree.
+fakes/vllm_cache.py): a SIMULATED vLLM, a real process tree.
 
 - an "engine core" child process in the same process group (not watching its parent: only a
   group-wide kill or the warden can end it once this server is gone);
-- GET /health, GET /metrics (fakevllm.FakeVllm's registry), POST /v1/completions, which steps the
+- GET /health, GET /metrics (fakes.vllm.FakeVllm's registry), POST /v1/completions, which steps the
   counters: temperature 0 -> acceptance 0.875, anything else -> 0.0.
 Environment: FAKE_VLLM_FAIL_AT_START=1 makes it exit 1 after starting its engine child (a start-up
 crash).
@@ -19,7 +19,7 @@ import sys
 import time
 from wsgiref.simple_server import make_server
 
-from fakevllm import FakeVllm, _QuietHandler, _ThreadingWSGIServer
+from vllm_spec_lab.fakes.vllm import FakeVllm, _QuietHandler, _ThreadingWSGIServer
 
 ENGINE_CORE = "import time\nwhile True:\n    time.sleep(60)\n"
 

@@ -2,7 +2,7 @@
 
 The proof uses real process trees. An inner `python -m pytest` runs a generated test that starts,
 through the same classes the suite uses, every server this machine has: the simulated vLLM tree
-(an API server and an "engine core" that does not watch its parent, support/fakevllm_venv.py),
+(an API server and an "engine core" that does not watch its parent, vllm_spec_lab/fakes/vllm_cache.py),
 the real exporter, Prometheus, Alertmanager, VictoriaMetrics and vmalert, llama-server, node
 driving a real Chromium through playwright-core (which puts Chromium in a process group of its
 own), and a child whose grandchild escapes into a session of its own. Once every server
@@ -28,16 +28,16 @@ from pathlib import Path
 
 import pytest
 
-from support.fakevllm_venv import make_fake_cache
-from support.grafana_render import CHROMIUM, node_modules
 from support.proctree import descendants, survivors, wait_gone
 from vllm_spec_lab import default_cache_dir, processes
 from vllm_spec_lab.binaries import VICTORIA_METRICS_BIN, VMALERT_BIN, have_binary
+from vllm_spec_lab.fakes.vllm_cache import make_fake_cache
+from vllm_spec_lab.grafana_render import CHROMIUM, node_modules
 from vllm_spec_lab.llamacpp import GGUF_RECIPE, install_dir
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
 from vllm_spec_lab.server import free_port
+from vllm_spec_lab.venv import VENV_DIR_NAME
 
-TESTS = Path(__file__).resolve().parent
 UP = "EVERYTHING-IS-UP"
 
 # The inner test. Each server is started exactly as the suite starts it; the fixture-free
@@ -46,8 +46,8 @@ INNER_TEST = '''
 import contextlib, os, sys, time
 from pathlib import Path
 
-from support.exporter import ExporterProcess
 from vllm_spec_lab import processes
+from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.llamacpp import LlamaServer
 from vllm_spec_lab.monitoring import Alertmanager, Prometheus
 from vllm_spec_lab.server import VllmServer, free_port
@@ -172,8 +172,8 @@ def test_a_sigkilled_test_run_leaves_no_process_and_no_folder(tmp_path: Path, sh
     (run / "pytest.ini").write_text("[pytest]\n")  # rootdir: none of the suite's config or plugins
     (run / "test_inner.py").write_text(textwrap.dedent(INNER_TEST))
     cache = make_fake_cache(tmp_path / "cache")
-    env = {**os.environ, **extra, "TMPDIR": str(tmp), "PYTHONPATH": str(TESTS),
-           "FAKE_VLLM_PYTHON": str(cache / "vllm-venv" / "bin" / "python")}
+    env = {**os.environ, **extra, "TMPDIR": str(tmp),
+           "FAKE_VLLM_PYTHON": str(cache / VENV_DIR_NAME / "bin" / "python")}
     env.pop("PYTEST_ADDOPTS", None)
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-s", "-q", "-p", "no:cacheprovider",
                              f"--basetemp={tmp_path / 'basetemp'}", "test_inner.py"],
@@ -196,8 +196,8 @@ def test_a_sigkilled_test_run_leaves_no_process_and_no_folder(tmp_path: Path, sh
     expected += ["llama-server"] if "LLAMA_SERVER" in extra else []
     expected += ["chromium"] if "PLAYWRIGHT_CORE" in extra else []
     assert started == expected, shown
-    needles = ["warden.py", "fakevllm_server.py", "while True", "serve --target", PROMETHEUS_BIN, ALERTMANAGER_BIN,
-               "sleep 600"]
+    needles = ["warden.py", "vllm_spec_lab.fakes.vllm_server", "while True", "serve --target", PROMETHEUS_BIN,
+               ALERTMANAGER_BIN, "sleep 600"]
     needles += ["victoria-metrics", "vmalert"] if "WITH_VICTORIA" in extra else []
     needles += ["llama-server"] if "LLAMA_SERVER" in extra else []
     needles += ["--headless", "node -e"] if "PLAYWRIGHT_CORE" in extra else []

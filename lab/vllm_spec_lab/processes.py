@@ -265,8 +265,8 @@ class ChildProcess:
 
 
 def spawn(argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = None, cwd: Path | None = None,
-          log: Path | None = None, ready: ReadyProbe = None, ready_timeout: float = 30.0, grace: float = 10.0,
-          pass_fds: Sequence[int] = (), private_tmp: bool = False) -> ChildProcess:
+          log: Path | None = None, ready: ReadyProbe = None, ready_timeout: float = 30.0, interval: float = 0.2,
+          grace: float = 10.0, pass_fds: Sequence[int] = (), private_tmp: bool = False) -> ChildProcess:
     """Start `argv` under all three layers, its stdout and stderr appended to `log` (default: a
     file in a temporary folder of its own, removed by `stop`); then wait for `ready` (a URL
     answering 200, or a callable) up to `ready_timeout` s. A child that exits or is not ready in
@@ -296,7 +296,7 @@ def spawn(argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = Non
     keeper.track_group(popen.pid)
     child = ChildProcess(popen, name, log, own_dir, grace)
     if ready is not None:
-        child.wait_ready(ready, ready_timeout)
+        child.wait_ready(ready, ready_timeout, interval)
     return child
 
 

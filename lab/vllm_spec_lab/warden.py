@@ -99,9 +99,9 @@ def tree(roots: Iterable[int], groups: Iterable[int] = (),
     return found
 
 
-def still_alive(recorded: dict[int, str]) -> list[int]:
+def still_alive(recorded: dict[int, str], table: dict[int, tuple[int, int, str, str]] | None = None) -> list[int]:
     """The recorded pids that are alive and still the same process (same start time, no zombie)."""
-    table = process_table()
+    table = process_table() if table is None else table
     return [pid for pid, started in recorded.items()
             if pid in table and table[pid][3] == started and table[pid][2] != "Z"]
 
@@ -148,19 +148,22 @@ def main() -> int:
     seen: dict[int, str] = {}  # every descendant of the groups seen alive (see the docstring)
     stdin = sys.stdin.fileno()
     pending = b""
+    next_snapshot = time.monotonic() + SNAPSHOT_SECONDS
     try:
         while True:
-            readable, _, _ = select.select([stdin], [], [], SNAPSHOT_SECONDS)
-            if not readable:
+            readable, _, _ = select.select([stdin], [], [], max(0.0, next_snapshot - time.monotonic()))
+            if readable:
+                chunk = os.read(stdin, 65536)
+                if not chunk:
+                    break
+                *lines, pending = (pending + chunk).split(b"\n")
+                for raw in lines:
+                    _apply(raw, groups, dirs)
+            if time.monotonic() >= next_snapshot:
+                next_snapshot = time.monotonic() + SNAPSHOT_SECONDS
                 if groups:  # forget the dead (bounded memory), add what appeared
-                    seen = {pid: seen[pid] for pid in still_alive(seen)} | tree((), groups)
-                continue
-            chunk = os.read(stdin, 65536)
-            if not chunk:
-                break
-            *lines, pending = (pending + chunk).split(b"\n")
-            for raw in lines:
-                _apply(raw, groups, dirs)
+                    table = process_table()
+                    seen = {pid: seen[pid] for pid in still_alive(seen, table)} | tree((), groups, table)
     except _Terminated:
         pass
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # finish the clean-up once started

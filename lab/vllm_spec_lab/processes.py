@@ -165,7 +165,8 @@ class ChildProcess:
 
     Contract: from `spawn` until `stop` the child's group is on the warden's list, so it dies with
     this program however the program ends. `stop` is idempotent and always leaves nothing running
-    (SIGTERM to the group, `grace` seconds, SIGKILL to what is left). The log stays readable after
+    (SIGTERM to the group and to descendants that left it, `grace` seconds, SIGKILL to what is
+    left). The log stays readable after
     `stop`: when it lived in a temporary folder of its own (``spawn(log=None)``), its text is kept
     in memory before that folder goes.
     """

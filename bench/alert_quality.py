@@ -49,7 +49,8 @@ from pathlib import Path
 
 import yaml
 
-from vllm_spec_exporter.mixin import alert_rules, generate, rule_files, sources, windows
+from vllm_spec_exporter.durations import seconds
+from vllm_spec_exporter.mixin import alert_rules, generate, provenance, rule_files, sources, windows
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.names import MetricName
 from vllm_spec_lab.monitoring import PROMTOOL_BIN, PROMTOOL_OLDEST_BIN
@@ -511,11 +512,6 @@ _FAILURE = re.compile(r"alertname: (\w+), time: ([0-9hms.]+),\s*\n\s*exp:\[\],\s
 _INSTANCE = re.compile(r'instance="([^"]*)"')
 
 
-def _seconds(duration: str) -> float:
-    return sum(float(v) * {"h": 3600, "m": 60, "s": 1, "ms": 0.001}[u]
-               for v, u in re.findall(r"([0-9.]+)(h|ms|m|s)", duration))
-
-
 Timeline = dict[tuple[str, str], list[float]]  # (alertname, instance) -> firing eval times
 
 
@@ -529,7 +525,7 @@ def run_promtool(test: dict, path: Path, promtool: Path) -> Timeline:
     timeline: Timeline = {}
     for name, when, got in _FAILURE.findall(output):
         for instance in _INSTANCE.findall(got) or [""]:
-            timeline.setdefault((name, instance), []).append(_seconds(when))
+            timeline.setdefault((name, instance), []).append(seconds(when))
     return {key: sorted(times) for key, times in timeline.items()}
 
 
@@ -617,6 +613,8 @@ def compare_sources(results: dict[tuple[str, Run], Timeline], chosen: list[Scena
         for iv in intervals:
             for p in promtools:
                 new_run, direct_run = Run("new", iv, p), Run(DIRECT, iv, p)
+                if (s.name, new_run) not in results or (s.name, direct_run) not in results:
+                    continue  # a cell not run by default (benign scenarios on Prometheus 3's promtool)
                 new, direct = results[(s.name, new_run)], results[(s.name, direct_run)]
                 eval_s = new_run.evaluation_s
                 keys = sorted({k for k in (*new, *direct) if k[0] in direct_alerts})
@@ -750,7 +748,13 @@ def main() -> int:
         if args.max_hours:
             table += (f"\nRun with `--max-hours {args.max_hours:g}` on a shared machine: every scenario simulated "
                       f"at most {args.max_hours:g} h (false alerts still per simulated day).\n")
+        measured = provenance.digests(ROOT, provenance.ALERT_QUALITY.inputs)
+        table += ("\nRules measured: " + ", ".join(f"`{Path(path).name}` sha256 `{digest[:16]}`"
+                                                   for path, digest in sorted(measured.items()))
+                  + f" (recorded in `{provenance.ALERT_QUALITY.record}`: `generate --check` fails when they "
+                  "change).\n")
         rule_files.QUALITY_TABLE.write_text(table)
+        provenance.write_record(ROOT, provenance.ALERT_QUALITY)
         print(f"wrote {rule_files.QUALITY_TABLE.relative_to(ROOT)}; now run `vllm-spec-exporter generate`")
     return 0
 

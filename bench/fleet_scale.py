@@ -64,6 +64,7 @@ sys.path.insert(0, str(ROOT / "bench"))  # bench_pipeline, a sibling script
 
 from bench_pipeline import multi_engine_payload  # noqa: E402
 
+from vllm_spec_exporter import durations  # noqa: E402
 from vllm_spec_exporter.collector import SpecDecodeCollector  # noqa: E402
 from vllm_spec_exporter.derive import derive  # noqa: E402
 from vllm_spec_exporter.mixin.config import MixinConfig  # noqa: E402
@@ -136,7 +137,7 @@ class Bundle:
 
     def group_intervals(self, default: float) -> dict[str, float]:
         """Each rule group's evaluation interval, seconds (the group's own, else the global)."""
-        return {g["name"]: _seconds(g["interval"]) if "interval" in g else default
+        return {g["name"]: durations.seconds(g["interval"]) if "interval" in g else default
                 for f in self.rules() for g in f["groups"]}
 
     def series(self, models: int, engines: int) -> list[TemplateSeries]:
@@ -149,11 +150,6 @@ def _job(selector: str) -> str:
     if match is None:
         raise SystemExit(f"the bench needs a job=\"...\" matcher in the selector, got {selector!r}")
     return match.group(1)
-
-
-def _seconds(duration: str) -> float:
-    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    return sum(float(n) * units[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", duration))
 
 
 # (models, data-parallel engines, share of pods): most pods serve one model on one engine.

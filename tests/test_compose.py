@@ -42,6 +42,7 @@ from vllm_spec_exporter.mixin import alertmanager, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.links import fleet_uid, overview_uid
 from vllm_spec_exporter.settings import DEFAULT_PORT
+from vllm_spec_lab import processes
 from vllm_spec_lab.monitoring import AMTOOL_BIN, PROMTOOL_BIN
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -564,10 +565,11 @@ def test_exporter_serves_and_passes_its_healthcheck_on_a_read_only_fs(resolved: 
     sock.close()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent", "VENV": sys.prefix,
            "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.Popen(
+    # The log is opened here, before the remount: the exporter itself opens no file.
+    proc = processes.spawn(
         [unshare, "-m", "sh", "-c", _READ_ONLY_SCRIPT, "sh", str(exporter), "serve", "--listen",
          f"127.0.0.1:{port}", "--target", "http://127.0.0.1:9/", "--interval", "1", "--timeout", "0.5",
-         "--window", "5"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+         "--window", "5"], name="exporter", env=env, log=tmp_path / "exporter.log")
     try:
         # The compose healthcheck, verbatim but for the port, run against the live process.
         test = resolved[FULL]["services"]["exporter"]["healthcheck"]["test"]
@@ -576,7 +578,7 @@ def test_exporter_serves_and_passes_its_healthcheck_on_a_read_only_fs(resolved: 
         deadline = time.monotonic() + 20
         while True:
             if proc.poll() is not None:
-                output = proc.stdout.read() if proc.stdout else ""
+                output = proc.log_text()
                 if proc.returncode in (3, 4):  # the sandbox, not the exporter, failed
                     pytest.skip(f"cannot make a read-only mount namespace here: {output[-300:]}")
                 pytest.fail(f"exporter exited {proc.returncode} on a read-only fs:\n{output[-2000:]}")
@@ -586,8 +588,7 @@ def test_exporter_serves_and_passes_its_healthcheck_on_a_read_only_fs(resolved: 
             assert time.monotonic() < deadline, result.stderr[-1000:]
             time.sleep(0.3)
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        proc.stop()
 
 
 # ---- Dockerfile and .dockerignore ----------------------------------------------------------------

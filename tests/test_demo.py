@@ -29,6 +29,7 @@ from vllm_spec_lab.fakes.vllm import FakeVllm
 from vllm_spec_lab.fakes.vllm_cache import make_fake_cache
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
 
+DEMO = [str(SCRIPT.with_name("vllm-spec-lab")), "demo"]  # the lab's own command (run.sh's main job)
 RUNNING = b"phase 1/4"  # the live screen is up: everything has been started
 
 
@@ -70,7 +71,7 @@ def assert_nothing_left(tree: dict[int, str], tmp: Path, ending: str) -> None:
 
 
 def start_demo(env: dict[str, str]) -> tuple[subprocess.Popen, dict[int, str], bytes]:
-    proc = subprocess.Popen([str(SCRIPT), "demo", "--phase-seconds", "600", "--refresh", "0.5"], env=env,
+    proc = subprocess.Popen([*DEMO, "--phase-seconds", "600", "--refresh", "0.5"], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         shown = read_until(proc.stdout.fileno(), RUNNING)
@@ -111,7 +112,7 @@ def test_demo_leaves_nothing_behind(sandbox, ending, codes):
 def test_demo_start_up_crash_reports_and_kills_the_crashed_servers_children(sandbox):
     env, tmp = sandbox
     env = {**env, "FAKE_VLLM_FAIL_AT_START": "1"}
-    proc = subprocess.Popen([str(SCRIPT), "demo", "--phase-seconds", "600"], env=env, stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen([*DEMO, "--phase-seconds", "600"], env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     seen: dict[int, str] = {}
     deadline = time.monotonic() + 60

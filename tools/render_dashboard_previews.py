@@ -7,7 +7,9 @@ real exporter into a real Prometheus, runs every panel target as Grafana's Prome
 would, and draws both dashboards with @grafana/ui and @grafana/data in headless Chromium
 (lab/vllm_spec_lab/grafana_render.py, tools/grafana-render/). Writes, at the moment just after recovery:
 `preview.png` (the overview's first screen, shown in the READMEs), `preview-overview.png` and
-`preview-fleet.png` (whole dashboards). About two minutes; needs what scripts/bootstrap.sh installs.
+`preview-fleet.png` (whole dashboards), and records what they were made from
+(dashboards/previews.provenance.json, checked by `generate --check`). About two minutes; needs what
+scripts/bootstrap.sh installs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from vllm_spec_exporter.mixin import fleet, overview
+from vllm_spec_exporter.mixin import fleet, overview, provenance
 from vllm_spec_lab import grafana_render as gr
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,6 +54,10 @@ def main() -> int:
     for name, report in reports.items():
         broken = [p["title"] for p in report["panels"] if p["renderError"] or p["queryError"]]
         print(f"{name}: {len(report['panels'])} panels drawn, errors: {broken or 'none'}")
+        if broken:
+            return 1
+    if args.out.resolve() == (REPO / "dashboards").resolve():
+        print(f"recorded what they were made from in {provenance.write_record(REPO, provenance.PREVIEWS)}")
     return 0
 
 

@@ -11,6 +11,10 @@ The default (sidecar) render also writes the ready-to-use files of the sidecar-l
 ConfigMap rendered with source=vllm, so they are committed and checked like the rest.
 `generate --set source=vllm --output DIR` renders the whole sidecar-less bundle into DIR instead:
 the DIRECT_FILES and the Alertmanager routing, nothing that deploys or documents the sidecar.
+
+In a checkout, `--check` also reports the measured artifacts (dashboard pictures, the alert-quality
+table) whose inputs changed since they were made (provenance.py); plain `generate` warns of them,
+since only their own tools can remake them.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from . import alertmanager, compose, dashboard_files, docs, kubernetes, rule_files, runbooks
+from . import alertmanager, compose, dashboard_files, docs, kubernetes, provenance, rule_files, runbooks
 from .config import SOURCE_VLLM, MixinConfig, load_config
 
 RENDERERS: tuple[Callable[[MixinConfig], dict[str, str]], ...] = (
@@ -93,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     except yaml.YAMLError as error:
         raise ValueError(f"--config: {args.config} is not valid YAML: {str(error).splitlines()[0]}") from None
     output = args.output
+    in_checkout = output is None or checkout_root(output.resolve()) == output.resolve()
     if output is None:
         # Without --output the artifacts belong in this project's checkout, never in whatever folder
         # the command happens to run from.
@@ -113,10 +118,15 @@ def run(args: argparse.Namespace) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         print(f"wrote {rel}")
+    measured = provenance.stale(output) if in_checkout and not cfg.direct else []
     if stale:
         print("stale generated files (run `vllm-spec-exporter generate`):", *stale, sep="\n  ",
               file=sys.stderr)
+    if measured:
+        print("stale measured artifacts:", *measured, sep="\n  ", file=sys.stderr)
+    if args.check and (stale or measured):
         return 1
     if args.check:
-        print(f"{len(files)} generated files are up to date")
+        print(f"{len(files)} generated files and {len(provenance.MEASURED) if in_checkout else 0} measured "
+              "artifacts are up to date")
     return 0

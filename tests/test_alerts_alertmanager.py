@@ -16,7 +16,7 @@ import pytest
 from vllm_spec_exporter.mixin import alert_rules
 from vllm_spec_lab.monitoring import WebhookReceiver, wait_until
 
-pytestmark = pytest.mark.prometheus
+pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # starts Prometheus-family servers
 
 ROUTING_KEY = "test-routing-key-0123456789abcdef"
 

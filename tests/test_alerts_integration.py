@@ -26,7 +26,7 @@ from vllm_spec_lab.monitoring import (
     wait_until,
 )
 
-pytestmark = pytest.mark.prometheus
+pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # starts Prometheus-family servers
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPORTER = Path(sys.executable).with_name("vllm-spec-exporter")

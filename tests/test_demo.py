@@ -29,6 +29,8 @@ from support.proctree import descendants, wait_gone
 from support.prom import have_binary
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
 
+# The demo and LocalStack start the exporter, Prometheus, Alertmanager and the simulated vLLM.
+pytestmark = pytest.mark.server
 RUNNING = b"phase 1/4"  # the live screen is up: everything has been started
 
 

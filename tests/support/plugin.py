@@ -13,7 +13,8 @@ A test that hits its limit fails with a line naming it, its limit and where the 
 Fixture set-up counts: the first test to use the shared vLLM pays its start-up.
 
 Shared servers: the session fixture `real_vllm` (support/servers.py) and the function fixture
-`alert_stack` (support/alertstack.py).
+`alert_stack` (support/alertstack.py). The modules using `real_vllm` run last, so the one vLLM is
+started when the first of them needs it and lives only while they run.
 """
 
 from __future__ import annotations
@@ -60,7 +61,13 @@ def _limit_source(item: pytest.Item) -> tuple[float | None, str]:
     return (float(configured), "[tool.pytest.ini_options] timeout") if configured else (None, "none")
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the markers added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The modules that use the shared vLLM run last, one after the other, so that it lives (and
+    # holds its memory) only while they run; whole modules move, so their module fixtures (the
+    # container tests' dockerd and image) are still set up once.
+    sharing = {item.module for item in items if "real_vllm" in getattr(item, "fixturenames", ())}
+    items.sort(key=lambda item: getattr(item, "module", None) in sharing)  # stable: order kept within
     for item in items:
         names = {mark.name for mark in item.iter_markers()}
         if names & set(SERVER_MARKERS):
@@ -91,9 +98,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     tier = dict(item.user_properties).get("time_limit_source")
     line = (f"TIME LIMIT: {item.nodeid} ran out of its {limit:.0f} s during {call.when} "
             f"(set by {tier or source}; fixture set-up counts, e.g. the shared vLLM's start-up)")
-    result.sections.insert(0, ("time limit", line))
     if hasattr(result.longrepr, "addsection"):
         result.longrepr.addsection("time limit", line)
+    else:
+        result.sections.append(("time limit", line))
+    crash = getattr(result.longrepr, "reprcrash", None)
+    if crash is not None:  # the short summary's line, too
+        crash.message = f"ran out of its {limit:.0f} s time limit (set by {tier or source})"
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

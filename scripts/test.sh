@@ -3,14 +3,14 @@
 # check, and every test (unit, promtool, real Prometheus/Alertmanager, real vLLM on the CPU).
 #   scripts/test.sh [pytest args]         everything (what CI runs: .ci/run)
 #   scripts/test.sh --fast [pytest args]  the fast tier: unit, fuzz, promtool and lint tests, no
-#                                         server started (pytest -m "not server"; tiers in
-#                                         tests/support/plugin.py), under two minutes
+#                                         server started, nothing slow (pytest -m "not server and
+#                                         not slow"; tiers in tests/support/plugin.py)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TIER=()
 if [ "${1:-}" = "--fast" ]; then
   shift
-  TIER=(-m "not server")
+  TIER=(-m "not server and not slow")
 fi
 PYTEST_ARGS=("$@")
 set --  # bootstrap is sourced: it must not see this script's arguments

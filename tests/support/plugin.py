@@ -3,8 +3,9 @@ and the end-of-run summary. The CI policy itself is support/policy.py (`require`
 
 Tiers. Tests marked `vllm`, `docker`, `browser` or `llamacpp`, and modules marked `server` (they
 start Prometheus, Alertmanager, VictoriaMetrics or an exporter against a simulation for long), all
-carry the `server` marker; `scripts/test.sh --fast` runs `-m "not server"`: unit, fuzz, promtool and
-lint tests, under two minutes. Plain `scripts/test.sh` runs everything (CI: `.ci/run`).
+carry the `server` marker; tests that need minutes of CPU without a server are marked `slow`.
+`scripts/test.sh --fast` runs `-m "not server and not slow"`: unit, fuzz, promtool and lint tests,
+under two minutes. Plain `scripts/test.sh` runs everything (CI: `.ci/run`).
 
 Time limits (pytest-timeout, its signal method: the test fails and its fixtures still stop their
 servers). The default for every test is `timeout` in pyproject.toml's [tool.pytest.ini_options];
@@ -32,7 +33,7 @@ from support.servers import count_vllm_starts, shared_vllm
 SERVER_MARKERS = ("vllm", "docker", "browser", "llamacpp")
 # Seconds, per marker; the longest applies. A real vLLM start takes 45 s on quiet cores and
 # minutes at load 15; test_e2e runs ~8 min of phases; the docker tier builds images first.
-TIER_TIMEOUTS = {"server": 600, "browser": 900, "llamacpp": 1200, "vllm": 1500, "docker": 2400}
+TIER_TIMEOUTS = {"slow": 1200, "server": 900, "browser": 1200, "llamacpp": 1200, "vllm": 1800, "docker": 2400}
 _current_test = ["(collection)"]
 
 

@@ -49,6 +49,7 @@ from pathlib import Path
 
 import yaml
 
+from vllm_spec_exporter.durations import seconds
 from vllm_spec_exporter.mixin import alert_rules, generate, rule_files, sources, windows
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.names import MetricName
@@ -511,11 +512,6 @@ _FAILURE = re.compile(r"alertname: (\w+), time: ([0-9hms.]+),\s*\n\s*exp:\[\],\s
 _INSTANCE = re.compile(r'instance="([^"]*)"')
 
 
-def _seconds(duration: str) -> float:
-    return sum(float(v) * {"h": 3600, "m": 60, "s": 1, "ms": 0.001}[u]
-               for v, u in re.findall(r"([0-9.]+)(h|ms|m|s)", duration))
-
-
 Timeline = dict[tuple[str, str], list[float]]  # (alertname, instance) -> firing eval times
 
 
@@ -529,7 +525,7 @@ def run_promtool(test: dict, path: Path, promtool: Path) -> Timeline:
     timeline: Timeline = {}
     for name, when, got in _FAILURE.findall(output):
         for instance in _INSTANCE.findall(got) or [""]:
-            timeline.setdefault((name, instance), []).append(_seconds(when))
+            timeline.setdefault((name, instance), []).append(seconds(when))
     return {key: sorted(times) for key, times in timeline.items()}
 
 

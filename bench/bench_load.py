@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import threading
 import time
-from pathlib import Path
 
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from support.badtarget import BadTarget, http_response
-from support.exporter import ExporterProcess
-from support.fakevllm import FakeVllm
+from vllm_spec_lab.exporter_process import ExporterProcess
+from vllm_spec_lab.fakes.badtarget import BadTarget, http_response
+from vllm_spec_lab.fakes.vllm import FakeVllm
 
 
 def hammer(url: str, scrapers: int, seconds: float) -> tuple[list[float], int]:

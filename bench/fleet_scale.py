@@ -16,7 +16,7 @@ engine: k = 4 positions, 1-3 models, some pods with 2 or 4 engines, 2 % of pods 
 4. measures: series per pod and in total, head series and RSS; every rule group's evaluation
    time as a share of the interval (Prometheus' /api/v1/rules evaluationTime, vmalert's
    vmalert_iteration_duration_seconds), worst of `--cycles` cycles; every dashboard's panel queries
-   as Grafana sends them (tests/support/grafana_render.grafana_request: 1 h range, the step of
+   as Grafana sends them (vllm_spec_lab.grafana_render.grafana_request: 1 h range, the step of
    each panel's width, variables at All), total and slowest, and the same panels with every
    recording rule expanded into its raw expression as the baseline, in the same run; at N <= 1,000
    each dashboard drawn by tools/grafana-render in headless Chromium (time to a settled page).
@@ -60,12 +60,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # support.grafana_render: Grafana's request rules, the renderer
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench"))  # bench_pipeline, a sibling script
 
 from bench_pipeline import multi_engine_payload  # noqa: E402
 
-from support import grafana_render  # noqa: E402
+from vllm_spec_exporter import durations  # noqa: E402
 from vllm_spec_exporter.collector import SpecDecodeCollector  # noqa: E402
 from vllm_spec_exporter.derive import derive  # noqa: E402
 from vllm_spec_exporter.mixin.config import MixinConfig  # noqa: E402
@@ -73,6 +72,7 @@ from vllm_spec_exporter.normalise import normalise  # noqa: E402
 from vllm_spec_exporter.parse import parse  # noqa: E402
 from vllm_spec_exporter.poller import PollResult  # noqa: E402
 from vllm_spec_exporter.window import WindowStore  # noqa: E402
+from vllm_spec_lab import grafana_render  # noqa: E402
 from vllm_spec_lab.binaries import TESTING_BIN_DIR as BIN  # noqa: E402
 from vllm_spec_lab.binaries import testing_package_versions  # noqa: E402
 from vllm_spec_lab.monitoring import Prometheus, http_get_json  # noqa: E402
@@ -137,7 +137,7 @@ class Bundle:
 
     def group_intervals(self, default: float) -> dict[str, float]:
         """Each rule group's evaluation interval, seconds (the group's own, else the global)."""
-        return {g["name"]: _seconds(g["interval"]) if "interval" in g else default
+        return {g["name"]: durations.seconds(g["interval"]) if "interval" in g else default
                 for f in self.rules() for g in f["groups"]}
 
     def series(self, models: int, engines: int) -> list[TemplateSeries]:
@@ -150,11 +150,6 @@ def _job(selector: str) -> str:
     if match is None:
         raise SystemExit(f"the bench needs a job=\"...\" matcher in the selector, got {selector!r}")
     return match.group(1)
-
-
-def _seconds(duration: str) -> float:
-    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    return sum(float(n) * units[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", duration))
 
 
 # (models, data-parallel engines, share of pods): most pods serve one model on one engine.

@@ -4,7 +4,7 @@ acceptance collapse and resolves after recovery. The same scenario runs a second
 VictoriaMetrics single-node scraping the exporter and vmalert evaluating the generated rules and
 paging through the same Alertmanager (`vllm_spec_lab.victoria`, with `-rule.evalDelay=0s`).
 
-The synthetic vLLM (tests/support/fakevllm.py) is a simulation of vLLM's /metrics; everything
+The synthetic vLLM (lab/vllm_spec_lab/fakes/vllm.py) is a simulation of vLLM's /metrics; everything
 after it is the real thing. Windows and `for` durations are shortened through
 MixinConfig.with_overrides (not hand-edited copies) so the test takes about a minute and a half.
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from support.alertstack import RULE_ENGINES
-from support.exporter import ExporterProcess
-from support.fakevllm import FakeVllm
 from vllm_spec_exporter.mixin import alert_rules, recording_rules
+from vllm_spec_lab.exporter_process import ExporterProcess
+from vllm_spec_lab.fakes.vllm import FakeVllm
 from vllm_spec_lab.monitoring import (
     wait_until,
 )

@@ -35,6 +35,7 @@ import yaml
 
 from support.prom import require_binary, run_tool
 from support.report import VMALERT_DIFFERENCES  # printed at the end of the run
+from vllm_spec_exporter.durations import seconds
 from vllm_spec_lab.binaries import PROMTOOL_BIN, PROMTOOL_OLDEST_BIN, VMALERT_TOOL_BIN
 
 pytestmark = pytest.mark.prometheus
@@ -53,10 +54,6 @@ _EXPR_FAILURE = re.compile(
     r"\n\s+expr: \"(?P<expr>.*?)\", time: (?P<time>\S+),\n"
     r"\s+exp: (?P<exp>.*?)\n\s+got: (?P<got>.*?)\s*(?=\n|\]|$)", re.S)
 _SAMPLE = re.compile(r"(\{[^}]*\}) (\S+?)(?:,|$)")
-
-
-def seconds(duration: str) -> int:
-    return sum(int(n) * _SECONDS[unit] for n, unit in _DURATION.findall(duration))
 
 
 def as_vmalert_tool(path: Path) -> dict:

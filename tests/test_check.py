@@ -1,4 +1,4 @@
-"""`vllm-spec-exporter check` as a command against a simulated vLLM (tests/support/fakevllm.py).
+"""`vllm-spec-exporter check` as a command against a simulated vLLM (lab/vllm_spec_lab/fakes/vllm.py).
 
 A real-vLLM run of the same command is in test_real_vllm.py.
 """
@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from support.exporter import SCRIPT
-from support.fakevllm import FakeVllm
+from vllm_spec_lab.exporter_process import SCRIPT
+from vllm_spec_lab.fakes.vllm import FakeVllm
 
 
 def run_check(url: str, *args: str) -> subprocess.CompletedProcess:
@@ -82,7 +82,7 @@ def test_bad_duration_is_a_usage_error(duration):
 
 
 def test_check_reaches_a_protected_target_with_credentials_from_a_file(tmp_path):
-    from support.badtarget import BadTarget
+    from vllm_spec_lab.fakes.badtarget import BadTarget
 
     token_file = tmp_path / "token"
     token_file.write_text("check-secret\n")

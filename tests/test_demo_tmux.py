@@ -1,7 +1,7 @@
 """The demo as a person sees it: typed into a real terminal (tmux send-keys), read off the screen
 (capture-pane), with the real stack — the exporter, Prometheus with the generated rules,
 Alertmanager with the generated routing — around the SIMULATED vLLM process tree
-(support/fakevllm_venv.py: an API server and an engine-core child, found where the demo finds the
+(vllm_spec_lab.fakes.vllm_cache: an API server and an engine-core child, found where the demo finds the
 real venv; its acceptance follows the traffic as the real tiny model's does: 87.5 % healthy, 45 %
 in the warning band, 0 % degraded) and short phases. That the page lands in the degraded phase on a
 REAL vLLM is tests/test_e2e.py's to show. One run:
@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from support.exporter import SCRIPT
-from support.fakevllm_venv import make_fake_cache
 from support.policy import require_tool
 from support.proctree import descendants, survivors
 from support.prom import require_binary
+from vllm_spec_lab.exporter_process import SCRIPT
+from vllm_spec_lab.fakes.vllm_cache import SERVER_MODULE, make_fake_cache
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
 
 pytestmark = [pytest.mark.server, pytest.mark.prometheus]
@@ -79,7 +79,7 @@ def _fake_api_server(tree: dict[int, str]) -> int:
             command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "fakevllm_server.py" in command and "vllm.entrypoints.openai.api_server" in command:
+        if SERVER_MODULE in command and "vllm.entrypoints.openai.api_server" in command:
             return pid
     raise AssertionError(f"no simulated vLLM API server among the demo's processes {sorted(tree)}")
 

@@ -1,7 +1,7 @@
 """normalise -> window -> derive: every formula, idle, low volume, resets, k changes, V0, variants.
 
 Inputs are real wire format: prometheus_client renders the same families vLLM 0.32 registers
-(tests/support/fakevllm.py), then the exporter parses that text.
+(lab/vllm_spec_lab/fakes/vllm.py), then the exporter parses that text.
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 from prometheus_client import generate_latest
 
-from support.fakevllm import FakeVllm
 from vllm_spec_exporter.derive import derive
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
 from vllm_spec_exporter.window import WindowStore
+from vllm_spec_lab.fakes.vllm import FakeVllm
 
 SERIES = ("tiny-llama", "0")
 

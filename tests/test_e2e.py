@@ -20,12 +20,11 @@ from datetime import datetime
 
 import pytest
 
-from support.fakevllm import wait_until
-from support.grafana import expand_variables
 from support.prom import require_binary
 from vllm_spec_exporter.mixin import alert_rules, dashboard_files, overview
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.windows import seconds
+from vllm_spec_lab.grafana_query import expand_variables
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
 from vllm_spec_lab.pipeline import (
     EXPORTER_JOB,
@@ -39,6 +38,7 @@ from vllm_spec_lab.pipeline import (
 from vllm_spec_lab.server import VllmServer, spec_counters
 from vllm_spec_lab.speclog import parse_line
 from vllm_spec_lab.traffic import WARNING_BAND
+from vllm_spec_lab.waiting import wait_until
 
 pytestmark = [pytest.mark.vllm, pytest.mark.prometheus]
 SERIES = (("engine", "0"), ("model_name", MODEL_NAME))
@@ -106,8 +106,11 @@ def warning_band_phase(stack: LocalStack, traffic: TrafficDriver) -> tuple[float
     before = spec_counters(stack.target)
     started = time.time()
     traffic.steer(WARNING_BAND)
-    warned = wait_until(lambda: [n for n in stack.notifications()
-                                 if n["status"] == "firing" and n["alertname"] == low], 180, interval=1.0)
+    try:  # no notification yet is not a failure here: the check below reads the alerts themselves
+        warned = wait_until(lambda: [n for n in stack.notifications()
+                                     if n["status"] == "firing" and n["alertname"] == low], 180, interval=1.0)
+    except TimeoutError:
+        warned = []
     time_to_warn = warned[0]["time"] - started if warned else math.nan
     # Long enough for the critical to have paged, were acceptance below its threshold.
     critical_needs = seconds(w.fast_long) + seconds(w.fast_short) + seconds(w.critical_hold) + 4 * seconds(
@@ -118,8 +121,8 @@ def warning_band_phase(stack: LocalStack, traffic: TrafficDriver) -> tuple[float
         on = {job: firing_on(stack, job).get(low) for job in (EXPORTER_JOB, VLLM_JOB)}
         return on if all(on.values()) else None  # type: ignore[return-value]
 
-    onsets = wait_until(warning_on, 60, interval=1.0)
-    assert onsets, f"{low} not firing on both sources in the band: {stack.firing_alerts()}"
+    onsets = wait_until(warning_on, 60, interval=1.0, what=f"{low} firing on both sources in the band",
+                        failure=lambda: f"firing: {stack.firing_alerts()}")
     time.sleep(max(0.0, started + critical_needs - time.time()))
     # The lab's accelerated windows (10-20 s short windows) hold few drafts on a loaded machine, so
     # at 41 % the short window's upper bound can touch 50 % for an evaluation and the warning start
@@ -188,8 +191,8 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path, real_vllm: VllmS
         degraded_at = time.time()
         critical_paged = wait_until(
             lambda: [n for n in stack.notifications() if n["status"] == "firing" and n["alertname"] == critical],
-            150, interval=1.0)
-        assert critical_paged, f"no {critical} notification while degraded; alerts: {stack.firing_alerts()}"
+            150, interval=1.0, what=f"a {critical} notification while degraded",
+            failure=lambda: f"alerts: {stack.firing_alerts()}")
         time_to_critical = critical_paged[0]["time"] - degraded_at
         assert time_to_critical >= 0, critical_paged  # the page lands in the degraded phase, not before
         exporter_low = exporter_snapshot(stack.exporter_url).get("vllm_spec_decode_acceptance_ratio", {}).get(SERIES)
@@ -202,8 +205,8 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path, real_vllm: VllmS
         assert not problems, "\n".join(problems)
         # Without the sidecar: the same alerts fire on vLLM's own series, at about the same time.
         both = wait_until(lambda: len(firing_on(stack, VLLM_JOB)) == 2 and firing_on(stack, VLLM_JOB), 60,
-                          interval=1.0)
-        assert both, f"direct mode did not fire {low} and {critical}; alerts: {stack.firing_alerts()}"
+                          interval=1.0, what=f"direct mode firing {low} and {critical}",
+                          failure=lambda: f"alerts: {stack.firing_alerts()}")
         sidecar = firing_on(stack, EXPORTER_JOB)
         # The sidecar adds a hop (its 2 s poll, then the 2 s scrape of it): a few seconds, no more.
         # The warning's lag was taken in the band, where its onset is.
@@ -225,8 +228,8 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path, real_vllm: VllmS
                     for name in (low, critical)}
             return [found[0] for found in done.values() if found] if all(done.values()) else []
 
-        resolved = wait_until(resolutions, 150, interval=1.0)
-        assert resolved, f"{low} and {critical} did not both resolve; alerts: {stack.firing_alerts()}"
+        resolved = wait_until(resolutions, 150, interval=1.0, what=f"{low} and {critical} both resolved",
+                              failure=lambda: f"alerts: {stack.firing_alerts()}")
         last_resolved = max(n["time"] for n in resolved)
         time_to_resolve = last_resolved - recovered_at
         later_pages = [n for n in stack.notifications() if n["status"] == "firing" and n["time"] > last_resolved]

@@ -1,6 +1,6 @@
 """The exporter as a real process: serves the schema, survives faults, recovers, shuts down cleanly.
 
-The target here is tests/support/fakevllm.py (a simulation with vLLM 0.32's real wire format) or a
+The target here is lab/vllm_spec_lab/fakes/vllm.py (a simulation with vLLM 0.32's real wire format) or a
 misbehaving socket server; test_real_vllm.py runs the same process against a real vLLM.
 """
 
@@ -10,10 +10,11 @@ import time
 
 import requests
 
-from support.badtarget import BadTarget
-from support.exporter import ExporterProcess
-from support.fakevllm import FakeVllm, wait_until
 from vllm_spec_exporter import schema
+from vllm_spec_lab.exporter_process import ExporterProcess
+from vllm_spec_lab.fakes.badtarget import BadTarget
+from vllm_spec_lab.fakes.vllm import FakeVllm
+from vllm_spec_lab.waiting import wait_until
 
 SERIES = (("engine", "0"), ("model_name", "tiny-llama"))
 
@@ -53,7 +54,7 @@ def test_target_down_omits_vllm_series_and_recovers():
 
 
 def _proxy(url: str) -> bytes:
-    from support.badtarget import http_response
+    from vllm_spec_lab.fakes.badtarget import http_response
 
     return http_response(requests.get(url + "/metrics", timeout=2).content)
 
@@ -96,7 +97,7 @@ def test_healthz_and_landing_page_and_sigterm():
 def test_bad_flags_give_one_clear_error_line():
     import subprocess
 
-    from support.exporter import SCRIPT
+    from vllm_spec_lab.exporter_process import SCRIPT
 
     cases = [(["--target", "localhost:8000"], "http(s) URL"),
              (["--interval", "1", "--timeout", "2"], "shorter than --interval"),
@@ -112,7 +113,7 @@ def test_listens_on_an_ipv6_loopback():
     import socket
     import subprocess
 
-    from support.exporter import SCRIPT
+    from vllm_spec_lab.exporter_process import SCRIPT
 
     with socket.socket(socket.AF_INET6) as s:
         s.bind(("::1", 0))

@@ -1,10 +1,10 @@
 """Fault injection against the real exporter process, with a table of what happened.
 
-One exporter polls one misbehaving target (tests/support/badtarget.py). For every fault: the
+One exporter polls one misbehaving target (lab/vllm_spec_lab/fakes/badtarget.py). For every fault: the
 exporter stays up and /metrics keeps answering, the health metrics and the log name the cause,
 ratios are omitted rather than wrong, and it recovers by itself when the target heals. Healthy
 bodies are real wire format, produced by prometheus_client with vLLM 0.32's families
-(tests/support/fakevllm.py). The table is printed at the end of the pytest run.
+(lab/vllm_spec_lab/fakes/vllm.py). The table is printed at the end of the pytest run.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ import pytest
 from prometheus_client import generate_latest
 
 from support import report  # its FAULTS table is printed at the end of the run
-from support.badtarget import BadTarget, http_response
-from support.exporter import ExporterProcess
-from support.fakevllm import FakeVllm, wait_until
+from vllm_spec_lab.exporter_process import ExporterProcess
+from vllm_spec_lab.fakes.badtarget import BadTarget, http_response
+from vllm_spec_lab.fakes.vllm import FakeVllm
+from vllm_spec_lab.waiting import wait_until
 
 SERIES = (("engine", "0"), ("model_name", "tiny-llama"))
 MAX_RSS_MB = 80

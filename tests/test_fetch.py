@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from support.badtarget import BadTarget
 from vllm_spec_exporter.fetch import ACCEPT, Credentials, Fetcher, FetchError, metrics_url
+from vllm_spec_lab.fakes.badtarget import BadTarget
 
 GOOD = b'# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0",model_name="m"} 1.0\n'
 

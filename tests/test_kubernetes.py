@@ -30,11 +30,11 @@ import requests
 import yaml
 from jsonschema.exceptions import best_match
 
-from support.exporter import SCRIPT, free_port
 from support.policy import require
 from vllm_spec_exporter import cli, settings
 from vllm_spec_exporter.mixin import dashboard_files, generate, kubernetes, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig, load_config
+from vllm_spec_lab.exporter_process import SCRIPT, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "tests" / "schemas" / "prometheus-operator"

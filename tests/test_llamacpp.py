@@ -15,10 +15,9 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from support.exporter import ExporterProcess
-from support.fakevllm import wait_until
 from support.policy import requiring
 from vllm_spec_lab import default_cache_dir
+from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.llamacpp import (
     MODEL_NAME,
     NGRAM_K,
@@ -33,6 +32,7 @@ from vllm_spec_lab.server import free_port
 from vllm_spec_lab.tinymodel import ensure_tiny_models
 from vllm_spec_lab.traffic import LOOPING_PROMPTS
 from vllm_spec_lab.venv import VllmVenvError, ensure_vllm_venv
+from vllm_spec_lab.waiting import wait_until
 
 pytestmark = pytest.mark.llamacpp
 # llama.cpp has no labels: the model name comes from /v1/models (--alias), the engine index is empty.
@@ -76,7 +76,7 @@ def settled_metrics(url: str, previous: dict[str, float], generated: int) -> dic
         m = own_metrics(url)
         return m if m["llamacpp:tokens_predicted_total"] - previous.get("llamacpp:tokens_predicted_total", 0) \
             >= generated else None
-    return wait_until(counted, timeout=15) or own_metrics(url)
+    return wait_until(counted, timeout=15, what=f"all {generated} generated tokens counted")
 
 
 def send(url: str, requests_: int, temperature: float) -> int:

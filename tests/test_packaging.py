@@ -2,7 +2,7 @@
 Grafana SDK (the `[generate]` extra) nor the lab (lab/, a separate package) importable, and load
 none of the generators; `generate` and `demo` say in one line what to install.
 
-Each command runs in a real process against the simulated vLLM (tests/support/fakevllm.py), with
+Each command runs in a real process against the simulated vLLM (lab/vllm_spec_lab/fakes/vllm.py), with
 an import hook that makes `grafana_foundation_sdk` and `vllm_spec_lab` unimportable, as in a plain
 `pip install vllm-spec-exporter`.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import requests
 
-from support.fakevllm import FakeVllm
+from vllm_spec_lab.fakes.vllm import FakeVllm
 from vllm_spec_lab.server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,9 +98,11 @@ def test_generate_and_demo_name_what_to_install(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.strip() == ("vllm-spec-exporter: error: generate needs the [generate] extra: "
                                    "pip install 'vllm-spec-exporter[generate]'")
+    # `demo` comes from the lab's entry point; with the lab unimportable, one line names who adds it.
     done, _ = run_cli(tmp_path, "demo")
     assert done.returncode == 2
-    assert done.stderr.strip().startswith("vllm-spec-exporter: error: demo needs the lab package")
+    assert done.stderr.strip() == ("vllm-spec-exporter: error: demo (added by vllm-spec-lab) cannot be loaded: "
+                                   "No module named 'vllm_spec_lab'"), done.stderr
 
 
 def test_the_wheel_holds_no_lab_and_no_tests(tmp_path: Path) -> None:
@@ -127,3 +129,18 @@ def test_the_wheel_holds_no_lab_and_no_tests(tmp_path: Path) -> None:
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     sdk = [line for line in requires if "grafana-foundation-sdk" in line]
     assert sdk == ["Requires-Dist: grafana-foundation-sdk==0.0.21; extra == \"generate\""], requires
+
+
+def test_the_sidecar_imports_neither_the_lab_nor_the_tests() -> None:
+    """One direction between packages: the lab depends on the sidecar, never the reverse (the lab's
+    `demo` reaches the exporter's CLI through an entry point, not an import)."""
+    import ast
+
+    offenders = []
+    for path in sorted((ROOT / "exporter" / "vllm_spec_exporter").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{path.relative_to(ROOT)}: {name}" for name in names
+                          if name.split(".")[0] in ("vllm_spec_lab", "support", "tests", "conftest")]
+    assert not offenders, offenders

@@ -32,13 +32,13 @@ from urllib.request import Request, urlopen
 import pytest
 
 from support.escaping import escape_sample_names
-from support.exporter import ExporterProcess
-from support.fakevllm import FakeVllm
-from support.grafana import expand_variables
 from support.prom import is_version, require_version
 from vllm_spec_exporter import schema
 from vllm_spec_exporter.mixin import dashboard_files, overview
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_lab.exporter_process import ExporterProcess
+from vllm_spec_lab.fakes.vllm import FakeVllm
+from vllm_spec_lab.grafana_query import expand_variables
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, wait_until
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # starts Prometheus-family servers

@@ -14,9 +14,9 @@ import subprocess
 import pytest
 import requests
 
-from support.exporter import ExporterProcess
-from support.fakevllm import FakeVllm
 from support.prom import require_version
+from vllm_spec_lab.exporter_process import ExporterProcess
+from vllm_spec_lab.fakes.vllm import FakeVllm
 from vllm_spec_lab.monitoring import PROMTOOL_BIN, PROMTOOL_OLDEST_BIN, wait_until
 
 pytestmark = pytest.mark.prometheus

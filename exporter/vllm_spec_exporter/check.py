@@ -12,13 +12,14 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
-from . import advisor, settings, terminal
+from . import advisor, durations, settings, terminal
 from .derive import SeriesFigures, derive_series, derive_v0, figures
 from .engines import COUNTER_SCHEMAS
-from .names import Schema
+from .names import MetricName, Schema
 from .normalise import Snapshot
 from .poller import Poller
 
@@ -59,15 +60,9 @@ def validate_arguments(args: argparse.Namespace) -> None:
 
 
 def parse_duration(text: str) -> float:
-    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    for suffix in sorted(units, key=len, reverse=True):
-        if text.endswith(suffix):
-            number = text[: -len(suffix)]
-            break
-    else:
-        suffix, number = "s", text
+    """--duration: a duration (`30s`, `2m`, `1m30s`) or a bare number of seconds."""
     try:
-        value = float(number) * units[suffix]
+        value = float(text) if text.replace(".", "", 1).isdigit() else durations.seconds(text)
     except ValueError:
         raise ValueError(f"--duration: cannot read {text!r}; use e.g. 30s or 2m") from None
     if not math.isfinite(value) or value < 1 or value > 86400:
@@ -77,12 +72,39 @@ def parse_duration(text: str) -> float:
 
 @dataclass(frozen=True)
 class ModelReport:
+    """One model's figures over the sampled window (engines summed); `figures` None: no counters."""
+
     model: str
     engines: list[str]
     figures: SeriesFigures | None
-    values: dict[str, Any]  # derived metric name -> value (positions: {position: value})
-    context: dict[str, float]
+    values: dict[MetricName, float]  # derived figures, by the name the exporter serves them under
+    positions: dict[int, float]  # 0-based draft position -> acceptance
+    load: terminal.LoadView
     advice: advisor.Advice | None
+
+    def view(self) -> terminal.ModelView:
+        a = self.advice
+        shown = None if a is None else terminal.AdvisorView(
+            recommended_k=a.recommended_k, current_k=a.current_k, estimated_speedup=a.speedup,
+            tokens_per_step=a.tokens_per_step, draft_cost_ratio=a.draft_cost, gain_vs_current=a.gain_vs_current,
+            try_raising_k=a.try_raising)
+        return terminal.ModelView(model_name=self.model, engines=tuple(self.engines),
+                                  k=self.figures.k if self.figures is not None else None, values=self.values,
+                                  positions=self.positions, load=self.load, advisor=shown)
+
+
+class CheckReport(NamedTuple):
+    """What `check` found: `--json` prints `to_json(report)`, the table is `render_table(report, ...)`."""
+
+    target: str
+    vllm_version: str
+    schema: str
+    engine_family: str
+    sampled_seconds: float
+    polls: int
+    models: list[ModelReport]
+    verdict: str
+    exit_code: int
 
 
 def sum_figures(parts: list[SeriesFigures]) -> SeriesFigures:
@@ -100,39 +122,41 @@ def sum_figures(parts: list[SeriesFigures]) -> SeriesFigures:
                    k=max(p.k for p in parts))
 
 
+def _gauge(snap: Snapshot, family: str, series_keys: list, combine: Callable[[list[float]], float]) -> float | None:
+    """A context gauge over the model's engines (None when no engine exposes it)."""
+    found = [snap.gauges[(family, s)] for s in series_keys if (family, s) in snap.gauges]
+    return combine(found) if found else None
+
+
 def build_reports(poller: Poller, snap: Snapshot, min_draft_tokens: float,
                   draft_cost: float) -> list[ModelReport]:
     reports = []
     models = sorted({series[0] for series in snap.series_keys()})
     for model in models:
         series_keys = [s for s in snap.series_keys() if s[0] == model]
-        context = {}
-        for name in ("requests_running", "requests_waiting"):
-            vals = [snap.gauges[(name, s)] for s in series_keys if (name, s) in snap.gauges]
-            if vals:
-                context[name] = sum(vals)
-        kv = [snap.gauges[("kv_cache_usage", s)] for s in series_keys if ("kv_cache_usage", s) in snap.gauges]
-        if kv:
-            context["kv_cache_usage"] = max(kv)
+        engines = [s[1] for s in series_keys]
+        load = terminal.LoadView(requests_running=_gauge(snap, "requests_running", series_keys, sum),
+                                 requests_waiting=_gauge(snap, "requests_waiting", series_keys, sum),
+                                 kv_cache_usage=_gauge(snap, "kv_cache_usage", series_keys, max))
         if snap.schema == Schema.V0:
             values = {name: value for name, labels, value in derive_v0(snap) if labels[0] == model}
-            reports.append(ModelReport(model, [s[1] for s in series_keys], None, values, context, None))
+            reports.append(ModelReport(model, engines, None, values, {}, load, None))
             continue
         parts = [f for f in (figures(poller.store, snap, s) for s in series_keys) if f is not None]
         if not parts:
-            reports.append(ModelReport(model, [s[1] for s in series_keys], None, {}, context, None))
+            reports.append(ModelReport(model, engines, None, {}, {}, load, None))
             continue
         total = sum_figures(parts)
-        values: dict[str, Any] = {}
+        values = {}
+        positions: dict[int, float] = {}
         for name, labels, value in derive_series((model, "*"), total, min_draft_tokens, draft_cost):
-            if name == "vllm_spec_decode_position_acceptance_ratio":
-                values.setdefault("positions", {})[labels[2]] = value
+            if name == MetricName.POSITION_ACCEPTANCE_RATIO:
+                positions[int(labels[2])] = value
             else:
-                values[name] = value
-        positions = values.get("positions", {})
-        curve = [positions[p] for p in sorted(positions, key=int)]
+                values[MetricName(name)] = value
+        curve = [positions[p] for p in sorted(positions)]
         advice = advisor.advise(curve, draft_cost) if curve else None
-        reports.append(ModelReport(model, [s[1] for s in series_keys], total, values, context, advice))
+        reports.append(ModelReport(model, engines, total, values, positions, load, advice))
     return reports
 
 
@@ -142,7 +166,7 @@ def verdict(schema: str, reports: list[ModelReport], threshold: float) -> tuple[
     if schema not in COUNTER_SCHEMAS and schema != Schema.V0:
         return EXIT_UNKNOWN, (f"CANNOT JUDGE — schema {schema} has no acceptance counters "
                               "(README: Engine support)")
-    rates = {r.model: r.values.get("vllm_spec_decode_acceptance_ratio") for r in reports}
+    rates = {r.model: r.values.get(MetricName.ACCEPTANCE_RATIO) for r in reports}
     judged = {m: a for m, a in rates.items() if a is not None}
     if not judged:
         return EXIT_UNKNOWN, "NO TRAFFIC — too few draft tokens while sampling to judge acceptance"
@@ -183,30 +207,31 @@ def run(args: argparse.Namespace) -> int:
     fetcher.close()
     result = poller.result
     if not result.target_up or result.snapshot is None:
-        report = {"target": fetcher.url, "verdict": "TARGET DOWN", "error": last_error or result.error_message}
-        _print(args, report, lambda: f"vllm-spec-exporter check — {fetcher.url}\nverdict: TARGET DOWN — "
-                                     f"{report['error']}")
+        down = {"target": fetcher.url, "verdict": "TARGET DOWN", "error": last_error or result.error_message}
+        print(json.dumps(down, indent=2, sort_keys=True) if args.json else
+              f"vllm-spec-exporter check — {fetcher.url}\nverdict: TARGET DOWN — {down['error']}")
         return EXIT_UNKNOWN
     snap = result.snapshot
     reports = build_reports(poller, snap, args.min_draft_tokens, draft_cost)
     code, line = verdict(snap.schema, reports, args.threshold)
-    data = to_json(fetcher.url, result.version, snap.schema, duration, polls, reports, line, code)
-    data["engine_family"] = snap.engine_family
+    report = CheckReport(target=fetcher.url, vllm_version=result.version, schema=snap.schema,
+                         engine_family=snap.engine_family, sampled_seconds=duration, polls=polls, models=reports,
+                         verdict=line, exit_code=code)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
-    _print(args, data, lambda: render_table(data, args.threshold, color))
+    print(json.dumps(to_json(report), indent=2, sort_keys=True) if args.json else
+          render_table(report, args.threshold, color))
     return code
 
 
-def _print(args: argparse.Namespace, data: dict, table) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True) if args.json else table())
-
-
-def to_json(url: str, version: str, schema: str, duration: float, polls: int, reports: list[ModelReport],
-            verdict_line: str, code: int) -> dict[str, Any]:
+def to_json(report: CheckReport) -> dict[str, Any]:
+    """The `--json` document (its keys are a public format: served names without the `vllm_` prefix)."""
     models = []
-    for r in reports:
-        entry: dict[str, Any] = {"model_name": r.model, "engines": r.engines, "context": r.context,
-                                 **{k.removeprefix("vllm_"): v for k, v in r.values.items()}}
+    for r in report.models:
+        context = {name: value for name, value in r.load._asdict().items() if value is not None}
+        entry: dict[str, Any] = {"model_name": r.model, "engines": r.engines, "context": context,
+                                 **{name.removeprefix("vllm_"): v for name, v in r.values.items()}}
+        if r.positions:
+            entry["positions"] = {str(position): v for position, v in r.positions.items()}
         if r.figures is not None:
             entry["k"] = r.figures.k
             entry["window"] = {"seconds": r.figures.seconds, "drafts": r.figures.drafts,
@@ -219,20 +244,21 @@ def to_json(url: str, version: str, schema: str, duration: float, polls: int, re
                                 "estimated_speedup": a.speedup, "gain_vs_current": a.gain_vs_current,
                                 "try_raising_k": a.try_raising}
         models.append(entry)
-    return {"target": url, "vllm_version": version, "schema": schema, "sampled_seconds": duration,
-            "polls": polls, "models": models, "verdict": verdict_line, "exit_code": code}
+    return {"target": report.target, "vllm_version": report.vllm_version, "schema": report.schema,
+            "engine_family": report.engine_family, "sampled_seconds": report.sampled_seconds,
+            "polls": report.polls, "models": models, "verdict": report.verdict, "exit_code": report.exit_code}
 
 
-def render_table(data: dict[str, Any], threshold: float, color: bool) -> str:
+def render_table(report: CheckReport, threshold: float, color: bool) -> str:
     paint = terminal.painter(color)
-    lines = [paint(f"vllm-spec-exporter check — {data['target']}", "1"),
-             f"schema {data['schema']} · vLLM {data['vllm_version'] or 'version unknown'} · "
-             f"sampled {data['sampled_seconds']:g} s in {data['polls']} polls"]
-    if data["schema"] == Schema.V0:
+    lines = [paint(f"vllm-spec-exporter check — {report.target}", "1"),
+             f"schema {report.schema} · vLLM {report.vllm_version or 'version unknown'} · "
+             f"sampled {report.sampled_seconds:g} s in {report.polls} polls"]
+    if report.schema == Schema.V0:
         lines.append("V0 engine: lifetime gauges, not windowed (V0's counters are unusable).")
-    for m in data["models"]:
+    for m in report.models:
         lines.append("")
-        lines += terminal.model_lines(m, threshold, color)
-    code = data["exit_code"]
-    lines += ["", "verdict: " + paint(data["verdict"], {0: "32;1", 1: "31;1"}.get(code, "33;1"))]
+        lines += terminal.model_lines(m.view(), threshold, color)
+    code = report.exit_code
+    lines += ["", "verdict: " + paint(report.verdict, {0: "32;1", 1: "31;1"}.get(code, "33;1"))]
     return "\n".join(lines)

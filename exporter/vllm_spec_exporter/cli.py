@@ -1,8 +1,14 @@
-"""Command line: `vllm-spec-exporter serve | check | demo | generate`.
+"""Command line: `vllm-spec-exporter serve | check | generate`, plus commands other distributions add.
 
 `serve` and `check` are the sidecar's and need only its own modules. `generate` (the `[generate]`
-extra, with the Grafana SDK) and `demo` (the separate lab package, lab/ in the repository) are
-imported only when chosen, so the sidecar image carries neither and `serve` never loads them.
+extra, with the Grafana SDK) is imported only when chosen, so the sidecar image never carries it
+and `serve` never loads it.
+
+Other distributions may add commands through the entry-point group `vllm_spec_exporter.commands`
+(the lab adds `demo` that way). The contract of the object an entry point names: `HELP` (one
+line for the command list) and `configure(parser)`, which adds the command's arguments and sets
+`run(args) -> exit code` as the parser's default. Entry points are read only when no built-in
+command is chosen, so `serve` never imports another distribution.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
 
 from . import __version__, check, settings, webconfig
@@ -21,7 +28,8 @@ from .collector import SpecDecodeCollector
 from .poller import Poller
 
 GENERATE_HELP = "write alerts/, dashboards/, deploy/kubernetes/ and docs/ from one config"
-DEMO_HELP = "the whole pipeline on this machine with a live view (real vLLM on the CPU)"
+PLUGIN_GROUP = "vllm_spec_exporter.commands"
+BUILT_IN = ("serve", "check", "generate")
 
 
 def load_generate() -> ModuleType:
@@ -36,19 +44,21 @@ def load_generate() -> ModuleType:
     return generate
 
 
-def load_demo() -> ModuleType:
-    """The demo, or a one-line error naming the package that holds it."""
+def plugin_commands() -> dict[str, EntryPoint]:
+    """Commands other installed distributions add, by name (built-in names cannot be taken)."""
+    return {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP) if ep.name not in BUILT_IN}
+
+
+def load_plugin(entry: EntryPoint) -> ModuleType:
+    """The object behind a plugin command, or a one-line error naming the distribution that adds it."""
     try:
-        from vllm_spec_lab import demo
+        return entry.load()
     except ImportError as error:
-        if error.name == "vllm_spec_lab":
-            raise ValueError("demo needs the lab package (lab/ in the repository): pip install ./lab, "
-                             "or run `bash scripts/run.sh`, which installs it") from None
-        raise
-    return demo
+        owner = entry.dist.name if entry.dist is not None else entry.value
+        raise ValueError(f"{entry.name} (added by {owner}) cannot be loaded: {error}") from None
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """Bad flags get one line naming the problem (no usage block), exit 2. Sub-commands inherit it."""
 
     def error(self, message: str):  # type: ignore[override]
@@ -56,10 +66,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    """The full parser for `serve` and `check`; `generate` and `demo` get their options (and their
-    imports) only when `argv` chooses them."""
+    """The full parser for `serve` and `check`; `generate` and plugin commands get their options (and
+    their imports) only when `argv` chooses them."""
     chosen = next((arg for arg in argv if not arg.startswith("-")), None)
-    parser = _Parser(
+    parser = Parser(
         prog="vllm-spec-exporter",
         description="Is speculative decoding on this vLLM server paying off? A Prometheus sidecar, "
                     "alert rules and Grafana dashboards.",
@@ -80,15 +90,13 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     check.add_arguments(chk)
     chk.set_defaults(run=check.run)
 
-    if chosen == "demo":
-        demo = load_demo()
-        dem = sub.add_parser("demo", help=DEMO_HELP,
-                             description=demo.__doc__.split("\n\n", 1)[1].strip() if demo.__doc__ else None,
-                             formatter_class=argparse.RawDescriptionHelpFormatter)
-        demo.add_arguments(dem)
-        dem.set_defaults(run=demo.run)
-    else:
-        sub.add_parser("demo", help=DEMO_HELP)
+    if chosen not in BUILT_IN:
+        for name, entry in sorted(plugin_commands().items()):
+            if chosen is None or chosen == name:
+                command = load_plugin(entry)
+                command_parser = sub.add_parser(name, help=command.HELP)
+                if chosen == name:
+                    command.configure(command_parser)
 
     gen = sub.add_parser("generate", help=GENERATE_HELP,
                          description="Render every monitoring artifact from one MixinConfig.")

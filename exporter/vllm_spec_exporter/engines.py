@@ -28,8 +28,8 @@ from .names import EngineFamily as Family
 from .names import Family as Key
 
 __all__ = [
-    "BY_SCHEMA", "COUNTER_SCHEMAS", "ENGINE_GAUGE_KEYS", "ENGINE_LABEL", "FAMILY_MIXED", "FAMILY_UNKNOWN",
-    "FOREIGN_KEY", "NAMES", "POSITION_LABEL", "PREFIXES", "SCHEMAS", "SPEC_KEYS", "UNLABELLED_MODEL_FAMILIES",
+    "COUNTER_SCHEMAS", "ENGINE_GAUGE_KEYS", "ENGINE_LABEL", "FAMILY_MIXED", "FAMILY_UNKNOWN",
+    "FOREIGN_KEY", "NAMES", "PREFIXES", "SCHEMAS", "SPEC_KEYS", "UNLABELLED_MODEL_FAMILIES",
     "Detection", "EngineError", "EngineSchema", "Family", "detect",
 ]
 
@@ -90,8 +90,6 @@ PREFIXES: dict[str, Family] = {"llamacpp:": Family.LLAMACPP, "trtllm_": Family.T
 ENGINE_LABEL: dict[str, str] = {Family.VLLM: "engine", Family.SGLANG: "dp_rank"}
 # Families whose metrics carry no model_name label: the poller asks the server's /v1/models.
 UNLABELLED_MODEL_FAMILIES = frozenset({Family.LLAMACPP, Family.TGI})
-# The label holding the 0-based draft position.
-POSITION_LABEL = "position"
 
 # Keys that say "this exposition does speculative decoding (or its diffusion twin)". Context gauges
 # (requests, KV usage) name a family too but never decide a spec schema.
@@ -199,7 +197,6 @@ SCHEMAS: tuple[EngineSchema, ...] = (
         "unit tests; real vLLM without speculation",
     ),
 )
-BY_SCHEMA = {s.name: s for s in SCHEMAS}
 
 
 class EngineError(ValueError):

@@ -17,7 +17,7 @@ from .engines import COUNTER_SCHEMAS, ENGINE_GAUGE_KEYS, ENGINE_LABEL, SPEC_KEYS
 from .names import CounterKey, EngineFamily, Family, Schema, SeriesKey
 from .parse import RawSample
 
-__all__ = ["EngineError", "Snapshot", "detect", "detect_schema", "normalise"]
+__all__ = ["EngineError", "Snapshot", "detect", "normalise"]
 
 # Engine-index labels of every family (SGLang's dp_rank) are part of the series, not a replica.
 BASE_LABELS = frozenset(("model_name", "engine", "position", *ENGINE_LABEL.values()))
@@ -133,10 +133,6 @@ def _detect_pairs(pairs: frozenset[tuple[str, Family]], samples: list[RawSample]
     if any(key == foreign_key for _, key in pairs):
         foreign = [s.label_text for s in samples if s.key == foreign_key]
     return engines.detect(spec, context, foreign)
-
-
-def detect_schema(samples: list[RawSample]) -> Schema:
-    return detect(samples).schema
 
 
 def normalise(samples: list[RawSample], default_model: str = "") -> Snapshot:

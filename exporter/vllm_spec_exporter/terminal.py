@@ -1,28 +1,55 @@
 """The one terminal rendering of a model's spec-decode figures, shared by `check` and `demo`.
 
-Input is a *model entry*: the dict `check --json` prints per model (keys without the `vllm_`
-prefix), which the demo builds from the exporter's /metrics with `entry_from_exporter`:
-
-    {"model_name": str, "engines": [str], "k": int | None,
-     "spec_decode_acceptance_ratio": float, "positions": {"0": float, ...},
-     "spec_decode_mean_acceptance_length": float, "spec_decode_efficiency_ratio": float,
-     "spec_decode_drafted_efficiency_ratio": float, "<flow>_per_second": float,
-     "context": {"requests_running", "requests_waiting", "kv_cache_usage"},
-     "advisor": {"recommended_k", "current_k", "estimated_speedup": {k: S},
-                 "tokens_per_step": {k: E}, "draft_cost_ratio", "gain_vs_current", "try_raising_k"}}
-
-Every key may be missing (no data is not zero): the line is then left out or says n/a. The
-advisor's per-k tables may be partial (the exporter serves S only at the current k).
+Input is a `ModelView`: `check` builds it from its own sampling (check.ModelReport.view), the
+demo from the exporter's /metrics (`view_from_exporter`). Figures are keyed by the `MetricName`
+the exporter serves them under; every figure may be missing (no data is not zero): its line is
+then left out or says n/a. The advisor's per-k tables may be partial (the exporter serves the
+speed-up only at the current and the recommended k).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from .names import MetricName
+
+
+class AdvisorView(NamedTuple):
+    """The k advisor's answer as shown: best k, and what is known of each k' (speed-up, tokens per step)."""
+
+    recommended_k: int
+    current_k: int | None
+    estimated_speedup: Mapping[int, float]
+    tokens_per_step: Mapping[int, float] = {}
+    draft_cost_ratio: float | None = None
+    gain_vs_current: float | None = None
+    try_raising_k: bool = False
+
+
+class LoadView(NamedTuple):
+    """The server's load next to the figures (None: not exposed)."""
+
+    requests_running: float | None = None
+    requests_waiting: float | None = None
+    kv_cache_usage: float | None = None
+
+
+class ModelView(NamedTuple):
+    """One model's figures over the window, as the terminal shows them."""
+
+    model_name: str
+    engines: tuple[str, ...]
+    k: int | None
+    values: Mapping[MetricName, float]  # served name -> value; positions are in `positions`
+    positions: Mapping[int, float] = {}  # 0-based draft position -> acceptance
+    load: LoadView = LoadView()
+    advisor: AdvisorView | None = None
+
 
 BAR_WIDTH = 24
-TOKEN_FLOW = (("generated", "generation_tokens_per_second"), ("drafted", "spec_decode_draft_tokens_per_second"),
-              ("accepted", "spec_decode_accepted_tokens_per_second"),
-              ("rejected", "spec_decode_rejected_tokens_per_second"))
+TOKEN_FLOW = (("generated", MetricName.GENERATION_TOKENS_PER_SECOND), ("drafted", MetricName.DRAFT_TOKENS_PER_SECOND),
+              ("accepted", MetricName.ACCEPTED_TOKENS_PER_SECOND), ("rejected", MetricName.REJECTED_TOKENS_PER_SECOND))
 
 
 def bar(value: float, width: int = BAR_WIDTH) -> str:
@@ -43,54 +70,54 @@ def fit(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(1, width - 1)] + "…"
 
 
-def model_lines(m: dict[str, Any], threshold: float, color: bool = False) -> list[str]:
+def model_lines(m: ModelView, threshold: float, color: bool = False) -> list[str]:
     paint = painter(color)
-    k = m.get("k")
-    lines = [paint(f"model {m['model_name']}", "1") + f"  engines {', '.join(m.get('engines') or []) or '—'}"
+    k, values = m.k, m.values
+    lines = [paint(f"model {m.model_name}", "1") + f"  engines {', '.join(m.engines) or '—'}"
              + (f" · k={k}" if k else "")]
-    rate = m.get("spec_decode_acceptance_ratio")
+    rate = values.get(MetricName.ACCEPTANCE_RATIO)
     if rate is None:
         lines.append("  acceptance           n/a (too few draft tokens in the window)")
     else:
         judged = paint(f"{rate:6.1%}", "32" if rate >= threshold else "31;1")
         lines.append(f"  acceptance        {judged} {bar(rate)}   (threshold {threshold:.0%})")
-    for pos, value in sorted(m.get("positions", {}).items(), key=lambda kv: int(kv[0])):
+    for pos, value in sorted(m.positions.items()):
         lines.append(f"  position {pos:>2}       {value:6.1%} {bar(value)}")
-    draft_length = m.get("spec_decode_mean_draft_length")
-    if m.get("positions") and k and draft_length is not None and draft_length < k - 0.05:
+    draft_length = values.get(MetricName.MEAN_DRAFT_LENGTH)
+    if m.positions and k and draft_length is not None and draft_length < k - 0.05:
         # vLLM has no per-position drafted counter: every draft is in each position's denominator.
         lines.append(f"  (drafts averaged {draft_length:.2f} of k={k} tokens: each position divides by all "
                      "drafts, so later positions read low; lower bounds)")
-    mal = m.get("spec_decode_mean_acceptance_length")
+    mal = values.get(MetricName.MEAN_ACCEPTANCE_LENGTH)
     if mal is not None:
         lines.append(f"  mean accept. len  {mal:6.2f}  of k+1 = {k + 1 if k else '?'}")
-    eff = m.get("spec_decode_efficiency_ratio")
+    eff = values.get(MetricName.EFFICIENCY_RATIO)
     if eff is not None:
-        drafted = m.get("spec_decode_drafted_efficiency_ratio")
+        drafted = values.get(MetricName.DRAFTED_EFFICIENCY_RATIO)
         over_drafted = f"  (over drafted tokens {drafted:.1%})" if drafted else ""
         lines.append(f"  efficiency        {eff:6.1%}{over_drafted}")
-    rates = " · ".join(f"{label} {m[key]:.1f}" for label, key in TOKEN_FLOW if m.get(key) is not None)
+    rates = " · ".join(f"{label} {values[name]:.1f}" for label, name in TOKEN_FLOW if values.get(name) is not None)
     if rates:
         lines.append(f"  tokens/s          {rates}")
-    ctx = m.get("context", {})
+    load = m.load
     parts = []
-    if "requests_running" in ctx:
-        parts.append(f"running {ctx['requests_running']:g}")
-    if "requests_waiting" in ctx:
-        parts.append(f"waiting {ctx['requests_waiting']:g}")
-    if "kv_cache_usage" in ctx:
-        parts.append(f"KV cache {ctx['kv_cache_usage']:.0%}")
+    if load.requests_running is not None:
+        parts.append(f"running {load.requests_running:g}")
+    if load.requests_waiting is not None:
+        parts.append(f"waiting {load.requests_waiting:g}")
+    if load.kv_cache_usage is not None:
+        parts.append(f"KV cache {load.kv_cache_usage:.0%}")
     if parts:
         lines.append("  load              " + " · ".join(parts))
-    lines += _advisor_lines(m.get("advisor"))
+    lines += _advisor_lines(m.advisor)
     return lines
 
 
-def _advisor_lines(adv: dict[str, Any] | None) -> list[str]:
-    if not adv or adv.get("recommended_k") is None:
+def _advisor_lines(adv: AdvisorView | None) -> list[str]:
+    if adv is None:
         return []
-    best, cur = int(adv["recommended_k"]), adv.get("current_k")
-    speed, tokens = adv.get("estimated_speedup", {}), adv.get("tokens_per_step", {})
+    best, cur = adv.recommended_k, adv.current_k
+    speed, tokens = adv.estimated_speedup, adv.tokens_per_step
     text = f"  advisor           best k = {best}"
     if best in tokens:
         text += f": {tokens[best]:.2f} tokens/step"
@@ -101,51 +128,53 @@ def _advisor_lines(adv: dict[str, Any] | None) -> list[str]:
         details.append(f"k={cur}: {speed[cur]:.2f}×")
     elif cur is not None and cur in speed and best not in speed:
         details.append(f"est. speed-up {speed[cur]:.2f}× at k={cur}")
-    if adv.get("draft_cost_ratio") is not None:
-        details.append(f"draft cost {adv['draft_cost_ratio']:g}")
+    if adv.draft_cost_ratio is not None:
+        details.append(f"draft cost {adv.draft_cost_ratio:g}")
     if details:
         text += f" ({', '.join(details)})"
     lines = [text]
     if best == 0:
         lines.append("                    speculation does not pay here: consider turning it off "
                      "(no --speculative-config) or a better drafter")
-    elif cur is not None and best < cur and adv.get("gain_vs_current") is not None:
+    elif cur is not None and best < cur and adv.gain_vs_current is not None:
         lines.append(f"                    lower num_speculative_tokens to {best}: "
-                     f"+{adv['gain_vs_current'] - 1:.1%} expected")
-    elif cur is not None and adv.get("try_raising_k"):
+                     f"+{adv.gain_vs_current - 1:.1%} expected")
+    elif cur is not None and adv.try_raising_k:
         lines.append(f"                    the last position is still accepted often: try k={cur + 1}")
     return lines
 
 
-def entry_from_exporter(metrics: dict[str, dict[tuple, float]], labels: tuple) -> dict[str, Any]:
-    """The model entry of one exporter series ({name: {sorted label items: value}} as read by
-    `lab.pipeline.exporter_snapshot`); `labels` = (("engine", e), ("model_name", m))."""
+# What the demo shows of each model, read back from the exporter's /metrics.
+SHOWN = (MetricName.ACCEPTANCE_RATIO, MetricName.MEAN_ACCEPTANCE_LENGTH, MetricName.EFFICIENCY_RATIO,
+         MetricName.DRAFTED_EFFICIENCY_RATIO, *(name for _, name in TOKEN_FLOW))
 
-    def get(name: str) -> float | None:
-        return metrics.get("vllm_" + name, {}).get(labels)
+
+def view_from_exporter(metrics: Mapping[str, Mapping[tuple, float]], labels: tuple,
+                       draft_cost: float | None = None) -> ModelView:
+    """The view of one exporter series ({name: {sorted label items: value}} as read by
+    `lab.pipeline.exporter_snapshot`); `labels` = (("engine", e), ("model_name", m)); `draft_cost`:
+    the advisor's draft cost, when the caller knows it (the exporter does not serve it)."""
+
+    def get(name: MetricName) -> float | None:
+        return metrics.get(name, {}).get(labels)
 
     label = dict(labels)
-    entry: dict[str, Any] = {"model_name": label.get("model_name"), "engines": [label.get("engine", "")]}
-    k = get("spec_decode_num_speculative_tokens")
-    entry["k"] = int(k) if k else None
-    for name in ("spec_decode_acceptance_ratio", "spec_decode_mean_acceptance_length",
-                 "spec_decode_efficiency_ratio", "spec_decode_drafted_efficiency_ratio",
-                 *(key for _, key in TOKEN_FLOW)):
-        value = get(name)
-        if value is not None:
-            entry[name] = value
-    positions = {dict(key)["position"]: value
-                 for key, value in metrics.get("vllm_spec_decode_position_acceptance_ratio", {}).items()
+    served_k = get(MetricName.NUM_SPECULATIVE_TOKENS)
+    k = int(served_k) if served_k else None
+    values = {name: value for name in SHOWN if (value := get(name)) is not None}
+    positions = {int(dict(key)["position"]): value
+                 for key, value in metrics.get(MetricName.POSITION_ACCEPTANCE_RATIO, {}).items()
                  if tuple(x for x in key if x[0] != "position") == labels}
-    if positions:
-        entry["positions"] = positions
-    best = get("spec_decode_recommended_k")
+    advisor = None
+    best = get(MetricName.RECOMMENDED_K)
     if best is not None:
         speed: dict[int, float] = {}
-        current, at_best = get("spec_decode_estimated_speedup"), get("spec_decode_recommended_k_estimated_speedup")
-        if current is not None and entry["k"]:
-            speed[entry["k"]] = current
+        current, at_best = get(MetricName.ESTIMATED_SPEEDUP), get(MetricName.RECOMMENDED_K_ESTIMATED_SPEEDUP)
+        if current is not None and k:
+            speed[k] = current
         if at_best is not None:
             speed[int(best)] = at_best
-        entry["advisor"] = {"recommended_k": int(best), "current_k": entry["k"], "estimated_speedup": speed}
-    return entry
+        advisor = AdvisorView(recommended_k=int(best), current_k=k, estimated_speedup=speed,
+                              draft_cost_ratio=draft_cost)
+    return ModelView(model_name=label.get("model_name", ""), engines=(label.get("engine", ""),), k=k,
+                     values=values, positions=positions, advisor=advisor)

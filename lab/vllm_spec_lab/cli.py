@@ -1,24 +1,50 @@
-"""`vllm-spec-lab`, the lab's console script: `vllm-spec-lab versions` prints one line per real
-server the demo and the tests use (name, version, path); exit 0 even when some are missing (the
-line says `not installed`), since it reports and never gates."""
+"""`vllm-spec-lab`, the lab's console script.
+
+- `vllm-spec-lab demo`: the whole pipeline on this machine (`demo.py`); `bash scripts/run.sh` runs it.
+- `vllm-spec-lab versions`: one line per real server the demo and the tests use (name, version,
+  path); exit 0 even when some are missing (the line says `not installed`): it reports, never gates.
+
+Bad input gets the exporter's treatment: one line naming the problem, exit 2.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 
-from .versions import server_versions
+from vllm_spec_exporter.cli import Parser
+
+from . import demo_command
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vllm-spec-lab", description="The vllm-spec-exporter test bench.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("versions", help="print the name and version of every real server the demo and tests use")
-    args = parser.parse_args(argv)
-    if args.command == "versions":
-        for server in server_versions():
-            print(server.line())
+def versions(_: argparse.Namespace) -> int:
+    from .versions import server_versions
+
+    for server in server_versions():
+        print(server.line())
     return 0
+
+
+def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    parser = Parser(prog="vllm-spec-lab", description="The vllm-spec-exporter test bench and demo.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo_parser = commands.add_parser("demo", help=demo_command.HELP)
+    if "demo" in argv:
+        demo_command.configure(demo_parser)
+    commands.add_parser("versions", help="print the name and version of every real server the demo and "
+                                         "tests use").set_defaults(run=versions)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = build_parser(argv).parse_args(argv)
+        return args.run(args)
+    except (ValueError, OverflowError) as error:  # bad input: one clear line, no traceback
+        print(f"vllm-spec-lab: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""`vllm-spec-exporter demo`: the whole pipeline on this machine, with a live terminal view.
+"""`vllm-spec-lab demo` (also `vllm-spec-exporter demo`): the whole pipeline on this machine, with a live terminal view.
 
 Without --target: a real vLLM (the CPU build, a tiny model generated locally, n-gram speculation)
 is started and driven through four phases — healthy (temperature 0), a warning band (greedy prompts
@@ -28,6 +28,7 @@ from typing import Any, TextIO
 
 from vllm_spec_exporter import terminal
 from vllm_spec_exporter.fetch import metrics_url
+from vllm_spec_exporter.names import MetricName
 
 from . import default_cache_dir
 from .pipeline import MODEL_NAME, LocalStack, StackOptions, TrafficDriver, exporter_snapshot
@@ -44,7 +45,6 @@ PHASES: tuple[tuple[str, TrafficMix, str], ...] = (
     ("healthy", HEALTHY, HEALTHY_INTENT), ("warning band", WARNING_BAND, BAND),
     ("degraded", COLLAPSE, COLLAPSED), ("healthy again", HEALTHY, HEALTHY_INTENT))
 KEEP_LOG_RUNS = 5  # older demo log folders are pruned
-EXIT_VERDICT_UNEXPECTED = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -276,13 +276,13 @@ class Demo:
         if now - phase.started < self.stack.options.exporter_window + 2 * self.stack.options.exporter_interval:
             return
         for labels in metrics.get("vllm_spec_decode_draft_tokens_per_second", {}):
-            entry = terminal.entry_from_exporter(metrics, labels)
-            if "spec_decode_acceptance_ratio" in entry:
-                phase.exporter_acceptance = entry["spec_decode_acceptance_ratio"]
-            advice = entry.get("advisor")
-            if advice:
-                phase.recommended_k = advice["recommended_k"]
-                phase.speedup = advice["estimated_speedup"].get(advice["recommended_k"])
+            view = terminal.view_from_exporter(metrics, labels)
+            acceptance = view.values.get(MetricName.ACCEPTANCE_RATIO)
+            if acceptance is not None:
+                phase.exporter_acceptance = acceptance
+            if view.advisor is not None:
+                phase.recommended_k = view.advisor.recommended_k
+                phase.speedup = view.advisor.estimated_speedup.get(view.advisor.recommended_k)
 
     # --- the live screen ------------------------------------------------------------------------
     def _phase_line(self, now: float) -> str:
@@ -310,11 +310,9 @@ class Demo:
             if not series:
                 lines.append("no spec-decode series yet (waiting for the first polls)")
             for labels in series:
-                entry = terminal.entry_from_exporter(metrics, labels)
-                if entry.get("advisor"):
-                    entry["advisor"]["draft_cost_ratio"] = stack.draft_cost
+                view = terminal.view_from_exporter(metrics, labels, draft_cost=stack.draft_cost)
                 lines.append("")
-                lines += terminal.model_lines(entry, self.warning)
+                lines += terminal.model_lines(view, self.warning)
         lines.append("")
         if stack.prometheus is not None:
             lines += self._alert_lines(now, width)

@@ -18,7 +18,7 @@ import json
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -39,22 +39,11 @@ from .binaries import (  # re-exported: tests and the demo import the paths from
     have_binary,
 )
 from .server import free_port
+from .waiting import wait_until
 
 __all__ = ["ALERTMANAGER_BIN", "AMTOOL_BIN", "PROMETHEUS_BIN", "PROMTOOL_BIN", "PROMTOOL_OLDEST_BIN",
            "Alertmanager", "PromQueryApi", "Prometheus", "RulesApi", "WebhookReceiver", "free_port",
            "have_binary", "http_get_json", "wait_until"]
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.2) -> Any:
-    """Poll `predicate` until it returns something truthy; return that value or raise TimeoutError."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"condition not met within {timeout:.0f}s")
-        time.sleep(interval)
 
 
 def http_get_json(url: str, timeout: float = 5.0) -> Any:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
@@ -17,9 +16,10 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from .windows import ALWAYS_SAMPLES, SHORT_SAMPLES, AlertWindows, alert_windows, samples_problem, seconds
+from ..durations import is_prometheus_duration, seconds
+from .windows import ALWAYS_SAMPLES, SHORT_SAMPLES, AlertWindows, alert_windows, samples_problem
 
-__all__ = ["SOURCES", "SOURCE_EXPORTER", "SOURCE_VLLM", "Knob", "MixinConfig", "duration_seconds", "knobs",
+__all__ = ["SOURCES", "SOURCE_EXPORTER", "SOURCE_VLLM", "Knob", "MixinConfig", "knobs",
            "load_config"]
 
 # Where the recording rules read the spec-decode counters (the `source` knob; mixin/sources.py).
@@ -384,12 +384,12 @@ class MixinConfig:
             value = getattr(self, key)
             if value == "" and key in _DERIVED_KEYS:
                 continue  # derived from scrape_interval (windows.py)
-            if not value or not _DURATION.fullmatch(value):
+            if not value or not is_prometheus_duration(value):
                 raise ValueError(f"{key} must be a Prometheus duration like 90s, 2m or 1h30m, got {value!r}")
             if (key.endswith(("_window", "_interval", "_for", "_tolerance", "_memory"))
                     and not key.startswith("alertmanager")
                     and key not in ("target_down_for", "spec_decode_stopped_for", "spec_decode_missing_for")
-                    and _seconds(value) <= 0):
+                    and seconds(value) <= 0):
                 kind = "a range selector" if key.endswith("_window") else "a duration"
                 raise ValueError(f"{key} must be longer than 0s ({kind}), got {value!r}")
         if not 0 < self.acceptance_healthy_floor <= 1:
@@ -422,7 +422,7 @@ class MixinConfig:
             if problem:
                 raise ValueError(problem)
         for tier, long_, short in (("fast", w.fast_long, w.fast_short), ("slow", w.slow_long, w.slow_short)):
-            if _seconds(short) >= _seconds(long_):
+            if seconds(short) >= seconds(long_):
                 raise ValueError(f"acceptance_{tier}_short_window ({short}) must be shorter than "
                                  f"acceptance_{tier}_long_window ({long_})")
         if self.source not in SOURCES:
@@ -450,7 +450,6 @@ class MixinConfig:
 
 
 # Prometheus durations as rule files accept them (units largest first, no fractions).
-_DURATION = re.compile(r"(?:\d+y)?(?:\d+w)?(?:\d+d)?(?:\d+h)?(?:\d+m)?(?:\d+s)?(?:\d+ms)?")
 _DURATION_KEYS = (
     "scrape_interval", "evaluation_interval", "acceptance_dip_tolerance", "rate_window",
     "acceptance_low_for", "acceptance_critical_for",
@@ -491,11 +490,6 @@ def _default_text(f: dataclasses.Field[Any]) -> str:
     return yaml.safe_dump(value, default_flow_style=True, width=1_000_000).strip().removesuffix("...").strip()
 
 
-_seconds = seconds
-
-
-def duration_seconds(duration: str) -> float:
-    return seconds(duration)
 
 
 def _coerce(key: str, raw: Any, current: Any) -> Any:

@@ -25,9 +25,10 @@ source layer); `samples_problem` is the check `MixinConfig.validate` runs on eve
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from ..durations import format_duration, seconds
 
 if TYPE_CHECKING:
     from .config import MixinConfig
@@ -46,8 +47,6 @@ __all__ = [
 ALWAYS_SAMPLES = 4  # a window that must always answer
 SHORT_SAMPLES = 2  # the fewest samples rate()/increase() answer from
 
-_UNIT_SECONDS = {"y": 365 * 86400, "w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
-_UNITS_LARGEST_FIRST = (("h", 3600), ("m", 60), ("s", 1))
 
 # The defaults the windows grow from (the bundle as measured at a 15 s scrape): below 30 s scrapes
 # every window keeps these lengths, so one bundle serves 15 s and 30 s alike.
@@ -59,22 +58,6 @@ RATE_WINDOW_MIN = 120.0
 SLOW_LONG_PER_SHORT = 2.5  # the slow tier's evidence window stays 2.5x its short window
 
 
-def seconds(duration: str) -> float:
-    """Seconds of a Prometheus duration (`1h30m`, `90s`, `2m30s`)."""
-    return sum(float(value) * _UNIT_SECONDS[unit] for value, unit in re.findall(r"(\d+)(ms|[ywdhms])", duration))
-
-
-def format_duration(total: float) -> str:
-    """Whole seconds as the shortest Prometheus duration: 150 -> `2m30s`, 600 -> `10m`."""
-    remaining = math.ceil(total)
-    if remaining <= 0:
-        return "0s"
-    parts = []
-    for unit, size in _UNITS_LARGEST_FIRST:
-        count, remaining = divmod(remaining, size)
-        if count:
-            parts.append(f"{count}{unit}")
-    return "".join(parts)
 
 
 def samples_in(window: float, scrape_interval: float) -> int:

@@ -12,7 +12,7 @@
  */
 import { type DataFrame, type Field, FieldType } from '@grafana/data';
 
-/** One target's answer, as written by the Python side (tests/support/grafana_render.py). */
+/** One target's answer, as written by the Python side (lab/vllm_spec_lab/grafana_render.py). */
 export interface TargetResult {
   refId: string;
   /** `matrix` for range queries, `vector` for instant ones (evaluated at the range end). */

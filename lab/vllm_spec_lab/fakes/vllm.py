@@ -9,7 +9,6 @@ Tests that must prove behaviour on real output use the captured fixtures or a re
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterable
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -199,13 +198,3 @@ def _per_position_counts(drafts: int, acceptance: float, k: int) -> list[int]:
         total -= take
     return counts
 
-
-def wait_until(predicate, timeout: float, interval: float = 0.2):
-    """The predicate's first truthy value within `timeout`, else its last (falsy) value."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return predicate()

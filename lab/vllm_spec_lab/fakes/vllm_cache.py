@@ -3,8 +3,8 @@ lookup, tiny-model lookup, `python -m vllm.entrypoints.openai.api_server ...`, h
 traffic, stop) run for real without the 3.5 GB install or a CPU-hungry model.
 
 `make_fake_cache(root)` lays out what `lab.venv.ensure_vllm_venv` and `lab.tinymodel.ensure_tiny_models`
-accept as ready; the venv's `bin/python` is a script that runs `fakevllm_server.py`, a real
-process tree standing in for vLLM: an HTTP server (health, /metrics from tests/support/fakevllm.py,
+accept as ready; the venv's `bin/python` is a script that runs `vllm_spec_lab.fakes.vllm_server`, a real
+process tree standing in for vLLM: an HTTP server (health, /metrics from `fakes.vllm`,
 completions) that starts an "engine core" child in its own process group, as vLLM V1 does. It is
 a simulation, marked as such wherever it is used; the acceptance it reports follows the request's
 temperature (0 -> 87.5 %, else 0 %), as the real tiny model's does under n-gram speculation.
@@ -20,7 +20,7 @@ from pathlib import Path
 from vllm_spec_lab.tinymodel import DONE_MARKER, models_root
 from vllm_spec_lab.venv import SUCCESS_MARKER, VENV_DIR_NAME
 
-SERVER = Path(__file__).with_name("fakevllm_server.py")
+SERVER_MODULE = "vllm_spec_lab.fakes.vllm_server"
 
 
 def make_fake_cache(root: Path) -> Path:
@@ -28,8 +28,7 @@ def make_fake_cache(root: Path) -> Path:
     (venv / "bin").mkdir(parents=True, exist_ok=True)
     (venv / SUCCESS_MARKER).write_text("fake vllm venv for tests\n")
     python = venv / "bin" / "python"
-    support = Path(__file__).parent
-    python.write_text(f'#!/bin/sh\nPYTHONPATH="{support}" exec "{sys.executable}" "{SERVER}" "$@"\n')
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m {SERVER_MODULE} "$@"\n')
     python.chmod(0o755)
     for name in ("target", "draft"):
         model = models_root(root) / name

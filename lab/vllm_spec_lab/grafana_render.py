@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from support.badtarget import BadTarget
-from support.exporter import ExporterProcess
-from support.grafana import expand_variables
 from vllm_spec_exporter.mixin import dashboard_files, overview, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_lab.exporter_process import ExporterProcess
+from vllm_spec_lab.fakes.badtarget import BadTarget
+from vllm_spec_lab.grafana_query import expand_variables
 from vllm_spec_lab.monitoring import Prometheus, http_get_json, wait_until
 
 REPO = Path(__file__).resolve().parents[2]

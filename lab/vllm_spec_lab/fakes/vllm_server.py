@@ -1,10 +1,10 @@
 """`python -m vllm.entrypoints.openai.api_server ...` as the fake vLLM venv runs it (see
-fakevllm_venv.py): a SIMULATED vLLM, a real process tree.
+fakes/vllm_cache.py): a SIMULATED vLLM, a real process tree.
 
 - an "engine core" child process in the same process group (not watching its parent: only a
   group-wide kill or the warden can end it once this server is gone);
-- GET /health, GET /metrics (fakevllm.FakeVllm's registry), POST /v1/completions, which steps the
-  counters as the real tiny model's n-gram drafts go (lab/vllm_spec_lab/traffic.py): temperature 0
+- GET /health, GET /metrics (fakes.vllm.FakeVllm's registry), POST /v1/completions, which steps the
+  counters as the real tiny model's n-gram drafts go (vllm_spec_lab/traffic.py): temperature 0
   -> acceptance 0.875, or 0.45 for the partly looping prompts (the demo's warning band, between the
   alerts' 0.4 and 0.5 thresholds), anything else -> 0.0.
 Environment: FAKE_VLLM_FAIL_AT_START=1 makes it exit 1 after starting its engine child (a start-up
@@ -21,8 +21,7 @@ import sys
 import time
 from wsgiref.simple_server import make_server
 
-from fakevllm import FakeVllm, _QuietHandler, _ThreadingWSGIServer
-
+from vllm_spec_lab.fakes.vllm import FakeVllm, _QuietHandler, _ThreadingWSGIServer
 from vllm_spec_lab.traffic import PARTIAL_LOOP_PROMPTS
 
 ENGINE_CORE = "import time\nwhile True:\n    time.sleep(60)\n"

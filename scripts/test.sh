@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
 # The full test suite, on a fresh machine too: installs what is missing, then lint, stale-artifact
 # check, and every test (unit, promtool, real Prometheus/Alertmanager, real vLLM on the CPU).
+#   scripts/test.sh [pytest args]         everything (what CI runs: .ci/run)
+#   scripts/test.sh --fast [pytest args]  the fast tier: unit, fuzz, promtool and lint tests, no
+#                                         server started, nothing slow (pytest -m "not server and
+#                                         not slow"; tiers in tests/support/plugin.py)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/bootstrap.sh"
+TIER=()
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  TIER=(-m "not server and not slow")
+fi
+PYTEST_ARGS=("$@")
+set --  # bootstrap is sourced: it must not see this script's arguments
+source "$ROOT/scripts/bootstrap.sh" test
 cd "$ROOT"
 echo "== ruff"
 .venv/bin/ruff check .
 echo "== generated artifacts are up to date"
 .venv/bin/vllm-spec-exporter generate --check
-echo "== pytest"
-exec .venv/bin/pytest -p no:cacheprovider -ra "$@"
+echo "== pytest${TIER:+ (fast tier: ${TIER[*]})}"
+exec .venv/bin/pytest -p no:cacheprovider -ra "${TIER[@]}" "${PYTEST_ARGS[@]}"

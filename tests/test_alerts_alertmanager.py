@@ -9,17 +9,14 @@ key file and the group timings are overridden — through MixinConfig, not by ed
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from support.prom import require_binary
-from vllm_spec_exporter.mixin import alert_rules, alertmanager, generate
-from vllm_spec_exporter.mixin.config import MixinConfig
-from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, Alertmanager, WebhookReceiver, wait_until
+from vllm_spec_exporter.mixin import alert_rules
+from vllm_spec_lab.monitoring import WebhookReceiver, wait_until
 
-pytestmark = pytest.mark.prometheus
+pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # starts Prometheus-family servers
 
 ROUTING_KEY = "test-routing-key-0123456789abcdef"
 
@@ -35,20 +32,10 @@ def _alert(name: str, severity: str, instance: str, model: str | None = "llama")
 
 
 @pytest.fixture
-def stack(tmp_path: Path):
-    require_binary(ALERTMANAGER_BIN)
-    with WebhookReceiver() as hook:
-        key_file = tmp_path / "routing-key"
-        key_file.write_text(ROUTING_KEY)
-        url_file = tmp_path / "chat-url"
-        url_file.write_text(f"{hook.url}/chat")
-        cfg = MixinConfig().with_overrides({
-            "pager_routing_key_file": str(key_file), "pager_events_url": f"{hook.url}/pager",
-            "chat_webhook_url_file": str(url_file),
-            "alertmanager_group_wait": "1s", "alertmanager_group_interval": "1s",
-        })
-        with Alertmanager(generate.render_all(cfg)[alertmanager.ALERTMANAGER_FILE]) as am:
-            yield am, hook
+def stack(alert_stack):
+    started = alert_stack({"alertmanager_group_wait": "1s", "alertmanager_group_interval": "1s"},
+                          routing_key=ROUTING_KEY)
+    return started.alertmanager, started.hook
 
 
 def _pages(hook: WebhookReceiver) -> list[str]:

@@ -18,23 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from support.prom import require_binary
-from vllm_spec_exporter.mixin import alert_rules, alertmanager, generate, recording_rules, rule_files
-from vllm_spec_exporter.mixin.config import MixinConfig
-from vllm_spec_lab.binaries import VICTORIA_METRICS_BIN, VMALERT_BIN
+from support.alertstack import RULE_ENGINES
+from vllm_spec_exporter.mixin import alert_rules, recording_rules
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.fakes.vllm import FakeVllm
 from vllm_spec_lab.monitoring import (
-    ALERTMANAGER_BIN,
-    PROMETHEUS_BIN,
-    Alertmanager,
-    Prometheus,
-    WebhookReceiver,
     wait_until,
 )
-from vllm_spec_lab.victoria import VictoriaRuleStack
 
-pytestmark = pytest.mark.prometheus
+pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # starts Prometheus-family servers
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPORTER = Path(sys.executable).with_name("vllm-spec-exporter")
@@ -65,76 +57,51 @@ def exporter_url() -> Iterator[tuple[str, FakeVllm]]:
             yield f"127.0.0.1:{exporter.port}", fake
 
 
-# The rule engines a user may run: Prometheus, or vmalert over VictoriaMetrics (same rule files).
-RULE_ENGINES = {"prometheus": (PROMETHEUS_BIN,), "vmalert": (VICTORIA_METRICS_BIN, VMALERT_BIN)}
-
-
-def rule_engine(engine: str, scrape: dict[str, list[str]], rules: list[Path], alertmanager_url: str):
-    if engine == "prometheus":
-        return Prometheus(scrape_targets=scrape, rule_files=rules, alertmanager_url=alertmanager_url)
-    return VictoriaRuleStack(scrape, rules, alertmanager_url=alertmanager_url)
-
-
 @pytest.mark.parametrize("engine", sorted(RULE_ENGINES))
-def test_collapse_pages_and_recovery_resolves(engine: str, exporter_url: tuple[str, FakeVllm], tmp_path: Path) -> None:
-    for binary in (*RULE_ENGINES[engine], ALERTMANAGER_BIN):
-        require_binary(binary)
+def test_collapse_pages_and_recovery_resolves(engine: str, exporter_url: tuple[str, FakeVllm], alert_stack) -> None:
+    # The rule engines a user may run: Prometheus, or vmalert over VictoriaMetrics (the same rule files);
+    # the stack's servers stop when the test ends (support/alertstack.py).
     exporter_address, fake = exporter_url
-    with WebhookReceiver() as hook:
-        (tmp_path / "key").write_text("integration-key")
-        (tmp_path / "chat-url").write_text(f"{hook.url}/chat")
-        cfg = MixinConfig().with_overrides({
-            **FAST,
-            "pager_routing_key_file": str(tmp_path / "key"),
-            "pager_events_url": f"{hook.url}/pager",
-            "chat_webhook_url_file": str(tmp_path / "chat-url"),
-        })
-        for rel, text in generate.render_all(cfg).items():
-            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-            (tmp_path / rel).write_text(text)
-        ratio = recording_rules.record_names(cfg).acceptance_ratio
+    stack = alert_stack(FAST, scrape={JOB: [exporter_address]}, engine=engine, routing_key="integration-key")
+    cfg, hook, prom = stack.config, stack.hook, stack.rules
+    ratio = recording_rules.record_names(cfg).acceptance_ratio
+    # Healthy: the recording rule sees ~80 % and nothing pages.
+    healthy = wait_until(lambda: (v := prom.query_value(ratio)) is not None and v > 0.7 and v, 60)
+    assert healthy == pytest.approx(0.8, abs=0.05)
+    time.sleep(5)
+    assert not prom.firing(alert_rules.ACCEPTANCE_CRITICAL) and not hook.received("/pager")
 
-        with Alertmanager((tmp_path / alertmanager.ALERTMANAGER_FILE).read_text()) as am, rule_engine(
-            engine, {JOB: [exporter_address]}, [tmp_path / rule_files.RULES_FILE, tmp_path / rule_files.ALERTS_FILE],
-            am.url,
-        ) as prom:
-            # Healthy: the recording rule sees ~80 % and nothing pages.
-            healthy = wait_until(lambda: (v := prom.query_value(ratio)) is not None and v > 0.7 and v, 60)
-            assert healthy == pytest.approx(0.8, abs=0.05)
-            time.sleep(5)
-            assert not prom.firing(alert_rules.ACCEPTANCE_CRITICAL) and not hook.received("/pager")
+    # Collapse to 10 %: a page must arrive.
+    collapse_at = time.monotonic()
+    fake.drive(50, 0.1)
+    wait_until(lambda: any(r["body"]["event_action"] == "trigger" for r in hook.received("/pager")), 90)
+    time_to_page = time.monotonic() - collapse_at
+    page = next(r["body"] for r in hook.received("/pager") if r["body"]["event_action"] == "trigger")
+    assert page["routing_key"] == "integration-key"
+    assert page["payload"]["summary"] == "Speculative decoding acceptance is below 40%. (tiny-llama)"
+    details = page["payload"]["custom_details"]
+    # Text, not an object: Alertmanager 0.3x parses a detail that reads as YAML (see mixin/alertmanager.py).
+    assert isinstance(details["description"], str), details
+    assert f"model tiny-llama on {exporter_address} is below 40%" in details["description"]
+    assert details["runbook_url"].endswith("/docs/runbooks.md#specdecodeacceptancecritical")
+    [alert] = prom.firing(alert_rules.ACCEPTANCE_CRITICAL)
+    # vmalert adds the rule group's name as `alertgroup` (its default): nothing else differs.
+    assert alert["labels"].pop("alertgroup", "vllm-spec-decode.alerts") == "vllm-spec-decode.alerts"
+    assert alert["labels"] == {"alertname": alert_rules.ACCEPTANCE_CRITICAL, "severity": "critical",
+                               "job": JOB, "instance": exporter_address, "model_name": "tiny-llama",
+                               "confidence": cfg.confidence_label}
+    # 20 s window crossing 40 % (~12 s), alongside 5 s window + 10 s sustained; + evaluation
+    # and group_wait (~3 s)
+    assert time_to_page < 60, time_to_page
 
-            # Collapse to 10 %: a page must arrive.
-            collapse_at = time.monotonic()
-            fake.drive(50, 0.1)
-            wait_until(lambda: any(r["body"]["event_action"] == "trigger" for r in hook.received("/pager")), 90)
-            time_to_page = time.monotonic() - collapse_at
-            page = next(r["body"] for r in hook.received("/pager") if r["body"]["event_action"] == "trigger")
-            assert page["routing_key"] == "integration-key"
-            assert page["payload"]["summary"] == "Speculative decoding acceptance is below 40%. (tiny-llama)"
-            details = page["payload"]["custom_details"]
-            # Text, not an object: Alertmanager 0.3x parses a detail that reads as YAML (see mixin/alertmanager.py).
-            assert isinstance(details["description"], str), details
-            assert f"model tiny-llama on {exporter_address} is below 40%" in details["description"]
-            assert details["runbook_url"].endswith("/docs/runbooks.md#specdecodeacceptancecritical")
-            [alert] = prom.firing(alert_rules.ACCEPTANCE_CRITICAL)
-            # vmalert adds the rule group's name as `alertgroup` (its default): nothing else differs.
-            assert alert["labels"].pop("alertgroup", "vllm-spec-decode.alerts") == "vllm-spec-decode.alerts"
-            assert alert["labels"] == {"alertname": alert_rules.ACCEPTANCE_CRITICAL, "severity": "critical",
-                                       "job": JOB, "instance": exporter_address, "model_name": "tiny-llama",
-                                       "confidence": cfg.confidence_label}
-            # 20 s window crossing 40 % (~12 s), alongside 5 s window + 10 s sustained; + evaluation
-            # and group_wait (~3 s)
-            assert time_to_page < 60, time_to_page
-
-            # Recovery: the page resolves.
-            recover_at = time.monotonic()
-            fake.drive(50, 0.8)
-            wait_until(lambda: any(r["body"]["event_action"] == "resolve" for r in hook.received("/pager")), 90)
-            time_to_resolve = time.monotonic() - recover_at
-            assert not prom.firing(alert_rules.ACCEPTANCE_CRITICAL)
-            # The critical alert never goes to chat; the warning never pages.
-            assert not any(alert_rules.ACCEPTANCE_CRITICAL in str(r["body"]) for r in hook.received("/chat"))
-            assert all(r["body"]["payload"]["summary"].startswith("Speculative decoding acceptance is below 40%")
-                       for r in hook.received("/pager"))
-            print(f"{engine}: time to page {time_to_page:.1f}s, time to resolve {time_to_resolve:.1f}s (fast config)")
+    # Recovery: the page resolves.
+    recover_at = time.monotonic()
+    fake.drive(50, 0.8)
+    wait_until(lambda: any(r["body"]["event_action"] == "resolve" for r in hook.received("/pager")), 90)
+    time_to_resolve = time.monotonic() - recover_at
+    assert not prom.firing(alert_rules.ACCEPTANCE_CRITICAL)
+    # The critical alert never goes to chat; the warning never pages.
+    assert not any(alert_rules.ACCEPTANCE_CRITICAL in str(r["body"]) for r in hook.received("/chat"))
+    assert all(r["body"]["payload"]["summary"].startswith("Speculative decoding acceptance is below 40%")
+               for r in hook.received("/pager"))
+    print(f"{engine}: time to page {time_to_page:.1f}s, time to resolve {time_to_resolve:.1f}s (fast config)")

@@ -87,6 +87,7 @@ def _run_scenarios_against(cfg: MixinConfig, tmp_path: Path) -> str:
     return result.stdout + result.stderr  # promtool prints failures on stderr
 
 
+@pytest.mark.slow  # 14 full promtool runs
 @pytest.mark.parametrize(
     ("overrides", "expected_failure"),
     [

@@ -34,6 +34,7 @@ import pytest
 import yaml
 
 from support.prom import require_binary, run_tool
+from support.report import VMALERT_DIFFERENCES  # printed at the end of the run
 from vllm_spec_exporter.durations import seconds
 from vllm_spec_lab.binaries import PROMTOOL_BIN, PROMTOOL_OLDEST_BIN, VMALERT_TOOL_BIN
 
@@ -127,9 +128,6 @@ def prometheus_changes_state(path: Path, index: int, late_check: tuple[str, int]
                for promtool in (PROMTOOL_BIN, PROMTOOL_OLDEST_BIN))
 
 
-DIFFERENCES: list[tuple[str, str, str, str]] = []  # (file, test, check at time, reason), printed by conftest
-
-
 def explain_failures(output: str) -> tuple[set[tuple[str, int]], list[tuple[str, str]], list[str]]:
     """(late checks, explained (check, reason), unexplained) from one test's vmalert-tool output."""
     alert_failures = list(_ALERT_FAILURE.finditer(output))
@@ -157,6 +155,7 @@ def explain_failures(output: str) -> tuple[set[tuple[str, int]], list[tuple[str,
     return late, explained, unexplained
 
 
+@pytest.mark.slow  # one vmalert-tool run per scenario test: minutes
 @pytest.mark.parametrize("path", SCENARIO_FILES, ids=lambda p: p.stem)
 def test_scenarios_on_vmalert_tool(path: Path, tmp_path: Path) -> None:
     """One vmalert-tool run per test (its report names the test of an alert failure, not of an
@@ -171,7 +170,7 @@ def test_scenarios_on_vmalert_tool(path: Path, tmp_path: Path) -> None:
             continue
         late, explained, unexplained = explain_failures(output)
         name = test.get("name", f"test {index}")
-        DIFFERENCES.extend((path.name, name, check, reason) for check, reason in explained)
+        VMALERT_DIFFERENCES.extend((path.name, name, check, reason) for check, reason in explained)
         problems.extend(f"{name}: {text}" for text in unexplained)
         for key, at in sorted(late):
             if not prometheus_changes_state(path, index, (key, at), step, tmp_path):

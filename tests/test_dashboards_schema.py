@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from support.policy import require
 from vllm_spec_exporter.mixin import dashboard_files, fleet, overview
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab import grafana_render as gr
@@ -47,10 +47,7 @@ def broken(model: dict) -> dict:
 def test_dashboards_match_grafana_schema_types() -> None:
     modules = gr.node_modules()
     if modules is None:
-        message = "renderer's node_modules missing: run scripts/bootstrap.sh"
-        if os.environ.get("CI"):
-            pytest.fail(message + " — required in CI", pytrace=False)
-        pytest.skip(message)
+        require("renderer's node_modules missing: run scripts/bootstrap.sh")
     cfg = MixinConfig()
     models = {"overview": overview.build(cfg), "fleet": fleet.build(cfg)}
     # tsc resolves `./src/schema` and @grafana/schema from the renderer's folder: write the files there.
@@ -85,10 +82,7 @@ def test_renderer_type_checks_against_grafana_packages() -> None:
     tools/grafana-render/src): a package upgrade that changes an API fails here, not in a picture."""
     modules = gr.node_modules()
     if modules is None:
-        message = "renderer's node_modules missing: run scripts/bootstrap.sh"
-        if os.environ.get("CI"):
-            pytest.fail(message + " — required in CI", pytrace=False)
-        pytest.skip(message)
+        require("renderer's node_modules missing: run scripts/bootstrap.sh")
     result = subprocess.run([str(modules / ".bin" / "tsc"), "-p", str(gr.RENDERER / "tsconfig.json")],
                             capture_output=True, text=True, timeout=300, cwd=gr.RENDERER)
     assert result.returncode == 0, result.stdout[-3000:]

@@ -29,6 +29,8 @@ from vllm_spec_lab.fakes.vllm import FakeVllm
 from vllm_spec_lab.fakes.vllm_cache import make_fake_cache
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
 
+# The demo and LocalStack start the exporter, Prometheus, Alertmanager and the simulated vLLM.
+pytestmark = pytest.mark.server
 DEMO = [str(SCRIPT.with_name("vllm-spec-lab")), "demo"]  # the lab's own command (run.sh's main job)
 RUNNING = b"phase 1/4"  # the live screen is up: everything has been started
 

@@ -11,6 +11,7 @@ import time
 import requests
 
 from vllm_spec_exporter import schema
+from vllm_spec_lab import processes
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.fakes.badtarget import BadTarget
 from vllm_spec_lab.fakes.vllm import FakeVllm
@@ -111,20 +112,15 @@ def test_bad_flags_give_one_clear_error_line():
 
 def test_listens_on_an_ipv6_loopback():
     import socket
-    import subprocess
 
     from vllm_spec_lab.exporter_process import SCRIPT
 
     with socket.socket(socket.AF_INET6) as s:
         s.bind(("::1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([str(SCRIPT), "serve", "--listen", f"[::1]:{port}", "--target", "http://127.0.0.1:1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        assert wait_until(lambda: _answers(f"http://[::1]:{port}/healthz"), 10)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with processes.spawn([str(SCRIPT), "serve", "--listen", f"[::1]:{port}", "--target", "http://127.0.0.1:1"],
+                         name="exporter", ready=lambda: _answers(f"http://[::1]:{port}/healthz"), ready_timeout=10):
+        pass  # it answered on [::1]: the readiness probe is the check
 
 
 def _answers(url: str) -> bool:

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
+from support import report  # its FAULTS table is printed at the end of the run
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.fakes.badtarget import BadTarget, http_response
 from vllm_spec_lab.fakes.vllm import FakeVllm
 from vllm_spec_lab.waiting import wait_until
 
-FAULT_TABLE: list[tuple[str, str, str, bool]] = []  # printed by conftest.pytest_terminal_summary
 SERIES = (("engine", "0"), ("model_name", "tiny-llama"))
 MAX_RSS_MB = 80
 
@@ -239,7 +239,7 @@ def test_fault(rig: Rig, fault: str, check):
         observed += "; recovered"
         passed = True
     finally:
-        FAULT_TABLE.append((fault, "stays up, names the cause, omits ratios, recovers", observed or "FAILED", passed))
+        report.FAULTS.append((fault, "stays up, names the cause, omits ratios, recovers", observed or "FAILED", passed))
 
 
 LOGGED_CAUSES = ("cannot connect", "no answer within", "not complete within", "HTTP 500", "HTTP 404", "HTTP 401",
@@ -250,7 +250,7 @@ LOGGED_CAUSES = ("cannot connect", "no answer within", "not complete within", "H
 def test_logs_name_each_cause(rig: Rig):
     logs = rig.exporter.logs()
     missing = [cause for cause in LOGGED_CAUSES if cause not in logs]
-    FAULT_TABLE.append(("(after all faults) log lines", "each cause named",
+    report.FAULTS.append(("(after all faults) log lines", "each cause named",
                         f"{len(LOGGED_CAUSES) - len(missing)}/{len(LOGGED_CAUSES)} named", not missing))
     assert not missing, logs[-3000:]
 
@@ -258,6 +258,6 @@ def test_logs_name_each_cause(rig: Rig):
 def test_memory_stays_bounded(rig: Rig):
     status = Path(f"/proc/{rig.exporter.proc.pid}/status").read_text()
     rss_mb = int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024
-    FAULT_TABLE.append(("(after all faults) memory", f"RSS <= {MAX_RSS_MB} MB", f"RSS {rss_mb:.1f} MB",
+    report.FAULTS.append(("(after all faults) memory", f"RSS <= {MAX_RSS_MB} MB", f"RSS {rss_mb:.1f} MB",
                         rss_mb <= MAX_RSS_MB))
     assert rss_mb <= MAX_RSS_MB

@@ -18,7 +18,7 @@ from support.prom import require_binary
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab.binaries import TESTING_BIN_DIR
 
-pytestmark = pytest.mark.prometheus
+pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # the quick benches start Prometheus
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))

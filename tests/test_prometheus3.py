@@ -41,7 +41,7 @@ from vllm_spec_lab.fakes.vllm import FakeVllm
 from vllm_spec_lab.grafana_query import expand_variables
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, wait_until
 
-pytestmark = pytest.mark.prometheus
+pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # starts Prometheus-family servers
 
 CAPTURES = sorted((Path(__file__).parent / "fixtures" / "vllm-0.32.0" / "ngram").glob("scrape-00*.prom"))
 CLASSIC = "text/plain; version=0.0.4; charset=utf-8"

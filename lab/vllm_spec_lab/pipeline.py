@@ -7,7 +7,6 @@ generated files, so what runs here is what ships, only faster.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import threading
 import time
@@ -30,7 +29,6 @@ from .monitoring import (
     WebhookReceiver,
     free_port,
     have_binary,
-    is_ready,
     wait_until,
 )
 from .server import NGRAM_SPEC_CONFIG, VllmServer
@@ -104,7 +102,7 @@ class LocalStack:
                            if options.target is None else advisor.UNKNOWN_METHOD_DRAFT_COST)
         self.vllm: VllmServer | None = None
         self.target = options.target
-        self.exporter_proc: subprocess.Popen[bytes] | None = None
+        self.exporter_proc: processes.ChildProcess | None = None
         self.exporter_url = ""
         self.webhook: WebhookReceiver | None = None
         self.alertmanager: Alertmanager | None = None
@@ -183,17 +181,14 @@ class LocalStack:
                "--listen", f"127.0.0.1:{port}", "--interval", str(self.options.exporter_interval),
                "--timeout", str(self.options.exporter_timeout), "--window", str(self.options.exporter_window),
                "--min-draft-tokens", "20", "--draft-cost-ratio", str(self.draft_cost)]
-        log_path = self.log_dir / "exporter.log"
-        self.exporter_proc = processes.spawn(cmd, log_path)
-        wait_until(lambda: self.exporter_proc.poll() is not None or is_ready(self.exporter_url + "/healthz"), 20)
-        if self.exporter_proc.poll() is not None:
-            raise RuntimeError("exporter failed to start:\n" + log_path.read_text())
+        self.exporter_proc = processes.spawn(cmd, name="exporter", log=self.log_dir / "exporter.log",
+                                             ready=self.exporter_url + "/healthz", ready_timeout=20)
         self.progress(f"      exporter serving {self.exporter_url}/metrics (draft cost {self.draft_cost:g})")
 
     def _stop_exporter(self) -> None:
         proc, self.exporter_proc = self.exporter_proc, None
         if proc is not None:
-            processes.stop(proc)
+            proc.stop()
 
     # --- Prometheus, Alertmanager, webhook ------------------------------------------------------
     def _start_monitoring(self) -> None:

@@ -1,8 +1,21 @@
-"""Child processes and temporary folders that never outlive the program that made them.
+"""The one owner of child processes and temporary folders: nothing the lab or the tests start
+outlives the program that started it.
 
-Every server the lab starts (vLLM, the exporter, Prometheus, Alertmanager) goes through `spawn`,
-and every temporary folder through `temp_dir`. Three layers, because each covers what the one
-before cannot:
+Every child goes through `spawn` (servers: vLLM, llama-server, the exporter, Prometheus,
+Alertmanager, VictoriaMetrics, vmalert, dockerd, the fake vLLM tree) or `run` (tools that run to
+completion but start children of their own: node driving Chromium), and every temporary folder
+through `TempDir`:
+
+    with spawn([binary, "--port", str(port)], name="Prometheus", log=path,
+               ready=f"http://127.0.0.1:{port}/-/ready", ready_timeout=30) as child:
+        ...                      # child.pid, child.log_tail(), child.poll()
+    # left the block: the whole process group is gone and struck off the warden's list
+
+A child that exits or is not ready in time raises `ChildStartError` ("Prometheus exited with code 1
+during start-up; last lines of …: …") after it has been stopped. The webhook receiver is a thread
+of the program, not a child: nothing to own.
+
+Three layers, because each covers what the one before cannot:
 
 1. Own process group (``start_new_session``). Ctrl-C and a closed terminal signal only the
    program, which then stops its children in order; and `stop` takes a whole tree down with one
@@ -16,8 +29,8 @@ before cannot:
    still registered (SIGTERM, then SIGKILL after a grace) — grandchildren included, which layer 2
    cannot reach — and removes every registered folder.
 
-`stop` is the orderly path: SIGTERM to the group, a grace period, SIGKILL to what is left, then
-the group is struck off the warden's list.
+`ChildProcess.stop` is the orderly path: SIGTERM to the group, a grace period, SIGKILL to what is
+left, then the group is struck off the warden's list.
 """
 
 from __future__ import annotations
@@ -33,10 +46,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from urllib.error import URLError
+from urllib.request import urlopen
 
-from .warden import live_members
+from .warden import kill_groups, tree
 
 WARDEN_SCRIPT = Path(__file__).with_name("warden.py")
 _PR_SET_PDEATHSIG = 1
@@ -125,40 +140,190 @@ def warden() -> _Warden:
         return _warden
 
 
-def spawn(cmd: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start `cmd` with stdout and stderr appended to `log_path`, under all three layers."""
+ReadyProbe = str | Callable[[], object] | None
+
+
+class ChildStartError(RuntimeError):
+    """A child exited, or never became ready, during start-up; the message ends with its log tail."""
+
+
+class ChildExitError(RuntimeError):
+    """A run-to-completion child (`run`) exited non-zero or overran its time; message: log tail."""
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    """True when GET `url` answers 200 (any error, refusal or other status: False)."""
+    try:
+        with urlopen(url, timeout=timeout) as response:
+            return response.status == 200
+    except (URLError, OSError, ValueError):
+        return False
+
+
+class ChildProcess:
+    """One started child: its process group, its log, and the way to stop it.
+
+    Contract: from `spawn` until `stop` the child's group is on the warden's list, so it dies with
+    this program however the program ends. `stop` is idempotent and always leaves nothing running
+    (SIGTERM to the group and to descendants that left it, `grace` seconds, SIGKILL to what is
+    left). The log stays readable after
+    `stop`: when it lived in a temporary folder of its own (``spawn(log=None)``), its text is kept
+    in memory before that folder goes.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes], name: str, log_path: Path, own_dir: TempDir | None,
+                 grace: float) -> None:
+        self.popen = popen
+        self.name = name
+        self.log_path = log_path
+        self.grace = grace
+        self._own_dir = own_dir
+        self._final_log: str | None = None
+        self._stopped = False
+        self.ready_seconds: float | None = None  # set by wait_ready
+
+    @property
+    def pid(self) -> int:
+        """The child's pid, which is also its process group's id."""
+        return self.popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def running(self) -> bool:
+        return not self._stopped and self.popen.poll() is None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the child itself to exit (raises subprocess.TimeoutExpired)."""
+        return self.popen.wait(timeout)
+
+    def log_text(self) -> str:
+        if self._final_log is not None:
+            return self._final_log
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last `lines` lines of the log, or "(empty log)"."""
+        return "\n".join(self.log_text().rstrip().splitlines()[-lines:]) or "(empty log)"
+
+    def wait_ready(self, ready: ReadyProbe, timeout: float, interval: float = 0.2) -> float:
+        """Poll `ready` (a URL answering 200, or a callable returning something truthy) until it
+        holds; returns the seconds waited. On an exit or a timeout the child is stopped and
+        `ChildStartError` names it, its exit code or the limit, and its last log lines."""
+        started = time.monotonic()
+        probe: Callable[[], object] = (lambda: http_ok(ready)) if isinstance(ready, str) else ready  # type: ignore[assignment]
+        try:
+            while True:
+                code = self.popen.poll()
+                if code is not None:
+                    raise ChildStartError(self._failure(f"exited with code {code} during start-up"))
+                if ready is None or probe():
+                    self.ready_seconds = time.monotonic() - started
+                    return self.ready_seconds
+                if time.monotonic() - started >= timeout:
+                    raise ChildStartError(self._failure(f"not ready within {timeout:.0f} s"))
+                time.sleep(interval)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _failure(self, what: str) -> str:
+        return f"{self.name} {what}; last lines of {self.log_path}:\n{self.log_tail()}"
+
+    def stop(self, grace: float | None = None) -> int | None:
+        """SIGTERM to the group, up to `grace` s for it to go, then SIGKILL; returns the exit code."""
+        if self._stopped:
+            return self.popen.returncode
+        self._stopped = True
+        grace = self.grace if grace is None else grace
+        pgid = self.popen.pid
+        # Descendants that left the group (playwright's Chromium) go too; recorded before anything
+        # exits, as an orphan's parent link is lost.
+        strays = tree((), {pgid})
+        kill_groups({pgid}, grace, strays)
+        # Members that outlived the leader (vLLM's engine core) or ignored SIGTERM: always sweep.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        self.popen.wait()
+        warden().untrack_group(pgid)
+        if self._own_dir is not None:
+            self._final_log = self.log_text()
+            self._own_dir.cleanup()
+        return self.popen.returncode
+
+    def __enter__(self) -> ChildProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def spawn(argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = None, cwd: Path | None = None,
+          log: Path | None = None, ready: ReadyProbe = None, ready_timeout: float = 30.0, interval: float = 0.2,
+          grace: float = 10.0, pass_fds: Sequence[int] = (), private_tmp: bool = False) -> ChildProcess:
+    """Start `argv` under all three layers, its stdout and stderr appended to `log` (default: a
+    file in a temporary folder of its own, removed by `stop`); then wait for `ready` (a URL
+    answering 200, or a callable) up to `ready_timeout` s. A child that exits or is not ready in
+    time is stopped and `ChildStartError` carries its log tail. `env` replaces the environment
+    (None: inherit); `pass_fds` stay open in the child (e.g. a lock it must hold);
+    `private_tmp` points the child's TMPDIR at that own folder, so the temporary files of a tool
+    that cannot clean up when killed (node's Chromium profile) go with it."""
     keeper = warden()
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=dict(env) if env is not None else None, start_new_session=True,
-                                preexec_fn=_die_with_parent(os.getpid()))
-    keeper.track_group(proc.pid)
-    return proc
+    own_dir = None
+    slug = name.replace(" ", "-").replace("/", "-")
+    if log is None or private_tmp:
+        own_dir = TempDir(f"vse-{slug}-")
+    if log is None:
+        log = own_dir.path / f"{slug}.log"  # type: ignore[union-attr]
+    if private_tmp:
+        env = {**(os.environ if env is None else env), "TMPDIR": str(own_dir.path)}  # type: ignore[union-attr]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(log, "ab") as handle:
+            popen = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
+                                     env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
+                                     pass_fds=tuple(pass_fds), preexec_fn=_die_with_parent(os.getpid()))
+    except BaseException:
+        if own_dir is not None:
+            own_dir.cleanup()
+        raise
+    keeper.track_group(popen.pid)
+    child = ChildProcess(popen, name, log, own_dir, grace)
+    if ready is not None:
+        child.wait_ready(ready, ready_timeout, interval)
+    return child
 
 
-def stop(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
-    """SIGTERM to the process group, up to `grace` seconds for it to go, then SIGKILL the rest."""
-    pgid = proc.pid
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=grace)
-    while live_members(pgid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    # Members that outlived the leader (vLLM's engine core) or ignored SIGTERM: always sweep.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    proc.wait()
-    warden().untrack_group(pgid)
+def run(argv: Sequence[str], *, name: str, timeout: float, env: Mapping[str, str] | None = None,
+        cwd: Path | None = None, log: Path | None = None, private_tmp: bool = False) -> str:
+    """Run `argv` to completion as a tracked child (a tool that starts its own children, e.g. node
+    driving Chromium); returns its output. Exit non-zero or running past `timeout` s: the whole
+    group is stopped and `ChildExitError` carries the log tail."""
+    with spawn(argv, name=name, env=env, cwd=cwd, log=log, private_tmp=private_tmp) as child:
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.stop()
+            raise ChildExitError(f"{name} still running after {timeout:.0f} s; last lines of "
+                                 f"{child.log_path}:\n{child.log_tail()}") from None
+        child.stop()  # grandchildren it left behind go with its group
+        if code != 0:
+            raise ChildExitError(f"{name} exited with code {code}; last lines of {child.log_path}:\n{child.log_tail()}")
+        return child.log_text()
 
 
 class TempDir:
     """A temporary folder the warden removes should the program die before `cleanup()`."""
 
-    def __init__(self, prefix: str) -> None:
-        self.path = Path(tempfile.mkdtemp(prefix=prefix))
+    def __init__(self, prefix: str, parent: Path | None = None) -> None:
+        self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
         self._done = False
         warden().track_dir(str(self.path))
 

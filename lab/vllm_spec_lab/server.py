@@ -6,14 +6,11 @@ import json
 import os
 import re
 import socket
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-
-import requests
 
 from . import processes
 
@@ -97,7 +94,7 @@ class VllmServer:
         self.startup_timeout_s = startup_timeout_s
         self._tmp = processes.TempDir("vllm-server-") if log_path is None else None
         self.log_path = Path(log_path) if log_path is not None else self._tmp.path / "server.log"  # type: ignore[union-attr]
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: processes.ChildProcess | None = None
         self.startup_seconds: float | None = None
 
     @property
@@ -151,34 +148,17 @@ class VllmServer:
     def start(self) -> VllmServer:
         if self.process is not None:
             raise RuntimeError("server already started")
-        started = time.monotonic()
-        self.process = processes.spawn(self.command, self.log_path, env=self.environment)
         try:
-            self._wait_healthy()
+            self.process = processes.spawn(self.command, name="vLLM", env=self.environment, log=self.log_path,
+                                           ready=f"{self.url}/health", ready_timeout=self.startup_timeout_s)
+        except processes.ChildStartError as error:
+            self.stop()
+            raise VllmServerError(str(error)) from None
         except BaseException:
             self.stop()
             raise
-        self.startup_seconds = time.monotonic() - started
+        self.startup_seconds = self.process.ready_seconds
         return self
-
-    def _wait_healthy(self) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise VllmServerError(
-                    f"vLLM exited with code {self.process.returncode} during start-up; "
-                    f"log {self.log_path}:\n{self.log_tail()}"
-                )
-            try:
-                if requests.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.5)
-        raise VllmServerError(
-            f"vLLM not healthy after {self.startup_timeout_s:.0f} s; log {self.log_path}:\n{self.log_tail()}"
-        )
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -219,7 +199,7 @@ class VllmServer:
     def stop(self, grace_s: float = 20.0) -> None:
         process, self.process = self.process, None
         if process is not None:
-            processes.stop(process, grace_s)
+            process.stop(grace_s)
         if self._tmp is not None:
             self._tmp.cleanup()
 

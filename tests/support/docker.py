@@ -27,14 +27,13 @@ import hashlib
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from vllm_spec_lab import default_cache_dir
+from vllm_spec_lab import default_cache_dir, processes
 from vllm_spec_lab.binaries import TESTING_ROOT, TESTING_VERSIONS_FILE
 
 IMAGES_DIR = Path(__file__).parent / "images"
@@ -82,8 +81,9 @@ class PrivateDockerd:
         self.data_root = data_root or docker_cache_dir() / "data-root"
         self.start_timeout_s = start_timeout_s
         self.run_dir: Path | None = None
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: processes.ChildProcess | None = None
         self._lock_file = None
+        self._run_tmp: processes.TempDir | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
     @property
@@ -108,7 +108,8 @@ class PrivateDockerd:
         self.data_root.mkdir(parents=True, exist_ok=True)
         self._lock_data_root()
         # Sockets live under /tmp: unix socket paths are limited to 108 bytes.
-        self.run_dir = Path(tempfile.mkdtemp(prefix="vse-dockerd-", dir="/tmp"))
+        self._run_tmp = processes.TempDir("vse-dockerd-", parent=Path("/tmp"))
+        self.run_dir = self._run_tmp.path
         (self.run_dir / "client-config").mkdir()
         command = [
             dockerd, "--host", f"unix://{self.socket}", "--data-root", str(self.data_root),
@@ -116,11 +117,11 @@ class PrivateDockerd:
             "--bridge=none", "--iptables=false", "--ip-forward=false", "--ip-masq=false",
             "--host-gateway-ip=127.0.0.1", "--log-level=warn",
         ]
-        with open(self.run_dir / "dockerd.log", "wb") as log:
-            # Own process group (its containerd joins it) so stop() reaches both. dockerd inherits the
-            # lock: should this test process die, the lock lives as long as the daemon does.
-            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True, pass_fds=(self._lock_file.fileno(),))
+        # Own process group (its containerd joins it) so stop() reaches both, and the warden's
+        # list, so a SIGKILLed test run takes them down too. dockerd inherits the lock: should this
+        # test process die, the lock lives as long as the daemon does.
+        self.process = processes.spawn(command, name="dockerd", log=self.run_dir / "dockerd.log",
+                                       pass_fds=(self._lock_file.fileno(),), grace=30)
         try:
             self._wait_ready()
         except BaseException:
@@ -146,14 +147,12 @@ class PrivateDockerd:
 
     def _wait_ready(self) -> None:
         assert self.process is not None
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise DockerUnavailable(f"dockerd exited with {self.process.returncode}: {self.log_tail(1)}")
-            if self.socket.exists() and self.docker("version", check=False, timeout=10).returncode == 0:
-                return
-            time.sleep(0.3)
-        raise DockerUnavailable(f"dockerd not ready within {self.start_timeout_s:.0f} s: {self.log_tail(1)}")
+        try:
+            self.process.wait_ready(lambda: self.socket.exists() and
+                                    self.docker("version", check=False, timeout=10).returncode == 0,
+                                    self.start_timeout_s, interval=0.3)
+        except processes.ChildStartError as error:
+            raise DockerUnavailable(str(error)) from None
 
     def log_tail(self, lines: int = 20) -> str:
         if self.run_dir is None or not (self.run_dir / "dockerd.log").exists():
@@ -170,16 +169,11 @@ class PrivateDockerd:
                     ids = self.docker("ps", "-aq", check=False, timeout=30).stdout.split()
                     if ids:
                         self.docker("rm", "-f", "-v", *ids, check=False, timeout=120)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=30)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)  # containerd may outlive dockerd for a moment
-            process.wait()
+            process.stop()  # SIGTERM, 30 s, then SIGKILL: containerd may outlive dockerd for a moment
         if self.run_dir is not None:
             _unmount_under(self.run_dir)  # dockerd leaves its netns bind mount behind
-            shutil.rmtree(self.run_dir, ignore_errors=True)
+            if self._run_tmp is not None:
+                self._run_tmp.cleanup()
             self.run_dir = None
         if self._lock_file is not None:
             self._lock_file.close()  # releases the lock

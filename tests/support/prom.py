@@ -8,25 +8,16 @@ are chosen in `vllm_spec_lab.binaries` (Debian testing's 3.x / 0.3x when bootstr
 
 from __future__ import annotations
 
-import os
 import subprocess
 import warnings
 from pathlib import Path
 
+from support.policy import require
+from support.report import FALLBACK_NOTES
 from vllm_spec_lab.binaries import binary_version, have_binary, testing_fallback_reason
 
 INSTALL_HINT = ("run scripts/bootstrap.sh (Debian 12: prometheus prometheus-alertmanager; "
                 "Debian testing: 3.x, 0.3x, victoria-metrics)")
-
-
-def _fail_or_skip(message: str) -> None:
-    """Skip the test, or fail it when running in CI (env `CI` set): CI must never go green by
-    skipping the real checks."""
-    import pytest
-
-    if os.environ.get("CI"):
-        pytest.fail(message + " — required in CI", pytrace=False)
-    pytest.skip(message)
 
 
 def require_binary(path: str) -> str:
@@ -34,13 +25,7 @@ def require_binary(path: str) -> str:
     found = have_binary(path)
     if found:
         return found
-    _fail_or_skip(f"{path} not found ({INSTALL_HINT})")
-    raise AssertionError("unreachable")
-
-
-# Bootstrap fell back to Debian 12's servers (debian-testing/FALLBACK): every version-pinned check
-# that ran on the older version instead, printed in one loud line by tests/conftest.py.
-FALLBACK_NOTES: list[str] = []
+    require(f"{path} not found ({INSTALL_HINT})")
 
 
 def is_version(path: str, prefix: str) -> bool:
@@ -55,8 +40,8 @@ def require_version(path: str, prefix: str) -> str:
 
     When bootstrap fell back to Debian 12's servers (it says why in debian-testing/FALLBACK), a
     change in Debian testing must not block a landing: the test runs against what is there, with a
-    warning, and the run ends with one loud line naming the fallback. Otherwise a wrong version
-    fails the test in CI (skips it elsewhere)."""
+    warning (support/report.py FALLBACK_NOTES), and the run ends with one loud line naming the
+    fallback. Otherwise a wrong version fails the test in CI (skips it elsewhere)."""
     found = require_binary(path)
     if is_version(found, prefix):
         return found
@@ -67,8 +52,7 @@ def require_version(path: str, prefix: str) -> str:
         FALLBACK_NOTES.append(note)
         warnings.warn(note, stacklevel=2)
         return found
-    _fail_or_skip(f"{message} ({INSTALL_HINT})")
-    return found
+    require(f"{message} ({INSTALL_HINT})")
 
 
 def run_tool(args: list[str], cwd: Path | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:

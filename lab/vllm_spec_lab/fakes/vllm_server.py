@@ -4,7 +4,9 @@ fakes/vllm_cache.py): a SIMULATED vLLM, a real process tree.
 - an "engine core" child process in the same process group (not watching its parent: only a
   group-wide kill or the warden can end it once this server is gone);
 - GET /health, GET /metrics (fakes.vllm.FakeVllm's registry), POST /v1/completions, which steps the
-  counters: temperature 0 -> acceptance 0.875, anything else -> 0.0.
+  counters as the real tiny model's n-gram drafts go (vllm_spec_lab/traffic.py): temperature 0
+  -> acceptance 0.875, or 0.45 for the partly looping prompts (the demo's warning band, between the
+  alerts' 0.4 and 0.5 thresholds), anything else -> 0.0.
 Environment: FAKE_VLLM_FAIL_AT_START=1 makes it exit 1 after starting its engine child (a start-up
 crash).
 """
@@ -20,8 +22,16 @@ import time
 from wsgiref.simple_server import make_server
 
 from vllm_spec_lab.fakes.vllm import FakeVllm, _QuietHandler, _ThreadingWSGIServer
+from vllm_spec_lab.traffic import PARTIAL_LOOP_PROMPTS
 
 ENGINE_CORE = "import time\nwhile True:\n    time.sleep(60)\n"
+
+
+def acceptance(request: dict) -> float:
+    """What the real tiny model's n-gram drafts give for this request (traffic.py's measurements)."""
+    if float(request.get("temperature", 0)) != 0:
+        return 0.0
+    return 0.45 if request.get("prompt") in PARTIAL_LOOP_PROMPTS else 0.875
 
 
 def main() -> int:
@@ -48,7 +58,7 @@ def main() -> int:
             request = json.loads(environ["wsgi.input"].read(length) or b"{}")
             tokens = int(request.get("max_tokens", 16))
             time.sleep(0.2)
-            fake.step(max(1, tokens // 4), 0.875 if float(request.get("temperature", 0)) == 0 else 0.0)
+            fake.step(max(1, tokens // 4), acceptance(request))
             body = json.dumps({"choices": [{"text": "x" * tokens}],
                                "usage": {"completion_tokens": tokens}}).encode()
             start_response("200 OK", [("Content-Type", "application/json")])

@@ -1,0 +1,55 @@
+"""What the run prints at its end, collected while it runs: tests push rows here, the plugin
+(support/plugin.py) prints them in `pytest_terminal_summary`. Nothing here imports a test module.
+
+- FAULTS: tests/test_faults.py, one row per injected fault (fault, expected, observed, passed);
+- VMALERT_DIFFERENCES: tests/test_alerts_vmalert_tool.py, every explained difference between
+  vmalert-tool and promtool (file, test, check at time, reason);
+- FALLBACK_NOTES: support/prom.require_version, each version-pinned check that ran on Debian 12's
+  servers because bootstrap fell back (debian-testing/FALLBACK);
+- VLLM_STARTS: every real vLLM started in this pytest process (support/servers.py counts them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FAULTS: list[tuple[str, str, str, bool]] = []
+VMALERT_DIFFERENCES: list[tuple[str, str, str, str]] = []
+FALLBACK_NOTES: list[str] = []
+
+
+@dataclass(frozen=True)
+class VllmStart:
+    """One real vLLM start: the test that needed it (its id) and its start-up time (None: failed)."""
+
+    requested_by: str
+    startup_seconds: float | None
+
+
+VLLM_STARTS: list[VllmStart] = []
+
+
+def write_summary(write) -> None:
+    """Print every registry that has rows, with `write(line, **markup)` (the terminal reporter's)."""
+    if FALLBACK_NOTES:
+        write("")
+        write(f"DEBIAN TESTING FALLBACK: {len(FALLBACK_NOTES)} version-pinned checks ran on Debian 12's "
+              f"servers instead of Prometheus 3.x / Alertmanager 0.3x ({FALLBACK_NOTES[0]})",
+              red=True, bold=True)
+    if VMALERT_DIFFERENCES:
+        write("")
+        write("vmalert-tool unittest vs promtool: every difference, explained")
+        for file, test, check, reason in VMALERT_DIFFERENCES:
+            write(f"{file:32} {test[:40]:40} {check[:70]:70} {reason}")
+    if FAULTS:
+        write("")
+        write("fault injection against the exporter process")
+        write(f"{'fault':<36} {'observed':<78} pass")
+        for fault, _expected, observed, passed in FAULTS:
+            write(f"{fault:<36} {observed[:78]:<78} {'yes' if passed else 'NO'}")
+    if VLLM_STARTS:
+        write("")
+        write(f"real vLLM servers started in this run: {len(VLLM_STARTS)}")
+        for start in VLLM_STARTS:
+            took = f"{start.startup_seconds:.0f} s" if start.startup_seconds is not None else "failed"
+            write(f"  {start.requested_by}: start-up {took}")

@@ -35,7 +35,7 @@ import yaml
 
 from support.prom import require_binary, run_tool
 from support.report import VMALERT_DIFFERENCES  # printed at the end of the run
-from vllm_spec_exporter.durations import seconds
+from vllm_spec_exporter.durations import format_duration, seconds
 from vllm_spec_lab.binaries import PROMTOOL_BIN, PROMTOOL_OLDEST_BIN, VMALERT_TOOL_BIN
 
 pytestmark = pytest.mark.prometheus
@@ -43,8 +43,6 @@ pytestmark = pytest.mark.prometheus
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO_FILES = sorted((ROOT / "tests" / "promtool").glob("*.yaml"))
 
-_DURATION = re.compile(r"(\d+)(h|m|s)")
-_SECONDS = {"h": 3600, "m": 60, "s": 1}
 # vmalert-tool's failure report: per test group "testGroupName: <test>," then one block per failed
 # alert check or expression check.
 _ALERT_FAILURE = re.compile(
@@ -97,10 +95,10 @@ def value_difference(exp: str, got: str) -> str | None:
 def shifted(test: dict, late: set[tuple[str, int]], step: int) -> dict:
     """The test with only its late checks, each moved one evaluation later (the rest passed)."""
     out = {k: v for k, v in test.items() if k not in ("alert_rule_test", "metricsql_expr_test")}
-    out["alert_rule_test"] = [dict(check, eval_time=f"{seconds(check['eval_time']) + step}s")
+    out["alert_rule_test"] = [dict(check, eval_time=format_duration(seconds(check["eval_time"]) + step))
                               for check in test.get("alert_rule_test", [])
                               if (check["alertname"], seconds(check["eval_time"])) in late]
-    out["metricsql_expr_test"] = [dict(check, eval_time=f"{seconds(check['eval_time']) + step}s")
+    out["metricsql_expr_test"] = [dict(check, eval_time=format_duration(seconds(check["eval_time"]) + step))
                                   for check in test.get("metricsql_expr_test", [])
                                   if (check["expr"], seconds(check["eval_time"])) in late]
     assert len(out["alert_rule_test"]) + len(out["metricsql_expr_test"]) == len(late), late
@@ -117,9 +115,10 @@ def prometheus_changes_state(path: Path, index: int, late_check: tuple[str, int]
     doc["rule_files"] = [str((path.parent / rule).resolve()) for rule in doc["rule_files"]]
     test = doc["tests"][index]
     earlier = {k: v for k, v in test.items() if k not in ("alert_rule_test", "promql_expr_test")}
-    earlier["alert_rule_test"] = [dict(check, eval_time=f"{at - step}s") for check in test.get("alert_rule_test", [])
+    before = format_duration(at - step)
+    earlier["alert_rule_test"] = [dict(check, eval_time=before) for check in test.get("alert_rule_test", [])
                                   if (check["alertname"], seconds(check["eval_time"])) == late_check]
-    earlier["promql_expr_test"] = [dict(check, eval_time=f"{at - step}s") for check in test.get("promql_expr_test", [])
+    earlier["promql_expr_test"] = [dict(check, eval_time=before) for check in test.get("promql_expr_test", [])
                                    if (check["expr"], seconds(check["eval_time"])) == late_check]
     assert earlier["alert_rule_test"] or earlier["promql_expr_test"], f"{key} at {at}s not in {path.name}"
     moved = folder / f"{index}-earlier-{path.name}"
@@ -185,3 +184,16 @@ def test_scenarios_on_vmalert_tool(path: Path, tmp_path: Path) -> None:
                                 f"{later_output[-3000:]}")
     assert not problems, "\n".join(problems)
 
+
+
+def test_prometheus_changes_state_tells_a_late_evaluation_from_a_real_change(tmp_path: Path) -> None:
+    """The check behind "late by one evaluation": an expectation that already held one step earlier
+    is not a change of state (False); one that did not hold there is (True)."""
+    (tmp_path / "rules.yaml").write_text("groups: [{name: g, rules: [{record: one, expr: vector(1)}]}]\n")
+    test = {"interval": "1m", "input_series": [{"series": "x", "values": "0 0 1"}],
+            "promql_expr_test": [{"expr": "one", "eval_time": "2m", "exp_samples": [{"labels": "one", "value": 1}]},
+                                 {"expr": "x", "eval_time": "2m", "exp_samples": [{"labels": "x", "value": 1}]}]}
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump({"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [test]}))
+    assert prometheus_changes_state(path, 0, ("one", seconds("2m")), 60, tmp_path) is False
+    assert prometheus_changes_state(path, 0, ("x", seconds("2m")), 60, tmp_path) is True

@@ -41,7 +41,7 @@ from vllm_spec_exporter.window import WindowStore
 from vllm_spec_lab import processes
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, PROMTOOL_BIN, free_port, http_get_json
 
-pytestmark = pytest.mark.prometheus
+pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # a real Prometheus
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.32.0"
 SCENARIOS = ("ngram", "draft_model", "multi_engine")

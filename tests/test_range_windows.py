@@ -26,7 +26,6 @@ from vllm_spec_lab import pipeline
 ROOT = Path(__file__).resolve().parents[1]
 # `[5m]`, `[2m30s]`, and the range of a subquery `[5m:1m]` (its resolution is checked separately).
 _RANGE = re.compile(r"\[(?P<range>(?:\d+[smhdw])+)(?::(?P<step>(?:\d+[smhdw])+)?)?\]")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def ranges(rules_text: str) -> list[tuple[str, str, int, int | None]]:

@@ -45,9 +45,10 @@ SIDECAR_ONLY_SERIES = {MetricName.TARGET_UP, MetricName.SPEC_DECODE_ENABLED, Met
 OTHER_ENGINES = ("TensorRT-LLM",)
 EXPORTER_JOB, VLLM_JOB = "vllm-spec-exporter", "vllm"
 VLLM_NAME = {c.exporter: c.vllm for c in sources.COUNTERS} | {k: v for k, v in sources.VLLM_GAUGES.items()}
-# (path, version prefix): the newest and the oldest promtool we support.
+# (path, version prefix): the newest and the oldest promtool we support; the oldest runs in the full
+# tier only (`--fast` proves the rules on the newest).
 PROMTOOLS = [pytest.param((PROMTOOL_BIN, "3."), id="promtool-3"),
-             pytest.param((PROMTOOL_OLDEST_BIN, "2."), id="promtool-2.42")]
+             pytest.param((PROMTOOL_OLDEST_BIN, "2."), id="promtool-2.42", marks=pytest.mark.slow)]
 
 
 @pytest.fixture(params=PROMTOOLS)
@@ -137,6 +138,7 @@ def test_direct_rules_give_the_sidecar_pages_in_every_spelling(promtool: str, di
     assert result.stdout.count("SUCCESS") == len(names)
 
 
+@pytest.mark.slow  # a mutation run: the whole translated scenario set on the sidecar's rules
 def test_translation_can_fail(promtool: str, direct_root: Path) -> None:
     # The same scenarios against the sidecar's rules must fail (no exporter series any more):
     # the translated expectations are not vacuous.

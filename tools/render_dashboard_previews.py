@@ -8,7 +8,7 @@ would, and draws both dashboards with @grafana/ui and @grafana/data in headless 
 (lab/vllm_spec_lab/grafana_render.py, tools/grafana-render/). Writes, at the moment just after recovery:
 `preview.png` (the overview's first screen, shown in the READMEs), `preview-overview.png` and
 `preview-fleet.png` (whole dashboards), and records what they were made from
-(dashboards/previews.provenance.json, checked by `generate --check`). About two minutes; needs what
+(measured/dashboard-previews.json, checked by `generate --check`). About two minutes; needs what
 scripts/bootstrap.sh installs.
 """
 

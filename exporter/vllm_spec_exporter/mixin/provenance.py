@@ -3,7 +3,7 @@ dashboards, a benchmark of the alerts) is committed like a generated file, and `
 reports it stale when what it was made from has changed since.
 
 A `Measured` names an artifact's outputs, the inputs it was made from (committed files or folders:
-every file below, sorted) and its record, a small JSON file beside it. The tool that makes the
+every file below, sorted) and its record, a small JSON file under `measured/`. The tool that makes the
 artifact calls `write_record` after writing the outputs; the record holds the sha256 of every input
 and output. `stale(root)` compares the record with the tree and says, in one line per artifact,
 which inputs changed (or which output was edited by hand) and the command that remakes it.
@@ -35,7 +35,7 @@ class Measured(NamedTuple):
 PREVIEWS = Measured(
     name="dashboard pictures",
     remake=".venv/bin/python tools/render_dashboard_previews.py",
-    record="dashboards/previews.provenance.json",
+    record="measured/dashboard-previews.json",
     outputs=("dashboards/preview.png", "dashboards/preview-overview.png", "dashboards/preview-fleet.png"),
     # The dashboards and the rules they read (the replay renders both for its own scrape interval
     # from the same generators), the capture replayed, and Grafana's components that draw.
@@ -46,7 +46,7 @@ PREVIEWS = Measured(
 ALERT_QUALITY = Measured(
     name="alert-quality table",
     remake=".venv/bin/python bench/alert_quality.py --write && .venv/bin/vllm-spec-exporter generate",
-    record="exporter/vllm_spec_exporter/mixin/alert_quality.provenance.json",
+    record="measured/alert-quality.json",
     outputs=("exporter/vllm_spec_exporter/mixin/alert_quality.md",),
     # The rules it measured (the 60 s bundle comes from the same generators).
     inputs=("alerts/prometheus_rules.yaml", "alerts/prometheus_alerts.yaml"),

@@ -4,14 +4,14 @@
 #   scripts/test.sh [pytest args]         everything (what CI runs: .ci/run)
 #   scripts/test.sh --fast [pytest args]  the fast tier: unit, fuzz, promtool and lint tests, no
 #                                         server started, nothing slow (pytest -m "not server and
-#                                         not slow"; tiers in tests/support/plugin.py), 300 fuzz
-#                                         inputs a property instead of 3,400
+#                                         not slow" -n auto; tiers in tests/support/plugin.py), 300
+#                                         fuzz inputs a property instead of 3,400
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TIER=()
 if [ "${1:-}" = "--fast" ]; then
   shift
-  TIER=(-m "not server and not slow")
+  TIER=(-m "not server and not slow" -n auto)
   export FUZZ_EXAMPLES="${FUZZ_EXAMPLES:-300}"  # the full suite fuzzes with 3,400 inputs a property
 fi
 PYTEST_ARGS=("$@")

@@ -103,6 +103,10 @@ def test_generate_and_demo_name_what_to_install(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.strip() == ("vllm-spec-exporter: error: demo (added by vllm-spec-lab) cannot be loaded: "
                                    "No module named 'vllm_spec_lab'"), done.stderr
+    # The command list still answers, naming the plugin that cannot load.
+    done, _ = run_cli(tmp_path, "--help")
+    assert done.returncode == 0, done.stderr
+    assert "demo      (unavailable: demo (added by vllm-spec-lab) cannot be loaded" in " ".join(done.stdout.split("\n"))
 
 
 def test_the_wheel_holds_no_lab_and_no_tests(tmp_path: Path) -> None:

@@ -92,11 +92,14 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
     if chosen not in BUILT_IN:
         for name, entry in sorted(plugin_commands().items()):
-            if chosen is None or chosen == name:
+            if chosen == name:  # the chosen one must load: its error is the answer
                 command = load_plugin(entry)
-                command_parser = sub.add_parser(name, help=command.HELP)
-                if chosen == name:
-                    command.configure(command_parser)
+                command.configure(sub.add_parser(name, help=command.HELP))
+            elif chosen is None:  # the command list (--help) lists a broken plugin instead of failing
+                try:
+                    sub.add_parser(name, help=load_plugin(entry).HELP)
+                except ValueError as error:
+                    sub.add_parser(name, help=f"(unavailable: {error})")
 
     gen = sub.add_parser("generate", help=GENERATE_HELP,
                          description="Render every monitoring artifact from one MixinConfig.")

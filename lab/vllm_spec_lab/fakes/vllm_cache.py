@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from vllm_spec_lab.binaries import TESTING_ROOT
 from vllm_spec_lab.tinymodel import DONE_MARKER, models_root
 from vllm_spec_lab.venv import SUCCESS_MARKER, VENV_DIR_NAME
 
@@ -24,6 +25,9 @@ SERVER_MODULE = "vllm_spec_lab.fakes.vllm_server"
 
 
 def make_fake_cache(root: Path) -> Path:
+    """A cache at `root` with the fake vLLM venv and model markers, and the real cache's Debian
+    testing servers linked in, so a demo pointed at it runs Prometheus 3 and Alertmanager 0.3x
+    as it does on the real cache (binaries.py finds them under the cache)."""
     venv = root / VENV_DIR_NAME
     (venv / "bin").mkdir(parents=True, exist_ok=True)
     (venv / SUCCESS_MARKER).write_text("fake vllm venv for tests\n")
@@ -34,4 +38,7 @@ def make_fake_cache(root: Path) -> Path:
         model = models_root(root) / name
         model.mkdir(parents=True, exist_ok=True)
         (model / DONE_MARKER).write_text("")
+    servers, link = TESTING_ROOT, root / TESTING_ROOT.name
+    if servers.is_dir() and not link.exists():
+        link.symlink_to(servers, target_is_directory=True)
     return root

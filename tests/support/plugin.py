@@ -28,7 +28,9 @@ import pytest
 
 from support import report
 from support.alertstack import AlertStackFactory
+from support.proctree import survivors
 from support.servers import count_vllm_starts, shared_vllm
+from vllm_spec_lab.warden import tree
 
 SERVER_MARKERS = ("vllm", "docker", "browser", "llamacpp")
 # Seconds, per marker; the longest applies. A real vLLM start takes 45 s on quiet cores and
@@ -121,6 +123,13 @@ def real_vllm(tmp_path_factory: pytest.TempPathFactory):
     with server:
         print(f"\nshared vLLM ready at {server.url} in {time.monotonic() - started:.0f} s (log {server.log_path})")
         yield server
+        # Its real process tree (API server, engine core, workers), taken just before the stop.
+        recorded = tree((server.process.pid,))
+    # The stop must take the whole tree down, not just the process it started.
+    left = survivors(recorded)
+    report.VLLM_STOPS.append(f"shared vLLM stopped: {len(recorded)} processes in its tree, {len(left)} survived")
+    if left:
+        pytest.fail(f"the shared vLLM's processes outlived its stop: {left}", pytrace=False)
 
 
 @pytest.fixture

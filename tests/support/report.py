@@ -6,7 +6,8 @@
   vmalert-tool and promtool (file, test, check at time, reason);
 - FALLBACK_NOTES: support/prom.require_version, each version-pinned check that ran on Debian 12's
   servers because bootstrap fell back (debian-testing/FALLBACK);
-- VLLM_STARTS: every real vLLM started in this pytest process (support/servers.py counts them).
+- VLLM_STARTS: every real vLLM started in this pytest process (support/servers.py counts them);
+- VLLM_STOPS: how the shared vLLM's process tree went at its stop (support/plugin.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class VllmStart:
 
 
 VLLM_STARTS: list[VllmStart] = []
+VLLM_STOPS: list[str] = []
 
 
 def write_summary(write) -> None:
@@ -53,3 +55,5 @@ def write_summary(write) -> None:
         for start in VLLM_STARTS:
             took = f"{start.startup_seconds:.0f} s" if start.startup_seconds is not None else "failed"
             write(f"  {start.requested_by}: start-up {took}")
+        for stop in VLLM_STOPS:
+            write(f"  {stop}")

@@ -9,60 +9,14 @@ import re
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from support.engine_replay import FIXTURES, scrapes, serve
 from vllm_spec_exporter import engines, schema
-from vllm_spec_exporter.collector import SpecDecodeCollector
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
-from vllm_spec_exporter.poller import Poller
 
-FIXTURES = Path(__file__).parent / "fixtures" / "reconstructed"
 README = Path(__file__).parent.parent / "README.md"
-
-
-class FileFetcher:
-    """Stands in for Fetcher: hands the poller the fixture's scrapes in order, then repeats the last."""
-
-    url = "http://127.0.0.1:1/metrics"
-    timeout = 1.0
-
-    def __init__(self, bodies: list[str], model: str = "") -> None:
-        self.bodies, self.model = bodies, model
-
-    def get_metrics(self) -> str:
-        return self.bodies.pop(0) if len(self.bodies) > 1 else self.bodies[0]
-
-    def get_version(self) -> str:
-        return ""
-
-    def get_model_name(self) -> str:
-        return self.model
-
-    def close(self) -> None:
-        pass
-
-
-def serve(bodies: list[str], model: str = "") -> tuple[Poller, dict[str, list[tuple[dict, float]]]]:
-    """Poll every body once (1 s apart on a fake clock) and return what the exporter serves."""
-    clock = [0.0]
-    poller = Poller(FileFetcher(list(bodies), model), interval=1, window=60, min_draft_tokens=100,
-                    clock=lambda: clock[0])
-    for _ in bodies:
-        poller.poll_once()
-        clock[0] += 1.0
-    registry = CollectorRegistry()
-    registry.register(SpecDecodeCollector(poller))
-    served: dict[str, list[tuple[dict, float]]] = {}
-    for family in text_string_to_metric_families(generate_latest(registry).decode()):
-        for sample in family.samples:
-            served.setdefault(sample.name, []).append((sample.labels, sample.value))
-    return poller, served
-
-
-def scrapes(name: str) -> list[str]:
-    return [p.read_text() for p in sorted((FIXTURES / name).glob("scrape-*.prom"))]
 
 
 def source_value(text: str, name: str) -> float:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from test_engines import scrapes, serve
 
+from support.engine_replay import scrapes, serve
 from vllm_spec_exporter.mixin import dashboard_files, overview
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab.grafana_query import expand_variables

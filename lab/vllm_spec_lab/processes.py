@@ -238,7 +238,11 @@ class ChildProcess:
         return f"{self.name} {what}; last lines of {self.log_path}:\n{self.log_tail()}"
 
     def stop(self, grace: float | None = None) -> int | None:
-        """SIGTERM to the group, up to `grace` s for it to go, then SIGKILL; returns the exit code."""
+        """SIGTERM to the group, up to `grace` s for it to go, then SIGKILL; returns the exit code.
+
+        Reaches the group and every descendant still linked to it, in or out of the group. A
+        descendant orphaned earlier (its parent died, it was re-parented to init) is not linked any
+        more: the warden's periodic snapshots hold it, and the warden ends it when the program goes."""
         if self._stopped:
             return self.popen.returncode
         self._stopped = True

@@ -164,9 +164,9 @@ class ChildProcess:
     """One started child: its process group, its log, and the way to stop it.
 
     Contract: from `spawn` until `stop` the child's group is on the warden's list, so it dies with
-    this program however the program ends. `stop` is idempotent and always leaves nothing running
-    (SIGTERM to the group and to descendants that left it, `grace` seconds, SIGKILL to what is
-    left). The log stays readable after
+    this program however the program ends. `stop` is idempotent and leaves nothing of the tree
+    still linked to the child running (SIGTERM to the group and to descendants that left it,
+    `grace` seconds, SIGKILL to what is left; see `stop` for orphans). The log stays readable after
     `stop`: when it lived in a temporary folder of its own (``spawn(log=None)``), its text is kept
     in memory before that folder goes.
     """

@@ -6,13 +6,13 @@ import json
 import os
 import re
 import socket
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from . import processes
+from .waiting import wait_until
 
 NGRAM_SPEC_CONFIG: dict[str, Any] = {
     "method": "ngram",
@@ -182,8 +182,7 @@ class VllmServer:
         the window is empty. Needs ``VLLM_LOGGING_LEVEL=DEBUG``: an idle engine logs at DEBUG.
         Returns the log offset after the lines that satisfied the wait.
         """
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def offset_after_stats() -> int | None:
             if self.process is not None and self.process.poll() is not None:
                 raise VllmServerError(f"vLLM exited while waiting for stats:\n{self.log_tail()}")
             with open(self.log_path, "rb") as log:
@@ -191,10 +190,13 @@ class VllmServer:
                 chunk = log.read()
             complete = chunk[: chunk.rfind(b"\n") + 1].decode(errors="replace")
             seen = {m.group(1) or "aggregated" for m in STATS_LINE.finditer(complete)}
-            if "aggregated" in seen or len(seen) >= engines:
-                return after_offset + len(complete.encode())
-            time.sleep(0.2)
-        raise VllmServerError(f"no stats log line within {timeout_s:.0f} s; is VLLM_LOGGING_LEVEL=DEBUG set?")
+            return after_offset + len(complete.encode()) if "aggregated" in seen or len(seen) >= engines else None
+
+        try:
+            return wait_until(offset_after_stats, timeout_s)
+        except TimeoutError:
+            raise VllmServerError(f"no stats log line within {timeout_s:.0f} s; "
+                                  "is VLLM_LOGGING_LEVEL=DEBUG set?") from None
 
     def stop(self, grace_s: float = 20.0) -> None:
         process, self.process = self.process, None

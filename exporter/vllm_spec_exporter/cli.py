@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
 
@@ -110,14 +110,22 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def run_cli(prog: str, build: Callable[[Sequence[str]], argparse.ArgumentParser],
+            argv: Sequence[str] | None = None) -> int:
+    """Parse `argv` (default: the process's) with `build(argv)` and run the chosen command's `run`;
+    bad input (ValueError, OverflowError) is one line `prog: error: ...` and exit 2, no traceback.
+    Shared by this CLI and the lab's."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        args = build_parser(argv).parse_args(argv)
+        args = build(argv).parse_args(argv)
         return args.run(args)
-    except (ValueError, OverflowError) as error:  # bad input: one clear line, no traceback
-        print(f"vllm-spec-exporter: error: {error}", file=sys.stderr)
+    except (ValueError, OverflowError) as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli("vllm-spec-exporter", build_parser, argv)
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from vllm_spec_exporter.cli import Parser
+from vllm_spec_exporter.cli import Parser, run_cli
 
 from . import demo_command
 
@@ -38,13 +38,7 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        args = build_parser(argv).parse_args(argv)
-        return args.run(args)
-    except (ValueError, OverflowError) as error:  # bad input: one clear line, no traceback
-        print(f"vllm-spec-lab: error: {error}", file=sys.stderr)
-        return 2
+    return run_cli("vllm-spec-lab", build_parser, argv)
 
 
 if __name__ == "__main__":

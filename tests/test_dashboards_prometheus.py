@@ -15,7 +15,7 @@ overview stack runs twice, with vLLM's names and with Ray Serve's `ray_vllm:` pr
 panel is proven on all four spellings the exporter accepts. A third overview stack replaces
 Prometheus with VictoriaMetrics single-node (scraping the same targets) and vmalert (evaluating
 the generated recording rules and the test's alert, writing them back), with the timing flags the
-docs give (`-rule.evalDelay=0s`, `-search.latencyOffset=0s`, `-search.disableCache`).
+docs give (`-rule.evalDelay=5s`, `-search.latencyOffset=5s`, `-search.disableCache`).
 The dashboard's variables are substituted the way Grafana does (All = `.+`), every target is run
 through the HTTP API, and the values are compared with what the scripted traffic must produce:
 acceptance 0.6 with k = 4 gives exact per-position rates, tokens per step, efficiency and shares.
@@ -48,7 +48,7 @@ from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.fakes.vllm import FakeVllm, _per_position_counts
 from vllm_spec_lab.grafana_query import expand_variables
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, PromQueryApi, free_port, http_get_json, wait_until
-from vllm_spec_lab.victoria import VictoriaRuleStack
+from vllm_spec_lab.victoria import VISIBILITY_DELAY_SECONDS, VictoriaRuleStack
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # starts Prometheus-family servers
 
@@ -191,7 +191,7 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         with query_backend(backend, scrape, [rules, recorded]) as prom:
             wait_until(lambda: prom.query("vllm_spec_exporter_target_up == 1"), timeout=20)
             # A full rate window of polled samples, plus slack for the first scrape.
-            time.sleep(RATE_INTERVAL_SECONDS + 4)
+            time.sleep(RATE_INTERVAL_SECONDS + 4 + lag(prom))
             # The deepest records the overview reads: vmalert writes each layer an evaluation after
             # the one it reads, and VictoriaMetrics indexes a new series a few seconds after its
             # first sample, so on a fresh stack they appear ~20-40 s in (on Prometheus: at once).
@@ -209,17 +209,22 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         fake.stop()
 
 
-# vmalert writes records back asynchronously (remote write, flushed every 2 s by default), so at
-# "now" one record of an evaluation can already be visible while its partner of the same
-# evaluation is not, and a ratio of the two would mix evaluations 1 s apart: with this stack's
-# 10 s windows over 2 s polls, up to ±20 %. Queries to VictoriaMetrics read this far back, where
-# every record of the last evaluation has landed (with 15 s evaluations and 2 m windows the newest
-# point of a real dashboard moves by far less).
-VICTORIA_SETTLE_SECONDS = 4
+# vmalert evaluates `VISIBILITY_DELAY_SECONDS` in the past (so every sample it reads is searchable)
+# and writes each record back with that timestamp through remote write (flushed every 2 s), which
+# VictoriaMetrics makes searchable after its own buffer flush (1-2 s more): at "now" one record of
+# an evaluation can be visible while its partner is not, and a ratio of the two would mix
+# evaluations 1 s apart (with this stack's 10 s windows over 2 s polls, up to ±20 %). Queries to
+# VictoriaMetrics read this far back, where every record of the evaluation has landed.
+VICTORIA_SETTLE_SECONDS = VISIBILITY_DELAY_SECONDS + 6
+
+
+def lag(prom: PromQueryApi) -> float:
+    """How far in the past this backend's queries read (so also how much later a change shows)."""
+    return VICTORIA_SETTLE_SECONDS if isinstance(prom, VictoriaRuleStack) else 0
 
 
 def query_time(prom: PromQueryApi) -> float:
-    return time.time() - (VICTORIA_SETTLE_SECONDS if isinstance(prom, VictoriaRuleStack) else 0)
+    return time.time() - lag(prom)
 
 
 def run(prom: PromQueryApi, expr: str, overrides: dict[str, str] | None = None,
@@ -375,13 +380,14 @@ def test_vllm_latency_queries_work_on_every_name_spelling(stack: dict, model: di
                 if prom.query(f'{{__name__="{p}inter_token_latency_seconds_count", '
                               f'instance="{instances["negotiated"]}"}}', at=query_time(prom))]
     # (a scrape that timed out on a loaded machine leaves the series stale for a moment)
-    negotiated = wait_until(landed, timeout=15) or []
+    negotiated = wait_until(landed, timeout=15 + lag(prom)) or []
     assert len(negotiated) == 1, negotiated
     print(f"negotiated spelling: {negotiated[0]}")
     for endpoint, spelling in spelled.items():
         name = spelling + "inter_token_latency_seconds_count"
         assert wait_until(lambda name=name, endpoint=endpoint: prom.query(
-            f'{{__name__="{name}", instance="{instances[endpoint]}"}}', at=query_time(prom)), timeout=15), endpoint
+            f'{{__name__="{name}", instance="{instances[endpoint]}"}}', at=query_time(prom)),
+            timeout=15 + lag(prom)), endpoint
     panel = next(p for p in dashboard_files.iter_panels(model) if p["title"] == "Inter-token latency")
     mean = next(t["expr"] for t in panel["targets"] if t["legendFormat"] == "mean")
     for endpoint, instance in instances.items():
@@ -452,7 +458,7 @@ def test_idle_shows_no_traffic_then_lost_target_shows_in_health(stack: dict, mod
         return {title: result for title in idle_panels if (result := run(prom, panels[title]["targets"][0]["expr"]))}
     # On vmalert each record layer lands an evaluation (and a remote-write flush) after the one it reads.
     if isinstance(prom, VictoriaRuleStack):
-        wait_until(lambda: not shown_while_idle(), timeout=20)
+        wait_until(lambda: not shown_while_idle(), timeout=20 + lag(prom))
     assert not shown_while_idle(), f"must be empty when idle (shown as 'No traffic'): {shown_while_idle()}"
     assert values(run(prom, panels["Tokens/s"]["targets"][0]["expr"])) == [0.0]
     assert values(run(prom, panels["Targets down"]["targets"][0]["expr"])) == [0.0]
@@ -461,16 +467,16 @@ def test_idle_shows_no_traffic_then_lost_target_shows_in_health(stack: dict, mod
     assert [s["metric"]["alertname"] for s in run(prom, annotations["Spec-decode alerts"])] == [ALWAYS_FIRING_ALERT]
 
     fake.restart()  # counters start again from 0: the restart marker and the resets panel see it
-    wait_until(lambda: run(prom, annotations["vLLM restarts"]), timeout=15)
+    wait_until(lambda: run(prom, annotations["vLLM restarts"]), timeout=15 + lag(prom))
     resets = panels["Counter resets (vLLM restarts)"]["targets"][0]["expr"]
     assert sum(values(run(prom, resets))) >= 1
 
     fake.stop()  # vLLM disappears; the exporter keeps serving and reports it
     down = panels["Targets down"]["targets"][0]["expr"]
-    wait_until(lambda: values(run(prom, down)) == [1.0], timeout=15)
+    wait_until(lambda: values(run(prom, down)) == [1.0], timeout=15 + lag(prom))
     errors = panels["Scrape errors by reason"]["targets"][0]["expr"]
     wait_until(lambda: any(s["metric"]["reason"] == "connect" and float(s["value"][1]) > 0
-                           for s in run(prom, errors)), timeout=15)
+                           for s in run(prom, errors)), timeout=15 + lag(prom))
 
 
 # --- The fleet dashboard: five exporters --------------------------------------------------------
@@ -604,7 +610,7 @@ def fleet_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
                   "vllm": [url.split("//", 1)[1] for server, url in urls.items() if server in fakes]}
         with query_backend(request.param, scrape, [rules, recorded]) as prom:
             wait_until(lambda: len(prom.query("vllm_spec_exporter_target_up == 1")) == len(fakes), timeout=20)
-            time.sleep(FLEET_RATE_INTERVAL_SECONDS + 5)
+            time.sleep(FLEET_RATE_INTERVAL_SECONDS + 5 + lag(prom))
             yield {"prom": prom, "instances": instances,
                    "vllm_instances": {server: urls[server].split("//", 1)[1] for server in fakes}}
     finally:

@@ -66,11 +66,16 @@ def rig():
         exporter.stop()
 
 
+# Limits, not expectations: a wait returns as soon as the exporter shows the fault (a poll or two);
+# generous so that a 2-core machine at load 10 (the fast tier runs on every core) does not fail it.
+FAULT_SEEN_WITHIN = 30
+
+
 def _down_fault(name: str, reason: str, behaviour: Callable[[Rig], None]):
     def check(r: Rig) -> str:
         before = r.errors(reason)
         behaviour(r)
-        assert wait_until(lambda: r.errors(reason) > before, 8), f"no {reason} error counted"
+        assert wait_until(lambda: r.errors(reason) > before, FAULT_SEEN_WITHIN), f"no {reason} error counted"
         m = r.metrics()
         assert m["vllm_spec_exporter_target_up"][()] == 0
         assert "vllm_spec_decode_acceptance_ratio" not in m and "vllm_spec_decode_drafts_total" not in m
@@ -235,7 +240,7 @@ def test_fault(rig: Rig, fault: str, check):
         assert rig.exporter.proc.poll() is None, "exporter died"
         # Heal: a good target again, and the exporter must recover by itself.
         rig.serve()
-        assert wait_until(rig.healthy, 10), "did not recover after the target healed"
+        assert wait_until(rig.healthy, FAULT_SEEN_WITHIN), "did not recover after the target healed"
         observed += "; recovered"
         passed = True
     finally:

@@ -18,7 +18,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from vllm_spec_exporter.mixin import dashboard_files, generate, kubernetes, rule
 from vllm_spec_exporter.mixin.config import MixinConfig, load_config
 from vllm_spec_lab import processes
 from vllm_spec_lab.exporter_process import SCRIPT, free_port
+from vllm_spec_lab.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "tests" / "schemas" / "prometheus-operator"
@@ -200,18 +200,12 @@ def test_probe_endpoint_stays_ok_while_vllm_is_down(built: Objects) -> None:
     proc = processes.spawn([str(SCRIPT), *args, "--interval=0.5", "--timeout=0.2", "--window=5"], name="exporter")
     try:
         url = f"http://127.0.0.1:{port}"
-        for _ in range(150):
-            try:
-                health = requests.get(url + "/healthz", timeout=1)
-                break
-            except requests.ConnectionError:
-                assert proc.poll() is None, "exporter exited"
-                time.sleep(0.1)
-        else:
-            pytest.fail("exporter did not listen")
-        assert health.status_code == 200
-        time.sleep(1.2)  # two polls against the closed port
-        assert "vllm_spec_exporter_target_up 0.0" in requests.get(url + "/metrics", timeout=5).text
+        proc.wait_ready(url + "/healthz", timeout=30)  # 200 at once, although vLLM cannot be reached
+        assert requests.get(url + "/healthz", timeout=5).status_code == 200
+        # Polls against the closed port (0.5 s apart) report vLLM down; the probe above stayed 200.
+        wait_until(lambda: "vllm_spec_exporter_target_up 0.0" in requests.get(url + "/metrics", timeout=5).text,
+                   30, what="target_up 0 on /metrics")
+        assert requests.get(url + "/healthz", timeout=5).status_code == 200
     finally:
         proc.stop()
 

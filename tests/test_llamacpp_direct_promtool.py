@@ -125,13 +125,16 @@ def test_direct_bundle_pages_on_llamacpp(promtool: str, tmp_path: Path) -> None:
                           "value": per_minute(off)[("llamacpp:tokens_predicted_total", "")] / 60}]},
     ]
     # Both acceptance alerts fire on the llama.cpp server (annotations are the sidecar scenarios'
-    # concern); nothing fires on the one that does not speculate.
-    def page(alert: str, severity: str) -> dict:
-        return {"labels": f'ALERTS{{alertname="{alert}", alertstate="firing", confidence="{cfg.confidence_label}", '
-                          f'instance="{SPEC}", job="{JOB}", severity="{severity}"}}', "value": 1}
+    # concern). The one without speculation generates with its spec counters at 0: metrics missing,
+    # as the sidecar reports it (schema `none`), not "drafts stopped" and not silence.
+    def page(alert: str, severity: str, instance: str = SPEC, confidence: bool = True) -> dict:
+        bound = f'confidence="{cfg.confidence_label}", ' if confidence else ""
+        return {"labels": f'ALERTS{{alertname="{alert}", alertstate="firing", {bound}'
+                          f'instance="{instance}", job="{JOB}", severity="{severity}"}}', "value": 1}
     checks.append({"expr": 'ALERTS{alertstate="firing"}', "eval_time": at, "exp_samples": [
         page(alert_rules.ACCEPTANCE_CRITICAL, cfg.critical_severity),
-        page(alert_rules.ACCEPTANCE_LOW, cfg.warning_severity)]})
+        page(alert_rules.ACCEPTANCE_LOW, cfg.warning_severity),
+        page(alert_rules.METRICS_MISSING, cfg.warning_severity, OFF, confidence=False)]})
     scenario = {
         "rule_files": [rule_files.RULES_FILE, rule_files.ALERTS_FILE],
         "evaluation_interval": "1m",

@@ -9,7 +9,8 @@ and llama.cpp's llama-server (`llamacpp:`, b11434, `--metrics`), whose counters 
 quantities: drafts (verification steps), draft tokens, accepted tokens, accepted by 0-based
 position, and predicted (generated) tokens. Its series carry no model_name or engine label, so its
 records lack them too; its per-position counters appear only after the first speculative request,
-and until then its per-position records are absent (never 0), as with every other source.
+and until then its per-position records are absent (never 0), as with every other source. It
+serves its other spec counters at 0 even without speculation (drafts_present says why it matters).
 
 This module turns either into the *source records*, one per (server, model, engine) with every
 target label kept and the metric name replaced:
@@ -188,11 +189,16 @@ def increase_rules(cfg: MixinConfig, window: str) -> list[dict[str, str]]:
 
 def drafts_present(cfg: MixinConfig) -> str:
     """One sample per (server, model) whose drafts counter is scraped *now*: an instant selector,
-    which ends at once when the series go stale (pod deleted), unlike any range window."""
+    which ends at once when the series go stale (pod deleted), unlike any range window.
+
+    llama-server serves its spec counters at 0 even when started without speculation, so its
+    counter counts as present only once it has drafted (the sidecar reads a llama.cpp whose counters
+    are all 0 as "no spec decoding" too): without speculation it is SpecDecodeMetricsMissing's."""
     if not cfg.direct:
         return f"group without (engine) ({DRAFTS.exporter}{{{selector(cfg)}}})"
-    names = "|".join(direct_names(DRAFTS))
-    return f'group without (engine) ({{__name__=~"{names}", {selector(cfg)}}})'
+    names = "|".join(vllm_spellings(DRAFTS.vllm))
+    return (f'group without (engine) (\n  {{__name__=~"{names}", {selector(cfg)}}}\nor\n'
+            f'  {{__name__="{DRAFTS.llamacpp}", {selector(cfg)}}} > 0\n)')
 
 
 def scrape_up(cfg: MixinConfig, matchers: str = "") -> str:

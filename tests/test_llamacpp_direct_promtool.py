@@ -9,10 +9,12 @@ job "llama" (so vllm_selector is set to match it, as a user scraping llama-serve
 
 The values expected are computed from the capture here, not from the rules: acceptance =
 Δaccepted / Δdraft tokens, acceptance length = 1 + Δaccepted / Δdrafts, per-position acceptance =
-Δaccepted at the position / Δdrafts. All counters share their sample times and stay well above
-their first increase, so rate()'s extrapolation scales them alike and these ratios are exact (to
-the last bit: compared after round(…, 1e-9)). The run renders the direct bundle with that
-selector into a scratch folder and runs promtool 3 and 2.42 on it.
+Δaccepted at the position / Δdrafts; the scenario divides the source layer's rate records, which
+every record, alert and panel downstream reads (their ratios are the sidecar suites' subject).
+All counters share their sample times and stay well above their first increase, so rate()'s
+extrapolation scales them alike and these ratios are exact (to the last bit: compared after
+round(…, 1e-9)). The run renders the direct bundle with that selector into a scratch folder and
+runs promtool 3 and 2.42 on it.
 """
 
 from __future__ import annotations
@@ -99,7 +101,6 @@ def test_direct_bundle_pages_on_llamacpp(promtool: str, tmp_path: Path) -> None:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(files[rel])
     spec, off = first_interval("ngram"), first_interval("spec_off")
-    n = recording_rules.record_names(cfg)
     drafts = spec[("llamacpp:spec_decode_num_drafts_total", "")]
     draft_tokens = spec[("llamacpp:spec_decode_num_draft_tokens_total", "")]
     accepted = spec[("llamacpp:spec_decode_num_accepted_tokens_total", "")]
@@ -109,17 +110,24 @@ def test_direct_bundle_pages_on_llamacpp(promtool: str, tmp_path: Path) -> None:
                     for (name, labels), value in spec.items() if name.endswith("_per_pos_total")}
     at = f"{MINUTES - 5}m"
     target = f'job="{JOB}", instance="{SPEC}"'
+
+    def rate(counter: sources.SourceCounter) -> str:
+        # The source layer's record (every ratio downstream divides two of these).
+        return f"{sources.rate_record(cfg, counter)}{{{target}}}"
+
     checks = [
-        {"expr": f"round({n.acceptance_ratio}{{{target}}}, 1e-9)",
+        {"expr": f"round({rate(sources.ACCEPTED)} / {rate(sources.DRAFT_TOKENS)}, 1e-9)",
          "eval_time": at, "exp_samples": [{"labels": f"{{{target}}}", "value": rounded(acceptance)}]},
-        {"expr": f"round({n.acceptance_length}{{{target}}}, 1e-9)",
+        {"expr": f"round(1 + {rate(sources.ACCEPTED)} / {rate(sources.DRAFTS)}, 1e-9)",
          "eval_time": at, "exp_samples": [{"labels": f"{{{target}}}", "value": rounded(1 + accepted / drafts)}]},
-        {"expr": f"round({n.position_acceptance_ratio}{{{target}}}, 1e-9)", "eval_time": at,
+        {"expr": f"round({rate(sources.ACCEPTED_BY_POSITION)} / ignoring (position) group_left {rate(sources.DRAFTS)}, "
+                 "1e-9)", "eval_time": at,
          "exp_samples": [{"labels": f'{{{target}, position="{p}"}}', "value": rounded(v)}
                          for p, v in sorted(per_position.items())]},
         # Speculation off: llama.cpp serves its spec counters at 0 and no per-position series, so
         # there is no per-position record at all (absent, never 0).
-        {"expr": f'{n.position_acceptance_ratio}{{instance="{OFF}"}}', "eval_time": at, "exp_samples": []},
+        {"expr": f'{sources.rate_record(cfg, sources.ACCEPTED_BY_POSITION)}{{instance="{OFF}"}}', "eval_time": at,
+         "exp_samples": []},
         {"expr": f'{sources.rate_record(cfg, sources.GENERATED)}{{instance="{OFF}"}}', "eval_time": at,
          "exp_samples": [{"labels": f'{sources.rate_record(cfg, sources.GENERATED)}{{job="{JOB}", instance="{OFF}"}}',
                           "value": per_minute(off)[("llamacpp:tokens_predicted_total", "")] / 60}]},

@@ -31,7 +31,10 @@ from vllm_spec_exporter.mixin.config import MixinConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = MixinConfig()
+DIRECT = DEFAULT.with_overrides({"source": "vllm"})
 FILES = generate.render_all(DEFAULT)
+# (root of the bundle's committed files, its config): with the sidecar, and without (direct/).
+BUNDLES = (("", DEFAULT), (generate.DIRECT_ROOT, DIRECT))
 ALERT_NAME = re.compile(r"^([A-Z]+[a-z0-9]+)+$")
 RECORD_NAME = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
 PROMQL_KEYWORDS = {
@@ -46,8 +49,13 @@ def _groups(path: str) -> list[dict]:
     return yaml.safe_load(FILES[path])["groups"]
 
 
-def _alerts() -> list[dict]:
-    return [r for g in _groups(rule_files.ALERTS_FILE) for r in g["rules"]]
+def _alerts(root: str = "") -> list[dict]:
+    return [r for g in _groups(root + rule_files.ALERTS_FILE) for r in g["rules"]]
+
+
+# Every alert of both bundles, with the bundle it belongs to.
+BUNDLE_ALERTS = [pytest.param(root, cfg, alert, id=f"{root or 'sidecar/'}{alert['alert']}")
+                 for root, cfg in BUNDLES for alert in _alerts(root)]
 
 
 def _github_anchors(markdown: str) -> set[str]:
@@ -71,6 +79,13 @@ def test_contract_alert_names_and_severities() -> None:
         "SpecDecodeMetricsMissing", "SpecDecodeVllmUnreachable", "SpecDecodeVllmRestarting",
         "SpecDecodeExporterDown", "SpecDecodeExporterAbsent",
     }
+    direct = {a["alert"]: a for a in _alerts(generate.DIRECT_ROOT)}
+    assert set(direct) == {
+        "SpecDecodeAcceptanceLow", "SpecDecodeAcceptanceCritical", "SpecDecodeDraftsStopped",
+        "SpecDecodeMetricsMissing", "SpecDecodeVllmUnreachable", "SpecDecodeVllmRestarting",
+        "SpecDecodeVllmAbsent",
+    }
+    assert direct["SpecDecodeVllmAbsent"]["labels"]["severity"] == "warning"
 
 
 def test_committed_files_equal_a_fresh_generation() -> None:
@@ -105,8 +120,8 @@ def test_group_names_and_sizes(path: str) -> None:
         assert 0 < len(group["rules"]) <= 20, group["name"]
 
 
-@pytest.mark.parametrize("alert", _alerts(), ids=lambda a: a["alert"])
-def test_alert_conventions(alert: dict) -> None:
+@pytest.mark.parametrize(("root", "cfg", "alert"), BUNDLE_ALERTS)
+def test_alert_conventions(root: str, cfg: MixinConfig, alert: dict) -> None:
     name = alert["alert"]
     assert ALERT_NAME.match(name) and len(name) <= 40, name
     assert alert["labels"]["severity"] in {DEFAULT.warning_severity, DEFAULT.critical_severity}
@@ -116,21 +131,27 @@ def test_alert_conventions(alert: dict) -> None:
     assert "{{" not in summary, "summary must be static (one sentence, no templating)"
     assert summary[0].isupper() and summary.endswith("."), summary
     if alert["expr"].startswith("absent("):
-        # absent() has no series to name; the description names the selector instead.
-        assert DEFAULT.exporter_selector in notes["description"]
+        # absent() has no series to name; the description names the bundle's selector instead.
+        assert "{" + (cfg.vllm_selector if cfg.direct else cfg.exporter_selector) + "}" in notes["description"]
     else:
         assert "{{ $labels." in notes["description"], "description must name the affected series"
     assert notes["description"].endswith(".")
-    assert notes["runbook_url"] == DEFAULT.runbook_url_pattern % name.lower()
+    # Each bundle links its own page, at the same path under its root.
+    assert notes["runbook_url"] == (DEFAULT.runbook_url_pattern % name.lower()).replace(
+        "/blob/main/docs/", f"/blob/main/{root}docs/")
     assert notes["dashboard_url"].startswith(f"/d/{DEFAULT.dashboard_uid_prefix}-overview")
     if not alert["expr"].startswith("absent("):
         assert "var-instance={{ $labels.instance | urlquery }}" in notes["dashboard_url"]
 
 
-@pytest.mark.parametrize("alert", _alerts(), ids=lambda a: a["alert"])
-def test_runbook_anchor_exists_with_all_sections(alert: dict) -> None:
-    runbook = (ROOT / runbooks.RUNBOOKS_FILE).read_text()
-    anchor = alert["annotations"]["runbook_url"].rsplit("#", 1)[1]
+@pytest.mark.parametrize(("root", "cfg", "alert"), BUNDLE_ALERTS)
+def test_runbook_anchor_exists_with_all_sections(root: str, cfg: MixinConfig, alert: dict) -> None:
+    """The page the alert's runbook_url names exists in the checkout, has the anchor, and the
+    section has the four parts."""
+    page, anchor = alert["annotations"]["runbook_url"].split("/blob/main/", 1)[1].split("#")
+    assert page == root + runbooks.RUNBOOKS_FILE
+    runbook = (ROOT / page).read_text()
+    assert runbook == FILES[page], f"stale {page}"
     assert anchor in _github_anchors(runbook)
     section = runbook.split(f"\n## {alert['alert']}\n", 1)[1].split("\n## ", 1)[0]
     headings = re.findall(r"^### (\w+)$", section, flags=re.M)
@@ -243,12 +264,13 @@ def test_readme_lists_every_knob_with_its_comment() -> None:
     assert "| Acceptance thresholds | `acceptance_warning_threshold` | `0.5` |" in readme
 
 
-def test_every_alert_has_a_runbook() -> None:
-    """One section per alert in the runbook template, each with the four parts, and no section
-    for an alert that does not exist."""
-    text = runbooks.markdown(DEFAULT)
+@pytest.mark.parametrize(("root", "cfg"), BUNDLES, ids=("sidecar", "direct"))
+def test_every_alert_has_a_runbook(root: str, cfg: MixinConfig) -> None:
+    """One section per alert of the bundle in its runbook page, each with the four parts, and no
+    section for an alert the bundle does not have."""
+    text = runbooks.markdown(cfg)
     sections = dict(re.findall(r"\n## (\S+)\n(.*?)(?=\n## |\Z)", text, re.S))
-    assert set(sections) == {a["alert"] for a in _alerts()}
+    assert set(sections) == {a["alert"] for a in _alerts(root)}
     for name, body in sections.items():
         parts = re.findall(r"^### (.+)$", body, re.M)
         assert parts == ["Meaning", "Impact", "Diagnosis", "Mitigation"], name
@@ -281,10 +303,10 @@ def test_invalid_config_is_rejected() -> None:
 
 # --- links into the dashboards ---------------------------------------------------------------
 
-def _overview_dashboard() -> dict:
+def _overview_dashboard(root: str = "") -> dict:
     import json
 
-    for path in sorted((ROOT / "dashboards").glob("*.json")):
+    for path in sorted((ROOT / root / "dashboards").glob("*.json")):
         model = json.loads(path.read_text())
         if model.get("uid") == f"{DEFAULT.dashboard_uid_prefix}-overview":
             return model
@@ -306,8 +328,10 @@ def test_dashboard_links_select_existing_variables() -> None:
             assert var in variables, f"{alert['alert']} links to unknown dashboard variable {var}"
 
 
-def test_panels_named_in_runbooks_exist() -> None:
-    titles = _panel_titles(_overview_dashboard()["panels"])
-    named = set(re.findall(r"\*\*([^*]+)\*\* panel", FILES[runbooks.RUNBOOKS_FILE]))
-    assert len(named) >= 8
+@pytest.mark.parametrize(("root", "cfg"), BUNDLES, ids=("sidecar", "direct"))
+def test_panels_named_in_runbooks_exist(root: str, cfg: MixinConfig) -> None:
+    """Each bundle's runbook page names only panels of that bundle's overview."""
+    titles = _panel_titles(_overview_dashboard(root)["panels"])
+    named = set(re.findall(r"\*\*([^*]+)\*\* panel", FILES[root + runbooks.RUNBOOKS_FILE]))
+    assert len(named) >= 6
     assert named <= titles, f"runbooks name panels the dashboard does not have: {named - titles}"

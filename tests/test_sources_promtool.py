@@ -4,7 +4,7 @@ Every scenario of tests/promtool/ is written for the sidecar (source=exporter). 
 translated to what Prometheus holds when it scrapes vLLM directly: the sidecar's counters become
 vLLM's own names in one of the four spellings (`vllm:`, `vllm_`, `ray_vllm:`, `ray_vllm_`,
 rotated over the servers and over four runs, so every series is read in every spelling), the
-sidecar's job becomes vLLM's, and the rule files are the committed sidecar-less ones
+sidecar's job becomes vLLM's, the runbook links the direct page, and the rule files are the committed sidecar-less ones
 (direct/alerts/). The expectations are left as they are: the same alerts at the same evaluation
 times, the same records with the same values. Scenarios of sidecar-only alerts (the exporter's
 own health, `vllm_spec_decode_enabled`, `target_up`) have no direct counterpart; the direct
@@ -99,6 +99,8 @@ def translate(scenario: dict, offset: int, rules: list[str]) -> tuple[dict, set[
     text = text.replace(f'job="{EXPORTER_JOB}"', f'job="{VLLM_JOB}"').replace(f"var-job={EXPORTER_JOB}&",
                                                                               f"var-job={VLLM_JOB}&")
     text = re.sub(rf"(\bjob: ){EXPORTER_JOB}\b", rf"\g<1>{VLLM_JOB}", text)
+    # The direct bundle's alerts link its own runbook page (direct/docs/runbooks.md, same anchors).
+    text = text.replace("/blob/main/docs/runbooks.md#", f"/blob/main/{generate.DIRECT_ROOT}docs/runbooks.md#")
     return yaml.safe_load(text), used
 
 

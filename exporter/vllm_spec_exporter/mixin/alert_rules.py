@@ -1,8 +1,9 @@
 """The alerting rules for speculative decoding, built from one MixinConfig.
 
 Two groups: acceptance (SpecDecodeAcceptanceLow/Critical decide on evidence, the Wilson bounds of
-recording_rules; drafts stopped; metrics missing) and exporter health (vLLM unreachable or
-restarting, exporter down or absent). Every alert carries `summary`, `description`, a
+recording_rules; drafts stopped; metrics missing) and health: with the sidecar, vLLM unreachable or
+restarting, exporter down or absent; without it (source=vllm), vLLM's own scrape job down,
+restarting or absent. Every alert carries `summary`, `description`, a
 `runbook_url` and a `dashboard_url` that opens the overview on the failing server (links.py).
 Alert names are a contract: routing, inhibition, runbook anchors and dashboards refer to them.
 """
@@ -28,6 +29,7 @@ __all__ = [
     "METRICS_MISSING",
     "TARGET_DOWN_ALERTS",
     "TRAFFIC_ALERTS",
+    "VLLM_ABSENT",
     "VLLM_RESTARTING",
     "VLLM_UNREACHABLE",
     "acceptance_alerts",
@@ -37,6 +39,7 @@ __all__ = [
     "direct_health_alerts",
     "exporter_alerts",
     "metrics_missing",
+    "target_absent",
 ]
 
 # Alert names are a contract (routing, inhibition, runbook anchors, dashboards link to them).
@@ -48,6 +51,9 @@ VLLM_UNREACHABLE = "SpecDecodeVllmUnreachable"
 VLLM_RESTARTING = "SpecDecodeVllmRestarting"
 EXPORTER_DOWN = "SpecDecodeExporterDown"
 EXPORTER_ABSENT = "SpecDecodeExporterAbsent"
+# source=vllm: no target of the vLLM job at all (a wrong vllm_selector); the sidecar's counterpart
+# is EXPORTER_ABSENT (no exporter found): another job, another fix, so another name.
+VLLM_ABSENT = "SpecDecodeVllmAbsent"
 
 # Alerts about acceptance that a dead target makes meaningless (Alertmanager inhibits them).
 TRAFFIC_ALERTS = (ACCEPTANCE_LOW, ACCEPTANCE_CRITICAL, DRAFTS_STOPPED)
@@ -269,7 +275,33 @@ def direct_health_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
                 "probably crash looping, and its acceptance figures cover only short runs."
             ),
         ),
+        target_absent(cfg, VLLM_ABSENT, "No vLLM server is being scraped.", "vLLM server",
+                      "every record of this bundle is empty and no speculative-decoding alert can fire "
+                      "(is the scrape job named differently? vllm_selector sets it)"),
     ]
+
+
+def target_absent(cfg: MixinConfig, name: str, summary: str, what: str, consequence: str) -> dict[str, Any]:
+    """No scrape target at all matches the source's selector, for target_down_for.
+
+    Every other rule of the bundle reads that job, so without this alert a wrong selector (or a
+    job that service discovery lost) leaves every record empty and every alert silent, for ever.
+    A warning, not a page: serving is not affected (the cause is a config or discovery change), but
+    it must be fixed, as nothing else will fire meanwhile. absent() has no labels, so the alert names
+    the selector it looked for, and has no server to open the dashboard on.
+    """
+    return _alert(
+        cfg, name,
+        expr=f"absent({sources.scrape_up(cfg)})",
+        severity=cfg.warning_severity,
+        summary=summary,
+        description=(
+            f"Prometheus has had no target matching {{{sources.selector(cfg)}}} for "
+            f"{cfg.target_down_for}: service discovery finds no {what}, so {consequence}."
+        ),
+        for_=cfg.target_down_for,
+        dashboard_variables=(),
+    )
 
 
 def exporter_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
@@ -312,19 +344,8 @@ def exporter_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
             ),
             for_=cfg.target_down_for,
         ),
-        _alert(
-            cfg, EXPORTER_ABSENT,
-            expr=f"absent(up{sel})",
-            severity=cfg.warning_severity,
-            summary="No speculative-decoding exporter is being scraped.",
-            description=(
-                f"Prometheus has had no target matching {{{cfg.exporter_selector}}} for "
-                f"{cfg.target_down_for}: service discovery finds no exporter, so "
-                "no speculative-decoding alert can fire."
-            ),
-            for_=cfg.target_down_for,
-            dashboard_variables=(),  # absent() has no server to select
-        ),
+        target_absent(cfg, EXPORTER_ABSENT, "No speculative-decoding exporter is being scraped.", "exporter",
+                      "no speculative-decoding alert can fire"),
     ]
 
 

@@ -276,7 +276,9 @@ class MixinConfig:
     )
     runbook_url_pattern: str = knob(
         LABELS, "https://github.com/vllm-spec-exporter/vllm-spec-exporter/blob/main/docs/runbooks.md#%s",
-        "Where runbooks live; %s is the lower-cased alert name (GitHub anchor).",
+        "Where runbooks live; %s is the lower-cased alert name (GitHub anchor). The default is the repository's "
+        "page of the bundle: docs/runbooks.md, or direct/docs/runbooks.md with source=vllm; a pattern you set is "
+        "used as given.",
     )
     grafana_url: str = knob(
         LABELS, "",

@@ -7,8 +7,9 @@ taken from the first render, never rendered again. Rendering is deterministic, s
 files must equal a fresh render (CI runs `generate --check`).
 
 The default (sidecar) render also writes the ready-to-use files of the sidecar-less bundle under
-`direct/` (`DIRECT_ROOT`, same layout): the rules, alerts, PrometheusRule, dashboards and their
-ConfigMap rendered with source=vllm, so they are committed and checked like the rest.
+`direct/` (`DIRECT_ROOT`, same layout): the rules, alerts, PrometheusRule, dashboards, their
+ConfigMap and the runbook page their alerts link, rendered with source=vllm, so they are committed
+and checked like the rest.
 `generate --set source=vllm --output DIR` renders the whole sidecar-less bundle into DIR instead:
 the DIRECT_FILES and the Alertmanager routing, nothing that deploys or documents the sidecar.
 
@@ -43,15 +44,17 @@ COPIES: dict[str, str] = kubernetes.COPIES
 # The sidecar-less bundle's ready-to-use files, committed under DIRECT_ROOT with the same layout.
 DIRECT_ROOT = "direct/"
 DIRECT_FILES = (rule_files.RULES_FILE, rule_files.ALERTS_FILE, rule_files.PROMETHEUS_RULE_FILE,
-                dashboard_files.OVERVIEW_PATH, dashboard_files.FLEET_PATH, dashboard_files.CONFIGMAP_PATH)
+                dashboard_files.OVERVIEW_PATH, dashboard_files.FLEET_PATH, dashboard_files.CONFIGMAP_PATH,
+                runbooks.RUNBOOKS_FILE)
 
 
 def render_all(cfg: MixinConfig) -> dict[str, str]:
     if cfg.direct:
         # Without the sidecar there is nothing to deploy next to vLLM: no exporter manifests,
-        # PodMonitor, compose file or exporter docs; only what a Prometheus scraping vLLM loads.
+        # PodMonitor, compose file or exporter docs; only what a Prometheus scraping vLLM loads,
+        # and the runbooks its alerts link.
         return {**alertmanager.render(cfg),
-                **{path: text for render in (rule_files.render, dashboard_files.render)
+                **{path: text for render in (rule_files.render, dashboard_files.render, runbooks.render)
                    for path, text in render(cfg).items() if path in DIRECT_FILES}}
     files: dict[str, str] = {}
     for render in RENDERERS:

@@ -16,6 +16,7 @@ __all__ = [
     "overview_uid",
     "percent",
     "runbook_index_url",
+    "runbook_pattern",
     "runbook_url",
 ]
 
@@ -35,14 +36,30 @@ def dashboard_url(cfg: MixinConfig, uid: str = "") -> str:
     return f"{cfg.grafana_url.rstrip('/')}/d/{uid or overview_uid(cfg)}"
 
 
+# The repository's runbook page of each bundle: the default runbook_url_pattern points at the
+# sidecar's; the sidecar-less bundle's page sits at the same path under direct/.
+SIDECAR_RUNBOOKS = "/blob/main/docs/runbooks.md#%s"
+DIRECT_RUNBOOKS = "/blob/main/direct/docs/runbooks.md#%s"
+
+
+def runbook_pattern(cfg: MixinConfig) -> str:
+    """runbook_url_pattern, except that the default one means "the repository's page of this
+    bundle": with source=vllm it points at direct/docs/runbooks.md. A pattern set by the user is
+    used as given (they host the page of the bundle they render)."""
+    default = type(cfg)().runbook_url_pattern
+    if cfg.direct and cfg.runbook_url_pattern == default:
+        return default.replace(SIDECAR_RUNBOOKS, DIRECT_RUNBOOKS)
+    return cfg.runbook_url_pattern
+
+
 def runbook_url(cfg: MixinConfig, alert_name: str) -> str:
-    """The runbook section of one alert (runbook_url_pattern, lower-cased name: a GitHub anchor)."""
-    return cfg.runbook_url_pattern % alert_name.lower()
+    """The runbook section of one alert (its bundle's page; lower-cased name: a GitHub anchor)."""
+    return runbook_pattern(cfg) % alert_name.lower()
 
 
 def runbook_index_url(cfg: MixinConfig) -> str:
     """The runbook page itself: the pattern without the per-alert anchor."""
-    return cfg.runbook_url_pattern.replace("%s", "").rstrip("#")
+    return runbook_pattern(cfg).replace("%s", "").rstrip("#")
 
 
 def exporter_selector(cfg: MixinConfig) -> str:

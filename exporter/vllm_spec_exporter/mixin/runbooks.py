@@ -1,33 +1,46 @@
 """docs/runbooks.md: one section per alert — Meaning, Impact, Diagnosis, Mitigation.
 
-The prose is templates/runbooks.md, reviewed as Markdown; this module fills it from the config
-and the rules (thresholds, windows, record names, each alert's expression). The structure follows
-prometheus-operator/runbooks and llm-d's alerting runbook. Each heading is exactly the alert
-name, so GitHub's anchor is the lower-cased name that `runbook_url` points at.
+One page per bundle, each at docs/runbooks.md of its root: the sidecar's (templates/runbooks.md)
+and the sidecar-less one's (templates/runbooks-direct.md, committed as direct/docs/runbooks.md),
+whose steps read vLLM's own series and never need a sidecar. The acceptance alerts mean the same
+in both and share their sections (templates/runbook-acceptance-*.md). The prose is reviewed as
+Markdown; this module fills it from the config and the rules (thresholds, windows, record names,
+each alert's expression). The structure follows prometheus-operator/runbooks and llm-d's alerting
+runbook. Each heading is exactly the alert name, so GitHub's anchor is the lower-cased name that
+`runbook_url` points at (links.runbook_url: the page of the alert's own bundle).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from . import alert_rules, links, recording_rules
+from ..names import MetricName
+from . import alert_rules, links, recording_rules, sources
 from .config import MixinConfig
 from .templates import fill
 
 __all__ = ["RUNBOOKS_FILE", "markdown", "render", "values"]
 
 RUNBOOKS_FILE = "docs/runbooks.md"
+# The page template of each bundle.
+SIDECAR_TEMPLATE = "runbooks.md"
+DIRECT_TEMPLATE = "runbooks-direct.md"
 
 
 def render(cfg: MixinConfig) -> dict[str, str]:
     return {RUNBOOKS_FILE: markdown(cfg)}
 
 
+def template(cfg: MixinConfig) -> str:
+    """The page template of `cfg`'s bundle."""
+    return DIRECT_TEMPLATE if cfg.direct else SIDECAR_TEMPLATE
+
+
 def markdown(cfg: MixinConfig) -> str:
-    text = fill("runbooks.md", values(cfg))
+    text = fill(template(cfg), values(cfg))
     missing = [a["alert"] for a in alert_rules.all_alerts(cfg) if f"\n## {a['alert']}\n" not in text]
     if missing:
-        raise RuntimeError(f"alerts without a runbook in templates/runbooks.md: {missing}")
+        raise RuntimeError(f"alerts without a runbook in templates/{template(cfg)}: {missing}")
     return text
 
 
@@ -43,12 +56,7 @@ def values(cfg: MixinConfig) -> dict[str, object]:
         "confidence": cfg.confidence_label,
         "min_generation_tokens_per_second": f"{cfg.min_generation_tokens_per_second:g}",
     }
-    # Each alert's severity, duration and expression, as its section opens. The sidecar's own
-    # health alerts keep their section in a source=vllm render, which says they are not loaded.
-    for name in (alert_rules.EXPORTER_DOWN, alert_rules.EXPORTER_ABSENT):
-        out[name.lower() + "_rule"] = ("Not part of the sidecar-less bundle (source=vllm): without the sidecar "
-                                       f"there is no exporter to watch; {alert_rules.VLLM_UNREACHABLE} reads "
-                                       "vLLM's own `up`.")
+    # Each alert's severity, duration and expression, as its section opens.
     for a in alerts:
         out[a["alert"].lower() + "_rule"] = (
             f"Severity: `{a['labels']['severity']}`. Fires after: `{a.get('for', '0s')}`. Expression:\n\n"
@@ -59,10 +67,22 @@ def values(cfg: MixinConfig) -> dict[str, object]:
     out |= {"rate_window": w.rate_window, "fast_long_window": w.fast_long, "fast_short_window": w.fast_short,
             "slow_long_window": w.slow_long, "slow_short_window": w.slow_short, "low_for": w.warning_hold,
             "critical_for": w.critical_hold, "slow_for": w.slow_hold, "scrape_interval": w.scrape_interval}
-    for key in ("exporter_selector", "instance_label", "target_down_for", "spec_decode_stopped_for",
+    for key in ("exporter_selector", "vllm_selector", "instance_label", "target_down_for", "spec_decode_stopped_for",
                 "drafting_batch_memory",
                 "spec_decode_missing_for", "reset_window", "counter_resets_threshold"):
         out[key] = getattr(cfg, key)
+    # What each bundle reads the running batch and the restarts from.
+    running = sources.raw_gauge(cfg, MetricName.REQUESTS_RUNNING,
+                                f'{sources.selector(cfg)}, {cfg.instance_label}="<instance>", model_name="<model>"')
+    out["running_requests_query"] = running
+    # A reader's query (one regex over the names; the rules' `or` of each name only matters while
+    # a server switches spelling).
+    generated = "|".join(sources.direct_names(sources.GENERATED))
+    out["generated_names"] = generated
+    out["restarts_query"] = (f'max by ({cfg.instance_label}) (resets({{__name__=~"{generated}", {cfg.vllm_selector}, '
+                             f'{cfg.instance_label}="<instance>"}}[1h]))')
+    out["sidecar_runbooks_url"] = links.runbook_index_url(cfg.with_overrides({"source": "exporter"}))
+    out["direct_runbooks_url"] = links.runbook_index_url(cfg.with_overrides({"source": "vllm"}))
     # The two acceptance alerts share their meaning (with their own threshold and duration),
     # diagnosis and mitigation; the critical one adds a first step.
     for alert, percent, sustained in (("low", out["warning_percent"], w.warning_hold),
@@ -76,6 +96,7 @@ def values(cfg: MixinConfig) -> dict[str, object]:
         **out, "first_step": "If users are affected now, first turn speculation off on the affected servers "
                              "(restart without `--speculative-config`) or roll back the last change; then pick "
                              "by what the diagnosis showed;"})
+    out["acceptance_sections"] = _partial("runbook-acceptance-alerts.md", out)
     return out
 
 

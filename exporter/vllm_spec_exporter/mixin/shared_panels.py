@@ -84,7 +84,7 @@ def targets_down_stat(cfg: MixinConfig, q: Queries) -> stat.Panel:
             "for that reason, not because of idle traffic (check the vllm_selector knob).",
             [Query(q.targets_down(), "down")],
             no_value=NO_TARGET,
-        ).links(runbook_links(cfg, alert_rules.VLLM_UNREACHABLE))
+        ).links(runbook_links(cfg, alert_rules.VLLM_UNREACHABLE, alert_rules.VLLM_ABSENT))
     return count_stat(
         "Targets down",
         "vLLM servers the exporter cannot read, plus exporters Prometheus cannot scrape. Good is "

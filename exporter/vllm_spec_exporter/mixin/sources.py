@@ -4,7 +4,13 @@ Every spec-decode quantity starts from five counters. With `source=exporter` (th
 the sidecar's normalised counters (names.MetricName, job `exporter_selector`); with `source=vllm`
 they are vLLM's own series as Prometheus already scrapes them (job `vllm_selector`), under any of
 the four spellings a TSDB may hold: `vllm:` (vLLM, Prometheus 3), `vllm_` (OpenMetrics underscore
-escaping, prometheus/client_python#1177), `ray_vllm:` and `ray_vllm_` (Ray Serve's stat logger).
+escaping, prometheus/client_python#1177), `ray_vllm:` and `ray_vllm_` (Ray Serve's stat logger),
+and llama.cpp's llama-server (`llamacpp:`, b11434, `--metrics`), whose counters are the same
+quantities: drafts (verification steps), draft tokens, accepted tokens, accepted by 0-based
+position, and predicted (generated) tokens. Its series carry no model_name or engine label, so its
+records lack them too; its per-position counters appear only after the first speculative request,
+and until then its per-position records are absent (never 0), as with every other source. It
+serves its other spec counters at 0 even without speculation (drafts_present says why it matters).
 
 This module turns either into the *source records*, one per (server, model, engine) with every
 target label kept and the metric name replaced:
@@ -47,9 +53,11 @@ __all__ = [
     "DRAFT_TOKENS",
     "EVIDENCE_COUNTERS",
     "GENERATED",
+    "LLAMACPP_GAUGES",
     "VLLM_GAUGES",
     "VLLM_PREFIXES",
     "SourceCounter",
+    "direct_names",
     "drafts_present",
     "increase_record",
     "increase_rules",
@@ -72,13 +80,15 @@ class SourceCounter:
     """One counter of the source layer.
 
     `metric` is the metric part of its record names; `exporter` the sidecar's served name; `vllm`
-    vLLM's sample name after the `vllm:` prefix; `position` says the series carry a 0-based draft
-    `position` label (the record's level then ends in `_position`).
+    vLLM's sample name after the `vllm:` prefix; `llamacpp` llama-server's whole sample name;
+    `position` says the series carry a 0-based draft `position` label (the record's level then ends
+    in `_position`).
     """
 
     metric: str
     exporter: MetricName
     vllm: str
+    llamacpp: str
     position: bool = False
 
     @property
@@ -87,15 +97,19 @@ class SourceCounter:
         return "instance_model_engine_position" if self.position else "instance_model_engine"
 
 
-DRAFTS = SourceCounter("vllm_spec_decode_drafts", MetricName.DRAFTS_TOTAL, "spec_decode_num_drafts_total")
+# llama-server b11434's names: tools/server/server-task.cpp, and tests/fixtures/llamacpp-b11434/.
+DRAFTS = SourceCounter("vllm_spec_decode_drafts", MetricName.DRAFTS_TOTAL, "spec_decode_num_drafts_total",
+                       "llamacpp:spec_decode_num_drafts_total")
 DRAFT_TOKENS = SourceCounter("vllm_spec_decode_draft_tokens", MetricName.DRAFT_TOKENS_TOTAL,
-                             "spec_decode_num_draft_tokens_total")
+                             "spec_decode_num_draft_tokens_total", "llamacpp:spec_decode_num_draft_tokens_total")
 ACCEPTED = SourceCounter("vllm_spec_decode_accepted_tokens", MetricName.ACCEPTED_TOKENS_TOTAL,
-                         "spec_decode_num_accepted_tokens_total")
+                         "spec_decode_num_accepted_tokens_total", "llamacpp:spec_decode_num_accepted_tokens_total")
 ACCEPTED_BY_POSITION = SourceCounter("vllm_spec_decode_accepted_tokens_by_position",
                                      MetricName.ACCEPTED_TOKENS_BY_POSITION_TOTAL,
-                                     "spec_decode_num_accepted_tokens_per_pos_total", position=True)
-GENERATED = SourceCounter("vllm_generation_tokens", MetricName.GENERATION_TOKENS_TOTAL, "generation_tokens_total")
+                                     "spec_decode_num_accepted_tokens_per_pos_total",
+                                     "llamacpp:spec_decode_num_accepted_tokens_per_pos_total", position=True)
+GENERATED = SourceCounter("vllm_generation_tokens", MetricName.GENERATION_TOKENS_TOTAL, "generation_tokens_total",
+                          "llamacpp:tokens_predicted_total")
 
 COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_BY_POSITION, GENERATED)
 # The counters the acceptance evidence needs per alert window (trials, numerator, denominator).
@@ -107,11 +121,21 @@ VLLM_GAUGES = {
     MetricName.REQUESTS_WAITING: "num_requests_waiting",
     MetricName.KV_CACHE_USAGE_RATIO: "kv_cache_usage_perc",  # a 0-1 ratio despite its name
 }
+# llama-server's (it serves no KV-cache usage).
+LLAMACPP_GAUGES = {
+    MetricName.REQUESTS_RUNNING: "llamacpp:requests_processing",
+    MetricName.REQUESTS_WAITING: "llamacpp:requests_deferred",
+}
 
 
 def vllm_spellings(name: str) -> tuple[str, ...]:
     """Every spelling of vLLM's `vllm:<name>` a TSDB may hold."""
     return tuple(prefix + name for prefix in VLLM_PREFIXES)
+
+
+def direct_names(counter: SourceCounter) -> tuple[str, ...]:
+    """Every sample name of `counter` that the direct rules read: vLLM's spellings, then llama.cpp's."""
+    return (*vllm_spellings(counter.vllm), counter.llamacpp)
 
 
 def selector(cfg: MixinConfig) -> str:
@@ -142,7 +166,7 @@ def _over_range(cfg: MixinConfig, function: str, counter: SourceCounter, window:
     if not cfg.direct:
         return f"{function}({counter.exporter}{{{match}}}[{window}])"
     return "\nor\n".join(f'{function}({{__name__="{name}", {match}}}[{window}])'
-                         for name in vllm_spellings(counter.vllm))
+                         for name in direct_names(counter))
 
 
 def rate_rules(cfg: MixinConfig) -> list[dict[str, str]]:
@@ -165,11 +189,16 @@ def increase_rules(cfg: MixinConfig, window: str) -> list[dict[str, str]]:
 
 def drafts_present(cfg: MixinConfig) -> str:
     """One sample per (server, model) whose drafts counter is scraped *now*: an instant selector,
-    which ends at once when the series go stale (pod deleted), unlike any range window."""
+    which ends at once when the series go stale (pod deleted), unlike any range window.
+
+    llama-server serves its spec counters at 0 even when started without speculation, so its
+    counter counts as present only once it has drafted (the sidecar reads a llama.cpp whose counters
+    are all 0 as "no spec decoding" too): without speculation it is SpecDecodeMetricsMissing's."""
     if not cfg.direct:
         return f"group without (engine) ({DRAFTS.exporter}{{{selector(cfg)}}})"
     names = "|".join(vllm_spellings(DRAFTS.vllm))
-    return f'group without (engine) ({{__name__=~"{names}", {selector(cfg)}}})'
+    return (f'group without (engine) (\n  {{__name__=~"{names}", {selector(cfg)}}}\nor\n'
+            f'  {{__name__="{DRAFTS.llamacpp}", {selector(cfg)}}} > 0\n)')
 
 
 def scrape_up(cfg: MixinConfig, matchers: str = "") -> str:
@@ -192,9 +221,10 @@ def restarts(cfg: MixinConfig, window: str, matchers: str = "") -> str:
 
 
 def raw_gauge(cfg: MixinConfig, gauge: MetricName, matchers: str) -> str:
-    """A load gauge of each series: the sidecar's, or vLLM's own under any spelling (an instant
+    """A load gauge of each series: the sidecar's, or vLLM's (llama.cpp's) own under any spelling (an instant
     selector: a spelling switch leaves no overlap, the old name goes stale at the same scrape)."""
     if not cfg.direct:
         return f"{gauge}{{{matchers}}}"
-    names = "|".join(vllm_spellings(VLLM_GAUGES[gauge]))
+    llamacpp = (LLAMACPP_GAUGES[gauge],) if gauge in LLAMACPP_GAUGES else ()
+    names = "|".join((*vllm_spellings(VLLM_GAUGES[gauge]), *llamacpp))
     return f'{{__name__=~"{names}", {matchers}}}'

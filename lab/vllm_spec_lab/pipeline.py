@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from vllm_spec_exporter import advisor
-from vllm_spec_exporter.mixin import alertmanager, rule_files
+from vllm_spec_exporter.mixin import alert_rules, alertmanager, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
 
 from . import default_cache_dir, processes
@@ -37,6 +37,7 @@ from .traffic import LOOPING_PROMPTS, Phase, TrafficMix, run_phase
 EXPORTER_JOB = "vllm-spec-exporter"
 VLLM_JOB = "vllm"
 MODEL_NAME = "tiny-llama"
+TARGET_ABSENT_ALERTS = (alert_rules.EXPORTER_ABSENT, alert_rules.VLLM_ABSENT)  # pending before the first scrape
 SLOW_STOP_SECONDS = 5.0  # a stop taking longer is reported (each server exits in about a second)
 
 # Seconds instead of minutes (2 s scrape and evaluation), so that the demo's critical page arrives
@@ -258,15 +259,16 @@ class LocalStack:
 
     def _settle_monitoring(self, timeout: float = 30.0) -> None:
         """Wait until Prometheus has scraped both jobs and evaluated the rules on that data. Before
-        the first scrape `absent(up{job=...})` is true, so SpecDecodeExporterAbsent would show as
-        pending for a few seconds: a start-up artefact, not a finding."""
+        the first scrape `absent(up{job=...})` is true, so SpecDecodeExporterAbsent (and, with the
+        direct rules, SpecDecodeVllmAbsent) would show as pending for a few seconds: a start-up
+        artefact, not a finding."""
         prometheus = self.prometheus
         assert prometheus is not None
 
         def settled() -> bool:
             try:
                 return prometheus.targets_up() and not any(
-                    a["labels"].get("alertname") == "SpecDecodeExporterAbsent" for a in prometheus.alerts())
+                    a["labels"].get("alertname") in TARGET_ABSENT_ALERTS for a in prometheus.alerts())
             except OSError:
                 return False
 

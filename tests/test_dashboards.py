@@ -213,7 +213,7 @@ def test_query_variables_multi_all_refresh_on_time_change(model: dict, name: str
     assert variable["includeAll"] is True
     # `.*` where the label can be missing: llama.cpp's and TGI's series carry no engine label, a
     # target never reached has no engine_family yet.
-    assert variable["allValue"] == (".*" if name in ("engine", "engine_family") else ".+")
+    assert variable["allValue"] == (".*" if name in ("engine", "engine_family", "model_name") else ".+")
     assert variable["refresh"] == 2  # template-on-time-change-reload-rule
     match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["query"])
     assert match, variable["query"]

@@ -13,7 +13,9 @@ The values expected are computed from the capture here, not from the rules: acce
 every record, alert and panel downstream reads (their ratios are the sidecar suites' subject).
 All counters share their sample times and stay well above their first increase, so rate()'s
 extrapolation scales them alike and these ratios are exact (to the last bit: compared after
-round(…, 1e-9)). The run renders the direct bundle with that selector into a scratch folder and
+round(…, 1e-9)). The direct overview's main panels, with every variable at All as Grafana sends
+them, must show the llama.cpp server (its series have no `model_name`). The run renders the direct
+bundle with that selector into a scratch folder and
 runs promtool 3 and 2.42 on it.
 """
 
@@ -27,8 +29,17 @@ import pytest
 import yaml
 
 from support.prom import require_version, run_tool
-from vllm_spec_exporter.mixin import alert_rules, generate, recording_rules, rule_files, sources
+from vllm_spec_exporter.mixin import (
+    alert_rules,
+    dashboard_files,
+    generate,
+    overview,
+    recording_rules,
+    rule_files,
+    sources,
+)
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_lab.grafana_query import expand_variables
 from vllm_spec_lab.monitoring import PROMTOOL_BIN, PROMTOOL_OLDEST_BIN
 
 pytestmark = pytest.mark.prometheus
@@ -36,6 +47,8 @@ pytestmark = pytest.mark.prometheus
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamacpp-b11434"
 SAMPLE = re.compile(r"^(llamacpp:[a-z_]+)(\{[^}]*\})? (\S+)$")
 JOB, SPEC, OFF = "llama", "127.0.0.1:8080", "127.0.0.1:8081"
+SHOWN_PANELS = ("Acceptance rate", "Tokens per step vs k+1", "Efficiency", "Tokens/s", "Acceptance rate by model",
+                "Acceptance rate by instance", "Acceptance by draft position", "Share of output from drafts by model")
 MINUTES = 40
 REPLAYS_PER_MINUTE = 10
 PROMTOOLS = [pytest.param((PROMTOOL_BIN, "3."), id="promtool-3"),
@@ -132,6 +145,13 @@ def test_direct_bundle_pages_on_llamacpp(promtool: str, tmp_path: Path) -> None:
          "exp_samples": [{"labels": f'{sources.rate_record(cfg, sources.GENERATED)}{{job="{JOB}", instance="{OFF}"}}',
                           "value": per_minute(off)[("llamacpp:tokens_predicted_total", "")] / 60}]},
     ]
+    # The direct overview shows it: its panels at All (llama.cpp's series have no model_name, so an
+    # All of `.+` on that label would show "No traffic" on every panel).
+    panels = {p["title"]: p for p in dashboard_files.iter_panels(overview.build(cfg))}
+    for title in SHOWN_PANELS:
+        expr = expand_variables(panels[title]["targets"][0]["expr"], "5m", {"instance": SPEC})
+        checks.append({"expr": f"count({expr}) > bool 0", "eval_time": at,
+                       "exp_samples": [{"labels": "{}", "value": 1}]})
     # Both acceptance alerts fire on the llama.cpp server (annotations are the sidecar scenarios'
     # concern). The one without speculation generates with its spec counters at 0: metrics missing,
     # as the sidecar reports it (schema `none`), not "drafts stopped" and not silence.

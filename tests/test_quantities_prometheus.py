@@ -158,7 +158,7 @@ def records() -> dict[str, str]:
 def dashboard_query(expr: str) -> str:
     """A dashboard query with every variable at All, as Grafana expands it."""
     return (expr.replace('"$job"', '".+"').replace('"$instance"', '".+"')
-            .replace('"$model_name"', '".+"').replace('"$engine"', '".*"'))
+            .replace('"$model_name"', '".*"').replace('"$engine"', '".*"'))
 
 
 def python_figures(body_before: str, body_after: str):

@@ -68,6 +68,13 @@ def _label_template(label: str) -> str:
     return "{{ $labels." + label + " }}"
 
 
+# Who the alert is about, as the start of a sentence. llama.cpp's series read directly carry no
+# `model_name` (only the sidecar asks /v1/models), so the model is named only when there is one.
+MODEL_ON = "{{ with $labels.model_name }}Model {{ . }} on {{ end }}"
+FOR_MODEL_ON = "{{ with $labels.model_name }}for model {{ . }} {{ end }}on "
+MODEL_ON_SERVER = "{{ with $labels.model_name }}Model {{ . }} on server {{ else }}Server {{ end }}"
+
+
 # Alert labels that select the overview dashboard's variables (job, instance, model_name), so the
 # link opens on the failing server and model.
 SERVER_VARIABLES = ("job", "instance")
@@ -176,8 +183,8 @@ def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
             severity=severity,
             summary=f"Speculative decoding acceptance is below {links.percent(threshold)}.",
             description=(
-                f"We are {conf} sure that acceptance of the draft tokens proposed for model "
-                "{{ $labels.model_name }} on " + inst + f" is below {links.percent(threshold)}: over the "
+                f"We are {conf} sure that acceptance of the draft tokens proposed " + FOR_MODEL_ON + inst
+                + f" is below {links.percent(threshold)}: over the "
                 f"last {fast} (or {slow} at low traffic) it is at most "
                 "{{ $value | humanizePercentage }}, and still low now. " + consequence
             ),
@@ -197,7 +204,7 @@ def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
             severity=cfg.warning_severity,
             summary="Speculative decoding proposes no drafts while tokens are generated.",
             description=(
-                "Model {{ $labels.model_name }} on " + inst + " generated {{ $value | humanize }} "
+                MODEL_ON + inst + " generated {{ $value | humanize }} "
                 f"tokens/s over the last {w} without a single draft, although speculative decoding is "
                 "configured. "
                 '{{ if eq $labels.engine_family "trtllm" }}TensorRT-LLM switched speculation off by itself: '
@@ -217,7 +224,8 @@ def metrics_missing(cfg: MixinConfig) -> dict[str, Any]:
     inst = _label_template(cfg.instance_label)
     if cfg.direct:
         # Without the sidecar nobody reports "no spec-decode families": output flowing with no
-        # drafts counter scraped at all is the same finding (a counter at 0 is DraftsStopped's).
+        # drafts counter scraped at all is the same finding (a vLLM counter at 0 is DraftsStopped's;
+        # llama.cpp's at 0 is this, see sources.drafts_present).
         n = record_names(cfg)
         return _alert(
             cfg, METRICS_MISSING,
@@ -226,9 +234,11 @@ def metrics_missing(cfg: MixinConfig) -> dict[str, Any]:
             severity=cfg.warning_severity,
             summary="The vLLM server exposes no speculative-decoding metrics.",
             description=(
-                "Model {{ $labels.model_name }} on vLLM server " + inst + " generates {{ $value | humanize }} "
-                "tokens/s, but its /metrics has no speculative-decoding series: it runs without "
-                "--speculative-config, or a vLLM upgrade renamed the metrics. Acceptance is no longer monitored."
+                MODEL_ON_SERVER + inst + " generates {{ $value | humanize }} "
+                "tokens/s, but its /metrics has no speculative-decoding series (or, from llama.cpp, only "
+                "counters that never moved): it runs without speculative decoding (vLLM: --speculative-config; "
+                "llama.cpp: --spec-type or a draft model), or an upgrade renamed the metrics. "
+                "Acceptance is no longer monitored."
             ),
             for_=cfg.spec_decode_missing_for,
             dashboard_variables=SERVER_MODEL_VARIABLES,

@@ -70,7 +70,9 @@ def alertmanager_config(cfg: MixinConfig) -> dict[str, Any]:
                     "routing_key_file": cfg.pager_routing_key_file,
                     "url": cfg.pager_events_url,
                     "send_resolved": True,
-                    "description": "{{ .CommonAnnotations.summary }} ({{ .GroupLabels.model_name }})",
+                    # The model when the alerts name one (llama.cpp read directly has no model_name).
+                    "description": ("{{ .CommonAnnotations.summary }}"
+                                    "{{ with .GroupLabels.model_name }} ({{ . }}){{ end }}"),
                     "details": {
                         "description": _DESCRIPTIONS_AS_TEXT,
                         "runbook_url": "{{ .CommonAnnotations.runbook_url }}",

@@ -383,7 +383,7 @@ def test_vllm_latency_queries_work_on_every_name_spelling(stack: dict, model: di
                 if prom.query(f'{{__name__="{p}inter_token_latency_seconds_count", '
                               f'instance="{instances["negotiated"]}"}}', at=query_time(prom))]
     # (a scrape that timed out on a loaded machine leaves the series stale for a moment)
-    negotiated = wait_until(landed, timeout=15 + lag(prom)) or []
+    negotiated = wait_until(landed, timeout=15 + lag(prom))
     assert len(negotiated) == 1, negotiated
     print(f"negotiated spelling: {negotiated[0]}")
     for endpoint, spelling in spelled.items():

@@ -18,7 +18,7 @@ of the program, not a child: nothing to own.
 Three layers, because each covers what the one before cannot:
 
 1. Own process group (``start_new_session``). Ctrl-C and a closed terminal signal only the
-   program, which then stops its children in order; and `stop` takes a whole tree down with one
+   program, which then stops its children; and `stop` takes a whole tree down with one
    ``killpg`` (vLLM forks engine-core processes that are not our children).
 2. ``PR_SET_PDEATHSIG`` = SIGTERM (Linux ``prctl``, set in the child between fork and exec): the
    kernel signals the direct child when the thread that started it dies, SIGKILL included.
@@ -95,9 +95,10 @@ class _Warden:
     def process_id(self) -> int:
         return self._proc.pid
 
-    def _send(self, op: str, **fields: object) -> None:
+    def _send(self, op: str, change: Callable[[], None], **fields: object) -> None:
         line = (json.dumps({"op": op, **fields}) + "\n").encode()
         with self._lock:
+            change()  # under the lock: servers stop from several threads, and a restart replays the sets
             for _attempt in range(2):
                 try:
                     assert self._proc.stdin is not None
@@ -112,20 +113,16 @@ class _Warden:
                         self._proc.stdin.write((json.dumps({"op": "dir", "path": path}) + "\n").encode())  # type: ignore[union-attr]
 
     def track_group(self, pgid: int) -> None:
-        self._groups.add(pgid)
-        self._send("group", id=pgid)
+        self._send("group", lambda: self._groups.add(pgid), id=pgid)
 
     def untrack_group(self, pgid: int) -> None:
-        self._groups.discard(pgid)
-        self._send("ungroup", id=pgid)
+        self._send("ungroup", lambda: self._groups.discard(pgid), id=pgid)
 
     def track_dir(self, path: str) -> None:
-        self._dirs.add(path)
-        self._send("dir", path=path)
+        self._send("dir", lambda: self._dirs.add(path), path=path)
 
     def untrack_dir(self, path: str) -> None:
-        self._dirs.discard(path)
-        self._send("undir", path=path)
+        self._send("undir", lambda: self._dirs.discard(path), path=path)
 
 
 _warden: _Warden | None = None

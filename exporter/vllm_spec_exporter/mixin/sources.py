@@ -11,6 +11,9 @@ position, and predicted (generated) tokens. Its series carry no model_name or en
 records lack them too; its per-position counters appear only after the first speculative request,
 and until then its per-position records are absent (never 0), as with every other source. It
 serves its other spec counters at 0 even without speculation (drafts_present says why it matters).
+And it prints its counters with 6 significant digits (`%g`): above 10^6 an increase is rounded to
+tens, above 10^7 to hundreds, so on a long-running, busy llama-server the direct acceptance and its
+bounds read rounded counts (the sidecar reads the same text; longer windows blunt it).
 
 This module turns either into the *source records*, one per (server, model, engine) with every
 target label kept and the metric name replaced:

@@ -203,7 +203,8 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             # the one it reads, and VictoriaMetrics indexes a new series a few seconds after its
             # first sample, so on a fresh stack they appear ~20-40 s in (on Prometheus: at once).
             evidence = recording_rules.evidence_names(stack_config(RATE_INTERVAL).windows.fast_long)
-            wait_until(lambda: all(prom.query(f"count({name}) == {len(MODELS)}", at=query_time(prom))
+            wait_until(lambda: all(prom.query(f'count({name}{{job="vllm-spec-exporter"}}) == {len(MODELS)}',
+                                              at=query_time(prom))
                                    for name in (evidence.upper, evidence.lower)), timeout=90)
             yield {"prom": prom, "fake": fake, "exporter_instance": f"127.0.0.1:{exporter_port}", "prefix": prefix,
                    "vllm_instances": {"negotiated": negotiated_instance, "classic": classic_instance,
@@ -364,11 +365,12 @@ def test_direct_speedup_matches_the_traffic(stack: dict, draft_cost: float) -> N
     checked = 0
     for build in (overview.build, fleet.build):
         for panel in dashboard_files.iter_panels(build(cfg)):
+            renames = {value: key for t in panel.get("transformations", []) if t["id"] == "organize"
+                       for key, value in t["options"].get("renameByName", {}).items()}
             if panel["title"] == "Speed-up (est.)":
                 exprs = [panel["targets"][0]["expr"]]
-            elif any(t["id"] == "organize" for t in panel.get("transformations", [])) \
-                    and "speed-up (est.)" in by_header(panel):
-                exprs = [by_header(panel)["speed-up (est.)"]]  # the fleet tables' column
+            elif "speed-up (est.)" in renames:  # the fleet tables' column
+                exprs = [t["expr"] for t in panel["targets"] if f"Value #{t['refId']}" == renames["speed-up (est.)"]]
             else:
                 continue
             for expr in exprs:

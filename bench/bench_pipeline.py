@@ -28,7 +28,6 @@ import importlib
 import math
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from vllm_spec_exporter.derive import derive
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
 from vllm_spec_exporter.window import WindowStore
+from vllm_spec_lab.exporter_process import ExporterProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "vllm-0.32.0"
@@ -115,30 +115,24 @@ def measure_process(text: str, polls: int, interval: float = 0.05) -> tuple[floa
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    script = Path(sys.executable).with_name("vllm-spec-exporter")
-    listen = free_port()
-    proc = subprocess.Popen([str(script), "serve", "--target", f"http://127.0.0.1:{server.server_port}",
-                             "--listen", f"127.0.0.1:{listen}", "--interval", str(interval), "--window", "60",
-                             "--timeout", str(interval * 0.8), "--log-level", "error"])
+    # The served defaults (min draft tokens 100), only polling faster; stopped however the bench ends.
+    exporter = ExporterProcess(f"http://127.0.0.1:{server.server_port}", "--log-level", "error",
+                               interval=interval, window=60, timeout=interval * 0.8, min_draft_tokens=100)
     try:
+        exporter.start()
         time.sleep(1.5)  # start-up (imports) is not per-poll cost
-        failed0 = _failed_polls(listen)
-        cpu0 = _cpu_seconds(proc.pid)
+        assert exporter.proc is not None
+        pid = exporter.proc.pid
+        failed0 = _failed_polls(exporter.port)
+        cpu0 = _cpu_seconds(pid)
         time.sleep(polls * interval)
-        cpu1 = _cpu_seconds(proc.pid)
-        failed = _failed_polls(listen) - failed0
-        rss = _rss_mb(proc.pid)
+        cpu1 = _cpu_seconds(pid)
+        failed = _failed_polls(exporter.port) - failed0
+        rss = _rss_mb(pid)
     finally:
-        proc.terminate()
-        proc.wait(5)
+        exporter.stop()
         server.shutdown()
     return rss, (cpu1 - cpu0) * 1000 / polls, failed
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _failed_polls(port: int) -> int:

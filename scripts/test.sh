@@ -23,4 +23,4 @@ echo "== ruff"
 echo "== generated artifacts are up to date"
 .venv/bin/vllm-spec-exporter generate --check
 echo "== pytest${TIER:+ (fast tier: ${TIER[*]})}"
-exec .venv/bin/pytest -p no:cacheprovider -ra "${TIER[@]}" "${PYTEST_ARGS[@]}"
+exec .venv/bin/pytest -p no:cacheprovider -ra --durations=25 "${TIER[@]}" "${PYTEST_ARGS[@]}"

@@ -2,7 +2,7 @@
 rules → real Alertmanager with the generated config → local webhook. The page arrives during an
 acceptance collapse and resolves after recovery. The same scenario runs a second time with
 VictoriaMetrics single-node scraping the exporter and vmalert evaluating the generated rules and
-paging through the same Alertmanager (`vllm_spec_lab.victoria`, with `-rule.evalDelay=5s`).
+paging through the same Alertmanager (`vllm_spec_lab.victoria`, with `-rule.evalDelay=0s`).
 
 The synthetic vLLM (lab/vllm_spec_lab/fakes/vllm.py) is a simulation of vLLM's /metrics; everything
 after it is the real thing. Windows and `for` durations are shortened through

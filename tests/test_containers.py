@@ -492,14 +492,18 @@ def _reload_fast_rules_and_page(engine: PrivateDockerd, stack: MonitoringStack, 
 
     low = "SpecDecodeAcceptanceLow"
     degraded_at = time.time()
-    deadline = time.monotonic() + 240
-    pages: list[dict[str, Any]] = []
-    while time.monotonic() < deadline and not pages:
+
+    def paged_after_degraded_traffic() -> list[dict[str, Any]]:
         result = run_phase(vllm.url, MODEL, low_acceptance_phase(max_requests=4, max_tokens=96, max_seconds=20))
         assert result.requests_ok, result.errors
-        pages = [r for r in webhook.received("/chat") if low in json.dumps(r["body"])]
-    alerts_now = http_get_json(f"{stack.prometheus_url}/api/v1/alerts")["data"]["alerts"]
-    assert pages, f"no {low} at the webhook; alerts: {[(a['labels']['alertname'], a['state']) for a in alerts_now]}"
+        return [r for r in webhook.received("/chat") if low in json.dumps(r["body"])]
+
+    def alerts_now() -> str:
+        alerts = http_get_json(f"{stack.prometheus_url}/api/v1/alerts")["data"]["alerts"]
+        return f"alerts: {[(a['labels']['alertname'], a['state']) for a in alerts]}"
+
+    pages = wait_until(paged_after_degraded_traffic, 240, interval=0, what=f"{low} at the webhook",
+                       failure=alerts_now)
     served = exporter_snapshot(stack.exporter_url).get("vllm_spec_decode_acceptance_ratio", {}).get(SERIES)
     print(f"\n{low} reached the webhook through the containerised Alertmanager "
           f"{pages[0]['time'] - degraded_at:.0f} s after degraded traffic began (exporter acceptance {served})")

@@ -103,12 +103,28 @@ def test_demo_leaves_nothing_behind(sandbox, ending, codes):
                 proc.send_signal(signal.SIGINT)
         else:
             proc.send_signal(getattr(signal, ending))
-        proc.wait(timeout=60)
+        wait_for_exit(proc, ending)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert_nothing_left(tree, tmp, ending)
     assert proc.returncode in codes, proc.returncode
+
+
+def wait_for_exit(proc: subprocess.Popen, ending: str, timeout: float = 60) -> None:
+    """The demo must exit within `timeout` of `ending`; if not, the failure shows what it printed
+    while stopping (which server was slow to stop, see LocalStack.stop)."""
+    sent = time.monotonic()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        printed = b""
+        if proc.stdout is not None and not proc.stdout.closed:
+            os.set_blocking(proc.stdout.fileno(), False)
+            printed = proc.stdout.read() or b""
+        tail = printed.decode(errors="replace")[-3000:]
+        pytest.fail(f"the demo did not exit within {timeout:.0f} s of {ending}; it printed last:\n{tail}")
+    print(f"{ending}: the demo exited {time.monotonic() - sent:.1f} s after")
 
 
 def test_demo_start_up_crash_reports_and_kills_the_crashed_servers_children(sandbox):

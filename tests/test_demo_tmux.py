@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from support.prom import require_binary
 from vllm_spec_lab.exporter_process import SCRIPT
 from vllm_spec_lab.fakes.vllm_cache import SERVER_MODULE, make_fake_cache
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
+from vllm_spec_lab.waiting import wait_until
 
 pytestmark = [pytest.mark.server, pytest.mark.prometheus]
 # Short phases (the default is 90 s): long enough for the page to land in the degraded phase and
@@ -57,14 +57,12 @@ class Tmux:
 
 
 def wait_for_screen(tmux: Tmux, pattern: str, timeout: float, seen: list[str]) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        screen = tmux.screen()
-        seen.append(screen)
-        if re.search(pattern, screen):
-            return screen
-        time.sleep(2)
-    raise AssertionError(f"{pattern!r} not on screen within {timeout:.0f} s; last screen:\n{seen[-1]}")
+    """The first screen matching `pattern`; every screen read is appended to `seen`."""
+    def showing() -> str | None:
+        seen.append(tmux.screen())
+        return seen[-1] if re.search(pattern, seen[-1]) else None
+    return wait_until(showing, timeout, interval=2, what=f"{pattern!r} on screen",
+                      failure=lambda: f"last screen:\n{seen[-1]}")
 
 
 def _environment(pid: int) -> dict[str, str]:
@@ -150,7 +148,5 @@ def test_demo_in_a_terminal_live_screen_verdict_and_ctrl_c(tmp_path):
 
     # Ctrl-C on the real stack: everything it started is gone.
     assert len(tree) >= 7, tree  # demo, warden, vLLM API server + engine core, exporter, Prometheus, AM
-    deadline = time.monotonic() + 30
-    while survivors(tree) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not survivors(tree), survivors(tree)
+    wait_until(lambda: not survivors(tree), 30, interval=0.5, what="every process of the demo gone",
+               failure=lambda: f"survived: {survivors(tree)}")

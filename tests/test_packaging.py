@@ -9,17 +9,18 @@ an import hook that makes `grafana_foundation_sdk` and `vllm_spec_lab` unimporta
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import requests
 
 from vllm_spec_lab.fakes.vllm import FakeVllm
 from vllm_spec_lab.server import free_port
+from vllm_spec_lab.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKED = ("grafana_foundation_sdk", "vllm_spec_lab")
@@ -73,16 +74,18 @@ def test_serve_runs_without_the_sdk_and_the_lab(tmp_path: Path) -> None:
              "--interval", "0.5", "--window", "10", "--min-draft-tokens", "0"],
             env={"LOADED_FILE": str(loaded), "PATH": "/usr/bin:/bin"}, cwd=tmp_path,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        served = [""]  # the last /metrics read: the assertions below show what was served
+
+        def serves_acceptance() -> bool:
+            fake.drive(10, 0.8)
+            with contextlib.suppress(requests.RequestException):
+                served.append(requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text)
+            return "vllm_spec_decode_acceptance_ratio{" in served[-1]
+
         try:
-            body = ""
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and "vllm_spec_decode_acceptance_ratio{" not in body:
-                time.sleep(0.3)
-                fake.drive(10, 0.8)
-                try:
-                    body = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
-                except requests.RequestException:
-                    continue
+            with contextlib.suppress(TimeoutError):
+                wait_until(serves_acceptance, 20, interval=0.3)
+            body = served[-1]
         finally:
             proc.terminate()
             out, _ = proc.communicate(timeout=10)

@@ -9,14 +9,10 @@ files against it, writes the recording rules back (remote write) and sends alert
          VMAlert(vm.url, rule_files=[...], alertmanager_url=am.url) as vmalert:
         vm.query("vllm_spec_decode_acceptance_ratio")
 
-The flags the bundle's timings assume (the README repeats them): one visibility delay, 5 s, as
-VictoriaMetrics' `-search.latencyOffset` and vmalert's `-rule.evalDelay` (both default to 30 s,
-which delays every record and alert 30 s behind Prometheus'). Not 0 s: VictoriaMetrics makes an
-ingested sample searchable only when its ingestion buffer is flushed (every 1-2 s, buffer by
-buffer), so at "now" one counter of a scrape can already show its newest sample while its partner
-does not, and a ratio of the two is off by a whole scrape of its window (a per-position acceptance
-of 1.08 in our CI). Plus, for tests only, `-search.disableCache` (a test reads data seconds old; the
-cache would serve stale answers).
+The flags the bundle's timings assume (docs repeat them): vmalert `-rule.evalDelay=0s` (default 30 s:
+every recording rule and alert would lag 30 s behind Prometheus'), VictoriaMetrics
+`-search.latencyOffset=0s` (default 30 s: the newest samples are hidden from queries) and
+`-search.disableCache` (a test reads data seconds old; the cache would serve stale answers).
 """
 
 from __future__ import annotations
@@ -30,11 +26,9 @@ import yaml
 from .binaries import VICTORIA_METRICS_BIN, VMALERT_BIN
 from .monitoring import PromQueryApi, RulesApi, ServerProcess, static_scrape_configs
 
-# How far back rules and queries near "now" read, so every sample of a scrape is searchable
-# (see the module docstring); vmalert's docs ask for evalDelay equal to latencyOffset.
-VISIBILITY_DELAY_SECONDS = 5
-VICTORIA_METRICS_TIMING_FLAGS = (f"-search.latencyOffset={VISIBILITY_DELAY_SECONDS}s", "-search.disableCache")
-VMALERT_TIMING_FLAGS = (f"-rule.evalDelay={VISIBILITY_DELAY_SECONDS}s",)
+# Without these, VictoriaMetrics + vmalert answer 30 s late (see the module docstring).
+VICTORIA_METRICS_TIMING_FLAGS = ("-search.latencyOffset=0s", "-search.disableCache")
+VMALERT_TIMING_FLAGS = ("-rule.evalDelay=0s",)
 
 
 class VictoriaMetrics(PromQueryApi, ServerProcess):

@@ -121,9 +121,14 @@ def stack_config(rate_window: str) -> MixinConfig:
                                          "rate_window": rate_window})
 
 
+def direct_config(rate_window: str) -> MixinConfig:
+    """The sidecar-less bundle for the same stack: its records read vLLM's own series (job "vllm")."""
+    return stack_config(rate_window).with_overrides({"source": "vllm"})
+
+
 def recording_rules_file(folder: Path, cfg: MixinConfig) -> Path:
     """The recording rules generated from `cfg` (source records, evidence) for the stack's Prometheus."""
-    path = folder / "prometheus_rules.yaml"
+    path = folder / ("direct_rules.yaml" if cfg.direct else "prometheus_rules.yaml")
     path.write_text(rule_files.render(cfg)[rule_files.RULES_FILE])
     return path
 
@@ -171,6 +176,8 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     folder = tmp_path_factory.mktemp("rules")
     rules = always_firing_rules(folder)
     recorded = recording_rules_file(folder, stack_config(RATE_INTERVAL))
+    # The sidecar-less bundle's records too (both bundles load side by side: each reads its own job).
+    direct = recording_rules_file(folder, direct_config(RATE_INTERVAL))
     backend, prefix = request.param
     fake = FakeVllm(models=MODELS, engines=ENGINES, k=K, latency_histograms=True, step_seconds=STEP_SECONDS,
                     prefix=prefix)
@@ -188,7 +195,7 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         scrape = {"vllm-spec-exporter": [f"127.0.0.1:{exporter_port}"],
                   "vllm": [negotiated_instance, classic_instance, escaped_instance]}
         # The generated recording rules too: the acceptance panel draws the alerts' confidence bounds.
-        with query_backend(backend, scrape, [rules, recorded]) as prom:
+        with query_backend(backend, scrape, [rules, recorded, direct]) as prom:
             wait_until(lambda: prom.query("vllm_spec_exporter_target_up == 1"), timeout=20)
             # A full rate window of polled samples, plus slack for the first scrape.
             time.sleep(RATE_INTERVAL_SECONDS + 4 + lag(prom))
@@ -196,7 +203,8 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             # the one it reads, and VictoriaMetrics indexes a new series a few seconds after its
             # first sample, so on a fresh stack they appear ~20-40 s in (on Prometheus: at once).
             evidence = recording_rules.evidence_names(stack_config(RATE_INTERVAL).windows.fast_long)
-            wait_until(lambda: all(prom.query(f"count({name}) == {len(MODELS)}", at=query_time(prom))
+            wait_until(lambda: all(prom.query(f'count({name}{{job="vllm-spec-exporter"}}) == {len(MODELS)}',
+                                              at=query_time(prom))
                                    for name in (evidence.upper, evidence.lower)), timeout=90)
             yield {"prom": prom, "fake": fake, "exporter_instance": f"127.0.0.1:{exporter_port}", "prefix": prefix,
                    "vllm_instances": {"negotiated": negotiated_instance, "classic": classic_instance,
@@ -348,6 +356,31 @@ def sweep(stack: dict, model: dict) -> list[str]:
     if missing:
         problems.append(f"expectations for targets the dashboard no longer has: {missing}")
     return problems
+
+
+@pytest.mark.parametrize("draft_cost", [DRAFT_COST, 0.2])
+def test_direct_speedup_matches_the_traffic(stack: dict, draft_cost: float) -> None:
+    """The sidecar-less dashboards' "Speed-up (est.)", computed in PromQL from vLLM's own counters
+    scraped directly, against the scripted traffic: (1 + accepted per draft) / (1 + cost x draft
+    length), which at this static k is the advisor's estimate, for the default cost and another."""
+    cfg = direct_config(RATE_INTERVAL).with_overrides({"draft_cost_ratio": draft_cost})
+    want = (1 + sum(PER_POSITION)) / (1 + draft_cost * K)
+    checked = 0
+    for build in (overview.build, fleet.build):
+        for panel in dashboard_files.iter_panels(build(cfg)):
+            renames = {value: key for t in panel.get("transformations", []) if t["id"] == "organize"
+                       for key, value in t["options"].get("renameByName", {}).items()}
+            if panel["title"] == "Speed-up (est.)":
+                exprs = [panel["targets"][0]["expr"]]
+            elif "speed-up (est.)" in renames:  # the fleet tables' column
+                exprs = [t["expr"] for t in panel["targets"] if f"Value #{t['refId']}" == renames["speed-up (est.)"]]
+            else:
+                continue
+            for expr in exprs:
+                got = values(run(stack["prom"], expr))
+                assert got and all(close(v, want, 0.03) for v in got), (panel["title"], got, want)
+                checked += 1
+    assert checked == 4  # the overview's and the fleet's stat, the fleet's two tables
 
 
 def test_per_position_acceptance_matches_the_traffic(stack: dict, model: dict) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from support.prom import require_binary
+from vllm_spec_exporter.advisor import speedup_bound
 from vllm_spec_exporter.derive import derive_series, figures
 from vllm_spec_exporter.mixin import promql, recording_rules, sources
 from vllm_spec_exporter.mixin.config import MixinConfig
@@ -50,7 +51,9 @@ COUNTER_OFFSET = 1e9
 # rate_window 1.5 x the spacing: on Prometheus 2 (closed ranges) and 3 (left-open) alike, the
 # window at a scrape's time holds exactly that scrape and the one before.
 CFG = MixinConfig().with_overrides({"source": "vllm", "scrape_interval": "15s",
-                                    "rate_window": f"{SPACING * 3 // 2}s"})
+                                    "rate_window": f"{SPACING * 3 // 2}s", "draft_cost_ratio": 0.1})
+# The speed-up bound (advisor.speedup_bound in Python, recording_rules.speedup_bound in PromQL).
+SPEEDUP = "speed-up bound"
 SPEC_LINE = re.compile(r"^((?:vllm:)(?:spec_decode_num_\w+|generation_tokens)_total)(\{[^}]*\})? (\S+)$", re.M)
 # What the direct dashboards read besides the counters: vLLM's load gauges and latency histograms.
 CONTEXT_LINE = re.compile(r"^((?:vllm:)(?:num_requests_running|num_requests_waiting|kv_cache_usage_perc"
@@ -189,11 +192,13 @@ def test_records_equal_derive_on_real_vllm_output_in_every_spelling(tsdb: dict) 
         MetricName.ACCEPTED_TOKENS_PER_SECOND: q.sum_rate(promql.ACCEPTED, by),
         MetricName.GENERATION_TOKENS_PER_SECOND: q.sum_rate(promql.GENERATED, by),
         MetricName.POSITION_ACCEPTANCE_RATIO: q.position_acceptance(by),
+        SPEEDUP: q.speedup_bound(by),
     }
     per_server = {"acceptance": n.acceptance_ratio, "length": n.acceptance_length,
                   "position": n.position_acceptance_ratio}
     compared: dict[MetricName | str, int] = {}
     problems: list[str] = []
+    advisor_agrees = 0  # windows where derive's advisor gauge (k-based) equals the bound: a static k
     for scenario, bodies in tsdb["bodies"].items():
         for i in range(1, len(bodies)):
             at = tsdb["start"] + i * SPACING
@@ -203,10 +208,22 @@ def test_records_equal_derive_on_real_vllm_output_in_every_spelling(tsdb: dict) 
             for series, fig in python.items():
                 if fig is None:
                     continue
-                for name, labels, value in derive_series(series, fig, min_draft_tokens=0):
+                for name, labels, value in derive_series(series, fig, min_draft_tokens=0,
+                                                         draft_cost=CFG.draft_cost_ratio):
+                    if name == MetricName.ESTIMATED_SPEEDUP:
+                        # The sidecar's gauge charges k per draft; the bound the drafts' real length.
+                        bound = speedup_bound(fig.drafts or 0, fig.draft_tokens or 0, fig.accepted or 0,
+                                              CFG.draft_cost_ratio)
+                        if fig.draft_tokens == fig.k * (fig.drafts or 0):
+                            assert bound is not None and math.isclose(value, bound, rel_tol=REL), (series, value)
+                            advisor_agrees += 1
                     if name in per_engine:
                         position = labels[2:] if name == MetricName.POSITION_ACCEPTANCE_RATIO else ()
                         expected[(name, series, *position)] = value
+                bound = speedup_bound(fig.drafts or 0, fig.draft_tokens or 0, fig.accepted or 0,
+                                      CFG.draft_cost_ratio)
+                if bound is not None:
+                    expected[(SPEEDUP, series)] = bound
                 for key, value in (("A", fig.accepted), ("T", fig.draft_tokens), ("D", fig.drafts)):
                     server[key][series.model_name] = server[key].get(series.model_name, 0) + (value or 0)
                 for position, value in fig.accepted_by_position.items():
@@ -255,6 +272,7 @@ def test_records_equal_derive_on_real_vllm_output_in_every_spelling(tsdb: dict) 
         assert compared.get(name, 0) >= 4 * 3, (name, compared)
     for record in per_server.values():
         assert compared.get(record, 0) >= 4 * 3, (record, compared)
+    assert advisor_agrees >= 3, advisor_agrees
 
 
 # Queries that are empty on this data by design: nothing fires (no rule is evaluated on the

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_DRAFT_COST", "Advice", "advise", "expected_tokens_per_step"]
+__all__ = ["DEFAULT_DRAFT_COST", "Advice", "advise", "expected_tokens_per_step", "speedup_bound"]
 
 # Draft cost per proposed token relative to one target forward step: rough, documented defaults.
 # The one place these numbers live: `serve`, `check` and the demo read them from here.
@@ -64,6 +64,23 @@ class Advice:
 
 def expected_tokens_per_step(position_acceptance: list[float], k: int) -> float:
     return 1.0 + sum(position_acceptance[:k])
+
+
+def speedup_bound(drafts: float, draft_tokens: float, accepted: float, draft_cost: float) -> float | None:
+    """S at the drafts actually made, from three counters' deltas (no per-position data needed):
+
+        S = (1 + accepted / drafts) / (1 + c * draft_tokens / drafts) = (D + A) / (D + c * T)
+
+    tokens per step over the cost of a step plus its drafting. With a static k every draft holds k
+    tokens (T = k * D) and A is the sum of the per-position accepted counts, so S equals
+    Advice.current_speedup; with dynamic k or n-gram misses the drafts are shorter than k and S
+    charges the tokens actually drafted. The sidecar-less dashboards compute the same in PromQL
+    (mixin/recording_rules.speedup_bound). None without drafts."""
+    if draft_cost < 0:
+        raise ValueError(f"draft cost ratio must be >= 0, got {draft_cost}")
+    if drafts <= 0:
+        return None
+    return (drafts + accepted) / (drafts + draft_cost * draft_tokens)
 
 
 def advise(position_acceptance: list[float], draft_cost: float, raise_threshold: float = 0.7) -> Advice:

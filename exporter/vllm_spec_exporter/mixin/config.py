@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from ..advisor import UNKNOWN_METHOD_DRAFT_COST, draft_cost_help
 from ..durations import is_prometheus_duration, seconds
 from .windows import ALWAYS_SAMPLES, SHORT_SAMPLES, AlertWindows, alert_windows, samples_problem
 
@@ -358,6 +359,12 @@ class MixinConfig:
         DASHBOARDS, 3,
         "Series a crowded per-server panel keeps from its good end, for contrast (0: none).",
     )
+    draft_cost_ratio: float = knob(
+        DASHBOARDS, UNKNOWN_METHOD_DRAFT_COST,
+        "Cost of drafting one token relative to one target forward step, for the sidecar-less dashboards' "
+        "\"Speed-up (est.)\" (tokens per step / (1 + cost x mean draft length)); the sidecar's advisor has its "
+        f"own --draft-cost-ratio. Default: EAGLE's; set yours ({draft_cost_help()}).",
+    )
 
     def with_overrides(self, overrides: dict[str, Any]) -> MixinConfig:
         """Return a copy with `overrides` applied; unknown keys and wrong types are errors."""
@@ -409,6 +416,8 @@ class MixinConfig:
                              f"{self.acceptance_overdispersion}")
         if self.counter_resets_threshold < 1:
             raise ValueError("counter_resets_threshold must be >= 1")
+        if self.draft_cost_ratio < 0:
+            raise ValueError(f"draft_cost_ratio must be >= 0, got {self.draft_cost_ratio}")
 
     def _validate_windows(self) -> None:
         """Every rate()/increase() window holds enough samples at scrape_interval; tiers are ordered."""

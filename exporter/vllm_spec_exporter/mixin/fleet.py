@@ -102,9 +102,8 @@ def top_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         band_thresholds = count_thresholds(color) if high is not None else thresholds(color)
         servers = servers.override_by_name(legend, [dashboard_models.DynamicConfigValue(
             id_val="thresholds", value=as_json(band_thresholds))])
-    layout.add(servers, 11 if q.direct else 7, 5)
-    if not q.direct:  # the advisor's estimate needs the sidecar
-        layout.add(speedup_stat(q), 4, 5)
+    layout.add(servers, 7, 5)
+    layout.add(speedup_stat(q), 4, 5)  # the advisor's, or directly the same bound in PromQL
     layout.add(count_stat(
         "Spec decoding off",
         "Servers whose vLLM exposes no spec-decode metrics: speculation is not configured, or a "
@@ -129,9 +128,10 @@ def servers_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "One row per server and model, lowest acceptance on top: acceptance (accepted / drafted "
         "over the server's engines), tokens per step (1 + accepted / drafts) next to k, draft "
         "tokens proposed per second (how much the row weighs in the fleet figures), "
-        + ("and whether Prometheus can scrape vLLM. Good: every acceptance green. " if q.direct else
-           "the exporter's estimated speed-up, and whether the exporter can read vLLM. Good: every "
-           "acceptance green and every speed-up above 1×. ")
+        + ("the estimated speed-up for a draft costing draft_cost_ratio target steps per token, and "
+           "whether Prometheus can scrape vLLM. " if q.direct else
+           "the exporter's estimated speed-up, and whether the exporter can read vLLM. ")
+        + "Good: every acceptance green and every speed-up above 1×. "
         + "Empty cells mean no draft tokens in the "
         "window; a row with only 'vLLM up' is a server that is down or not speculating. Click "
         "an instance to open it in the overview dashboard.",
@@ -191,7 +191,7 @@ def models_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "Per model, over every selected server serving it: servers speculating it, acceptance "
         "and tokens per step with numerator and denominator summed over the servers before "
         "dividing (never an average of per-server ratios, so a busy server weighs more than an "
-        "idle one), draft tokens per second" + ("" if q.direct else " and estimated speed-up")
+        "idle one), draft tokens per second and estimated speed-up"
         + ". Good: acceptance green.",
         [
             Column("servers", q.servers_per_model(), NUMBER, decimals=0),
@@ -210,9 +210,7 @@ def models_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
 
 
 def advisor_columns(q: Queries, by: tuple[str, ...]) -> list[Column]:
-    """The sidecar advisor's estimated speed-up; nothing with source=vllm (no sidecar)."""
-    if q.direct:
-        return []
+    """The estimated speed-up: the sidecar advisor's, or with source=vllm the bound in PromQL."""
     return [Column("speed-up (est.)", q.estimated_speedup(by), SPEEDUP,
                    decimals=2, thresholds_config=speedup_thresholds())]
 

@@ -108,8 +108,7 @@ def top_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "drafts.",
         [Query(q.efficiency(), "efficiency")],
     ), 3, 5)
-    if not q.direct:  # the advisor's estimate needs the sidecar
-        layout.add(speedup_stat(q), 3, 5)
+    layout.add(speedup_stat(q), 3, 5)  # the advisor's, or directly the same bound in PromQL
     layout.add(stat_panel(
         "Tokens/s",
         "Output tokens generated per second (accepted drafts included), draft tokens accepted "
@@ -121,7 +120,7 @@ def top_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
          Query(q.sum_rate(DRAFT_TOKENS), "drafted")],
         text_mode=VALUE_AND_NAME,
         decimals=1,
-    ).links(runbook_links(cfg, alert_rules.DRAFTS_STOPPED)), 8 if q.direct else 5, 5)
+    ).links(runbook_links(cfg, alert_rules.DRAFTS_STOPPED)), 5, 5)
     layout.add(targets_down_stat(cfg, q), 3, 5)
     layout.add(firing_alerts_stat(cfg, q), 3, 5)
 

@@ -246,7 +246,14 @@ class Queries:
         )
 
     def estimated_speedup(self, by: tuple[str, ...] = ()) -> str:
+        """The sidecar advisor's estimate; with source=vllm the same bound in PromQL (speedup_bound)."""
+        if self.direct:
+            return self.speedup_bound(by)
         return self.traffic_weighted(MetricName.ESTIMATED_SPEEDUP, by)
+
+    def speedup_bound(self, by: tuple[str, ...] = ()) -> str:
+        """Tokens per step / (1 + draft_cost_ratio x mean draft length), from the source records."""
+        return self.quantity(recording_rules.speedup_bound(self.cfg.draft_cost_ratio), by)
 
     def recommended_k(self, by: tuple[str, ...] = ("model_name",)) -> str:
         """The advisor's k*; the most cautious (smallest) where engines disagree."""

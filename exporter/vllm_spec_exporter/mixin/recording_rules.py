@@ -4,13 +4,20 @@ Three layers, each reading only the one before it (the kubernetes-mixin way: que
 
 1. the *source* records (sources.py, group `vllm-spec-decode.source`): per (server, model, engine)
    rates of the five counters, read from the sidecar or straight from vLLM (`source` knob);
-2. per server and model (`instance_model`: the data-parallel engines summed) and per model across
-   the fleet (`<fleet labels>_model`, default `job_model`): rates, and the ratios of `QUANTITIES`;
+2. per server and model (`instance_model`: the data-parallel engines summed): rates and the ratios
+   of `QUANTITIES` the runbooks read, and the drafting state the alerts and dashboards read; per
+   model across the fleet (`<fleet labels>_model`, default `job_model`): acceptance only;
 3. the *evidence* records of the acceptance alerts, one group per alert window: the source
    increases (per server and model) of drafts (the trials), draft tokens and accepted tokens, then
-   the acceptance ratio and its Wilson score bounds `:confidence_upper_<w>` / `:confidence_lower_<w>` with a
+   the Wilson score bounds of acceptance `:confidence_upper_<w>` / `:confidence_lower_<w>` with a
    `confidence` label (GitLab metrics-catalog style). An alert fires when the upper bound is below
    its threshold in a long and a short window of one tier, i.e. when the counters prove it.
+
+Every record is read by an alert, a dashboard, a runbook, or is part of the documented API
+(`PUBLIC_RECORDS`, the acceptance ratios for users' own alerts and panels): the dashboards compute
+their quantities from the source records with `QUANTITIES` (per-engine filtering needs them), so a
+layer-2 record no one reads would only cost series. tests/test_records_read.py checks it for both
+sources and several scrape intervals.
 
 Names follow Prometheus' `level:metric:operations` (https://prometheus.io/docs/practices/rules/):
 operation `rate<window>`, `increase<window>`, `ratio_rate<window>` for a ratio of two rates (the
@@ -43,6 +50,7 @@ __all__ = [
     "MEAN_ACCEPTANCE_LENGTH",
     "MEAN_DRAFT_LENGTH",
     "POSITION_ACCEPTANCE",
+    "PUBLIC_RECORDS",
     "QUANTITIES",
     "RECORDING_GROUP",
     "SOURCE_GROUP",
@@ -55,11 +63,14 @@ __all__ = [
     "evidence_meanings",
     "evidence_names",
     "evidence_rules",
+    "lower_bound_windows",
+    "public_records",
     "record_meaning",
     "record_names",
     "recording_groups",
     "recording_rules",
     "source_meanings",
+    "speedup_bound",
     "wilson_bound",
 ]
 
@@ -71,7 +82,8 @@ EVIDENCE_GROUP = "vllm-spec-decode.evidence"
 
 @dataclass(frozen=True)
 class Quantity:
-    """A derived quantity: `offset + sum(numerator) / sum(denominator)`, each a sum of counters.
+    """A derived quantity: `offset + sum(numerator) / sum(denominator)`, each a sum of counters
+    (the denominator's terms weighted by `denominator_weights`, 1 each when empty).
 
     `expr(read)` writes it in PromQL given how to read one counter's aggregate (a record, a sum of
     records, an increase), so a record, an evidence ratio and a dashboard panel all use the same
@@ -81,14 +93,18 @@ class Quantity:
     numerator: tuple[SourceCounter, ...]
     denominator: tuple[SourceCounter, ...]
     offset: int = 0
+    denominator_weights: tuple[float, ...] = ()
 
     def expr(self, read: Callable[[SourceCounter], str], matching: str = "", separator: str = "\n") -> str:
         """PromQL of the quantity; `matching` joins a `position` numerator to its denominator."""
-        def total(counters: tuple[SourceCounter, ...]) -> str:
-            text = " + ".join(read(c) for c in counters)
+        def total(counters: tuple[SourceCounter, ...], weights: tuple[float, ...] = ()) -> str:
+            terms = [read(c) if w == 1 else f"{w:.10g} * {read(c)}"
+                     for c, w in zip(counters, weights or (1,) * len(counters), strict=True)]
+            text = " + ".join(terms)
             return f"({text})" if len(counters) > 1 else text
         operator = f"/ {matching}" if matching else "/"
-        ratio = f"{total(self.numerator)}{separator}{operator}{separator}({total(self.denominator)} > 0)"
+        denominator = total(self.denominator, self.denominator_weights)
+        ratio = f"{total(self.numerator)}{separator}{operator}{separator}({denominator} > 0)"
         return f"{self.offset} + {ratio}" if self.offset else ratio
 
 
@@ -101,6 +117,16 @@ POSITION_ACCEPTANCE = Quantity((ACCEPTED_BY_POSITION,), (DRAFTS,))
 DRAFTED_EFFICIENCY = Quantity((DRAFTS, ACCEPTED), (DRAFTS, DRAFT_TOKENS))
 DRAFT_OUTPUT_SHARE = Quantity((ACCEPTED,), (GENERATED,))
 MEAN_DRAFT_LENGTH = Quantity((DRAFT_TOKENS,), (DRAFTS,))
+
+
+def speedup_bound(draft_cost: float) -> Quantity:
+    """Speed-up (est.) at the drafts actually made, for a draft costing `draft_cost` target steps
+    per token: tokens per step / (1 + cost x mean draft length) = (D + A) / (D + cost x T).
+    advisor.speedup_bound is the same in Python (and equals the advisor's current speed-up at a
+    static k); an upper bound: the target's extra verification work is not counted."""
+    return Quantity((DRAFTS, ACCEPTED), (DRAFTS, DRAFT_TOKENS), denominator_weights=(1, draft_cost))
+
+
 QUANTITIES = {
     "acceptance": ACCEPTANCE,
     "mean_acceptance_length": MEAN_ACCEPTANCE_LENGTH,
@@ -131,20 +157,27 @@ class RecordNames:
     drafting_batch: str
     drafts_stopped: str
     drafting_paused: str
-    # The same across the fleet, per model.
+    # Across the fleet, per model: acceptance only (the API; its two rates feed it).
     fleet_accepted_rate: str
     fleet_draft_tokens_rate: str
-    fleet_drafts_rate: str
-    fleet_generation_rate: str
-    fleet_accepted_by_position_rate: str
     fleet_acceptance_ratio: str
-    fleet_acceptance_length: str
-    fleet_position_acceptance_ratio: str
 
 
 # The RecordNames field of each counter's rate (without the fleet_ prefix).
 _RATE_FIELD = {ACCEPTED: "accepted_rate", DRAFT_TOKENS: "draft_tokens_rate", DRAFTS: "drafts_rate",
                GENERATED: "generation_rate", ACCEPTED_BY_POSITION: "accepted_by_position_rate"}
+
+
+# The documented API (README "Recording rules"): records kept for users' own alerts and Grafana
+# panels, whether or not an alert, dashboard or runbook of ours reads them. Every other record
+# exists because one does (tests/test_records_read.py).
+PUBLIC_RECORDS = ("acceptance_ratio", "fleet_acceptance_ratio")
+
+
+def public_records(cfg: MixinConfig) -> tuple[str, ...]:
+    """The names of PUBLIC_RECORDS for `cfg` (the window and fleet labels are part of each name)."""
+    names = dataclasses.asdict(record_names(cfg))
+    return tuple(names[field_name] for field_name in PUBLIC_RECORDS)
 
 
 def record_names(cfg: MixinConfig) -> RecordNames:
@@ -156,18 +189,19 @@ def record_names(cfg: MixinConfig) -> RecordNames:
         "drafts_stopped": f"instance_model:vllm_spec_decode_drafts_stopped:rate{w}",
         "drafting_paused": f"instance_model:vllm_spec_decode_drafting_paused:rate{w}",
     }
+    level = "instance_model"
+    names |= {
+        "drafts_rate": f"{level}:vllm_spec_decode_drafts:rate{w}",
+        "generation_rate": f"{level}:vllm_generation_tokens:rate{w}",
+        "accepted_by_position_rate": f"{level}_position:vllm_spec_decode_accepted_tokens_by_position:rate{w}",
+        "acceptance_length": f"{level}:vllm_spec_decode_acceptance_length:mean_rate{w}",
+        "position_acceptance_ratio": f"{level}_position:vllm_spec_decode_accepted_by_position_per_drafts:ratio_rate{w}",
+    }
     for level, prefix in (("instance_model", ""), (fleet, "fleet_")):
         names |= {
             f"{prefix}accepted_rate": f"{level}:vllm_spec_decode_accepted_tokens:rate{w}",
             f"{prefix}draft_tokens_rate": f"{level}:vllm_spec_decode_draft_tokens:rate{w}",
-            f"{prefix}drafts_rate": f"{level}:vllm_spec_decode_drafts:rate{w}",
-            f"{prefix}generation_rate": f"{level}:vllm_generation_tokens:rate{w}",
-            f"{prefix}accepted_by_position_rate":
-                f"{level}_position:vllm_spec_decode_accepted_tokens_by_position:rate{w}",
             f"{prefix}acceptance_ratio": f"{level}:vllm_spec_decode_accepted_per_draft_tokens:ratio_rate{w}",
-            f"{prefix}acceptance_length": f"{level}:vllm_spec_decode_acceptance_length:mean_rate{w}",
-            f"{prefix}position_acceptance_ratio":
-                f"{level}_position:vllm_spec_decode_accepted_by_position_per_drafts:ratio_rate{w}",
         }
     return RecordNames(**names)
 
@@ -180,9 +214,8 @@ class EvidenceNames:
     drafts: str  # drafts in the window (the trials; absent without drafts); a source record
     draft_tokens: str  # proposed draft tokens in the window; a source record
     accepted: str  # accepted draft tokens in the window; a source record
-    ratio: str  # accepted / proposed draft tokens in the window
     upper: str  # Wilson upper bound of acceptance (label confidence)
-    lower: str  # Wilson lower bound
+    lower: str  # Wilson lower bound (recorded for lower_bound_windows only)
 
 
 def evidence_names(window: str) -> EvidenceNames:
@@ -191,7 +224,6 @@ def evidence_names(window: str) -> EvidenceNames:
         drafts=sources.increase_record(DRAFTS, window),
         draft_tokens=sources.increase_record(DRAFT_TOKENS, window),
         accepted=sources.increase_record(ACCEPTED, window),
-        ratio=f"instance_model:vllm_spec_decode_accepted_per_draft_tokens:ratio_increase{window}",
         upper=f"instance_model:vllm_spec_decode_acceptance:confidence_upper_{window}",
         lower=f"instance_model:vllm_spec_decode_acceptance:confidence_lower_{window}",
     )
@@ -200,6 +232,14 @@ def evidence_names(window: str) -> EvidenceNames:
 def alert_windows(cfg: MixinConfig) -> list[str]:
     """Every window the acceptance alerts use, each once, in tier order (AlertWindows.evidence)."""
     return list(cfg.windows.evidence)
+
+
+def lower_bound_windows(cfg: MixinConfig) -> tuple[str, ...]:
+    """The windows whose lower bound something reads: the alerts' fast short window (recovery: the
+    slow tier is ignored once it proves acceptance back), the overview's fast long window, and the
+    runbook's fast and slow long windows. The slow short window's lower bound has no reader."""
+    w = cfg.windows
+    return tuple(dict.fromkeys((w.fast_short, w.fast_long, w.slow_long)))
 
 
 def wilson_bound(cfg: MixinConfig, e: EvidenceNames, side: str) -> str:
@@ -211,8 +251,8 @@ def wilson_bound(cfg: MixinConfig, e: EvidenceNames, side: str) -> str:
     Written over the raw drafts D (n = D/φ) so every constant is folded in at generation time:
         bound = (p + (z²φ/2)/D ± z·sqrt(φ·p(1-p)/D + (z²φ²/4)/D²)) / (1 + (z²φ)/D)
     Only `sqrt`, `^` and arithmetic: valid on every Prometheus (and Thanos/Mimir ruler).
-    p is ACCEPTANCE written over the source increases, not read from the `e.ratio` record: a bound
-    one record away from the counters pages no later on vmalert (sources.py says why).
+    p is ACCEPTANCE written over the source increases, not read from a ratio record: a bound one
+    record away from the counters pages no later on vmalert (sources.py says why).
     """
     z, phi = cfg.confidence_z, cfg.acceptance_overdispersion
     z2 = z * z
@@ -230,18 +270,18 @@ def evidence_group_name(window: str) -> str:
 
 
 def evidence_rules(cfg: MixinConfig, window: str) -> list[dict[str, Any]]:
-    """The source increases, the ratio and both Wilson bounds of one alert window, per server and model."""
+    """The source increases and the Wilson bounds of one alert window, per server and model (the
+    lower bound only where read: lower_bound_windows)."""
     confidence = {"confidence": cfg.confidence_label}
     e = evidence_names(window)
-    reads = {ACCEPTED: own(cfg, e.accepted), DRAFT_TOKENS: own(cfg, e.draft_tokens)}
+    lower = window in lower_bound_windows(cfg)
 
     # increase(), not rate(): the bound needs counts. The drafts record keeps only windows with
     # drafts, so an idle server has no bound at all (no evidence never fires) instead of a NaN.
     return [
         *sources.increase_rules(cfg, window),
-        {"record": e.ratio, "expr": ACCEPTANCE.expr(reads.__getitem__)},
         {"record": e.upper, "expr": wilson_bound(cfg, e, "+"), "labels": dict(confidence)},
-        {"record": e.lower, "expr": wilson_bound(cfg, e, "-"), "labels": dict(confidence)},
+        *([{"record": e.lower, "expr": wilson_bound(cfg, e, "-"), "labels": dict(confidence)}] if lower else []),
     ]
 
 
@@ -257,17 +297,17 @@ def evidence_meanings(cfg: MixinConfig) -> dict[str, str]:
         meanings |= {
             e.drafts: f"Source layer, per server and model (engines summed): drafts over the last {window} "
                       "(the trials behind the bound); absent without drafts.",
-            e.ratio: f"Per server and model. Acceptance over the last {window}: accepted / proposed draft tokens.",
             e.upper: f"Per server and model. Upper Wilson bound of acceptance over {window}, label "
                      f"confidence=\"{conf}\": acceptance is below it with {conf} confidence.",
-            e.lower: f"Per server and model. Lower Wilson bound over {window}: acceptance is above it with "
-                     f"{conf} confidence.",
         }
+        if window in lower_bound_windows(cfg):
+            meanings[e.lower] = (f"Per server and model. Lower Wilson bound over {window}: acceptance is above it "
+                                 f"with {conf} confidence.")
     return meanings
 
 
 def recording_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
-    """Per server and model, then per model across the fleet: rates and QUANTITIES' ratios."""
+    """Per server and model, then per model across the fleet: rates and QUANTITIES' ratios (those read)."""
     n = record_names(cfg)
     fields = dataclasses.asdict(n)
     by_fleet = ", ".join((*cfg.fleet_labels, "model_name"))
@@ -276,23 +316,21 @@ def recording_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
     def record(name: str, expr: str) -> None:
         rules.append({"record": name, "expr": expr})
 
-    # Per server: sum the data-parallel engines (`without` keeps job, instance and any other
-    # target labels such as namespace or pod); per model across the fleet: sum the servers' rates.
-    # Then QUANTITIES' ratios divide those sums.
-    for prefix in ("", "fleet_"):
-        for counter, field_name in _RATE_FIELD.items():
-            if prefix:
-                position = ", position" if counter.position else ""
-                expr = f"sum by ({by_fleet}{position}) ({own(cfg, fields[field_name])})"
-            else:
-                expr = f"sum without (engine) ({own(cfg, sources.rate_record(cfg, counter))})"
-            record(fields[prefix + field_name], expr)
+    def read(counter: SourceCounter, prefix: str = "") -> str:
+        return own(cfg, fields[prefix + _RATE_FIELD[counter]])
 
-        def read(counter: SourceCounter, prefix: str = prefix) -> str:
-            return own(cfg, fields[prefix + _RATE_FIELD[counter]])
-        record(fields[prefix + "acceptance_ratio"], ACCEPTANCE.expr(read))
-        record(fields[prefix + "acceptance_length"], MEAN_ACCEPTANCE_LENGTH.expr(read))
-        record(fields[prefix + "position_acceptance_ratio"], POSITION_ACCEPTANCE.expr(read, POSITION_MATCHING))
+    # Per server: sum the data-parallel engines (`without` keeps job, instance and any other
+    # target labels such as namespace or pod). Then QUANTITIES' ratios divide those sums.
+    for counter, field_name in _RATE_FIELD.items():
+        record(fields[field_name], f"sum without (engine) ({own(cfg, sources.rate_record(cfg, counter))})")
+    record(n.acceptance_ratio, ACCEPTANCE.expr(read))
+    record(n.acceptance_length, MEAN_ACCEPTANCE_LENGTH.expr(read))
+    record(n.position_acceptance_ratio, POSITION_ACCEPTANCE.expr(read, POSITION_MATCHING))
+    # Per model across the fleet: sum the servers' rates, then divide (acceptance, the API).
+    for counter in ACCEPTANCE.numerator + ACCEPTANCE.denominator:
+        field_name = _RATE_FIELD[counter]
+        record(fields["fleet_" + field_name], f"sum by ({by_fleet}) ({read(counter)})")
+    record(n.fleet_acceptance_ratio, ACCEPTANCE.expr(lambda counter: read(counter, "fleet_")))
     return rules + drafting_state_rules(cfg, n)
 
 
@@ -398,5 +436,6 @@ def record_meaning(name: str, n: RecordNames) -> str:
         if record == name:
             key = field_name.removeprefix("fleet_")
             scope = "Per model across the fleet" if field_name.startswith("fleet_") else "Per server and model"
-            return f"{scope}. {meanings[key]}"
+            api = " **API**: kept for your own alerts and panels." if field_name in PUBLIC_RECORDS else ""
+            return f"{scope}. {meanings[key]}{api}"
     raise KeyError(name)

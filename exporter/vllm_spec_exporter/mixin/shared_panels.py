@@ -59,14 +59,25 @@ def speedup_thresholds() -> dashboard.ThresholdsConfig:
 
 
 def speedup_stat(q: Queries) -> stat.Panel:
+    verdict = ("Good: green, above 1×. Red below 1×: speculation makes decoding slower than plain decoding. "
+               "An estimate: confirm with time per output token.")
+    if q.direct:
+        description = (
+            "Decoding speed with speculation relative to without it, computed from vLLM's counters for a draft "
+            f"costing {q.cfg.draft_cost_ratio:g} target steps per token (knob draft_cost_ratio): tokens per step / "
+            "(1 + cost × mean draft length) = (drafts + accepted) / (drafts + cost × draft tokens), summed over "
+            "the selected servers and engines before dividing. It assumes the cost is right for your drafter and "
+            "that a step costs the same with and without its drafts (the target's verification work is not "
+            f"counted: an upper bound). {verdict}")
+    else:
+        description = (
+            "The exporter's advisor: decoding speed with speculation relative to without it, "
+            "estimated from per-position acceptance and the draft's cost (exporter flag "
+            "--draft-cost-ratio): (1 + accepted per draft) / (1 + cost × k), averaged over the "
+            f"selected engines weighted by their drafts. {verdict}")
     return traffic_stat(
         "Speed-up (est.)",
-        "The exporter's advisor: decoding speed with speculation relative to without it, "
-        "estimated from per-position acceptance and the draft's cost (exporter flag "
-        "--draft-cost-ratio): (1 + accepted per draft) / (1 + cost × k), averaged over the "
-        "selected engines weighted by their drafts. Good: green, above 1×. Red below 1×: "
-        "speculation makes decoding slower than plain decoding. An estimate: confirm with time "
-        "per output token.",
+        description,
         SPEEDUP,
         [Query(q.estimated_speedup(), "speed-up")],
         thresholds_config=speedup_thresholds(),

@@ -1,0 +1,93 @@
+"""Every recorded series is read: by an alert, a dashboard, a runbook, or the documented API.
+
+A record nobody reads costs a series per (server, model[, position]) at every evaluation for
+nothing (issue 21: "Delete records that nothing reads"). For both sources (the sidecar's counters
+and vLLM's own) and for the scrape intervals whose windows differ (the alert windows derive from
+`scrape_interval`), this builds the rule files, both dashboards and the runbooks, and follows the
+reads: a record is live when an alert, a dashboard query or a runbook query names it, when it is
+in recording_rules.PUBLIC_RECORDS (the documented API for users' own alerts and panels), or when a
+live record's expression reads it. Every other record fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from vllm_spec_exporter.mixin import alert_rules, fleet, overview, recording_rules, runbooks
+from vllm_spec_exporter.mixin.config import MixinConfig
+
+NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+CONFIGS = [(source, interval) for source in ("exporter", "vllm") for interval in ("15s", "30s", "60s")]
+
+
+def names_in(text: str) -> set[str]:
+    return set(NAME.findall(text))
+
+
+def readers(cfg: MixinConfig) -> dict[str, str]:
+    """What reads records, as text: the alert rules, both dashboards, the runbooks."""
+    return {
+        "alerts": json.dumps(alert_rules.alert_groups(cfg)),
+        "overview dashboard": json.dumps(overview.build(cfg)),
+        "fleet dashboard": json.dumps(fleet.build(cfg)),
+        "runbooks": runbooks.markdown(cfg),
+    }
+
+
+def reached(rules: dict[str, str], texts: list[str], public: tuple[str, ...]) -> set[str]:
+    """The records `texts` or `public` name, and every record their expressions read, transitively."""
+    live = set(public)
+    for text in texts:
+        live |= names_in(text) & rules.keys()
+    todo = list(live)
+    while todo:
+        for name in names_in(rules[todo.pop()]) & rules.keys():
+            if name not in live:
+                live.add(name)
+                todo.append(name)
+    return live
+
+
+def live_records(cfg: MixinConfig) -> tuple[dict[str, str], set[str]]:
+    """{record: expression} of every recording rule, and the records something reads."""
+    groups = recording_rules.recording_groups(cfg)
+    rules = {r["record"]: r["expr"] for g in groups for r in g["rules"]}
+    assert len(rules) == sum(len(g["rules"]) for g in groups), "a record name twice"
+    return rules, reached(rules, list(readers(cfg).values()), recording_rules.public_records(cfg))
+
+
+@pytest.mark.parametrize(("source", "scrape_interval"), CONFIGS)
+def test_every_record_is_read(source: str, scrape_interval: str) -> None:
+    cfg = MixinConfig().with_overrides({"source": source, "scrape_interval": scrape_interval})
+    rules, live = live_records(cfg)
+    unread = sorted(rules.keys() - live)
+    assert unread == [], f"records nothing reads (source={source}, scrape_interval={scrape_interval}): {unread}"
+
+
+@pytest.mark.parametrize("source", ["exporter", "vllm"])
+def test_the_public_records_exist_and_are_documented(source: str) -> None:
+    """The documented API is recorded in both bundles, and the README's records table marks it."""
+    from vllm_spec_exporter.mixin import rule_files
+    cfg = MixinConfig().with_overrides({"source": source})
+    rules, _ = live_records(cfg)
+    public = recording_rules.public_records(cfg)
+    assert public and set(public) <= rules.keys()
+    readme = rule_files.render(cfg)[rule_files.README_FILE]
+    for name in public:
+        row = next(line for line in readme.splitlines() if line.startswith(f"| `{name}` |"))
+        assert "API" in row, row
+
+
+def test_an_unread_record_fails() -> None:
+    """The check can fail: a record no reader names is found, and so is one only it reads."""
+    cfg = MixinConfig()
+    rules, live = live_records(cfg)
+    assert live <= rules.keys()
+    orphan = {"record": "instance_model:orphan:rate1m", "expr": "sum(instance_model:orphan_input:rate1m)"}
+    feeder = {"record": "instance_model:orphan_input:rate1m", "expr": "vector(1)"}
+    rules |= {r["record"]: r["expr"] for r in (orphan, feeder)}
+    unread = rules.keys() - reached(rules, list(readers(cfg).values()), recording_rules.public_records(cfg))
+    assert unread == {feeder["record"], orphan["record"]}

@@ -27,16 +27,6 @@ pytestmark = pytest.mark.prometheus
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMTOOL_TESTS = sorted((ROOT / "tests" / "promtool").glob("*.yaml"))
-# (path, version prefix): the newest and the oldest promtool we support; the oldest runs in the full
-# tier only (`--fast` proves the rules on the newest).
-PROMTOOLS = [pytest.param((PROMTOOL_BIN, "3."), id="promtool-3"),
-             pytest.param((PROMTOOL_OLDEST_BIN, "2."), id="promtool-2.42", marks=pytest.mark.slow)]
-
-
-@pytest.fixture(params=PROMTOOLS)
-def promtool(request: pytest.FixtureRequest) -> str:
-    path, prefix = request.param
-    return require_version(path, prefix)
 
 
 def test_promtool_check_rules_on_committed_files(promtool: str) -> None:

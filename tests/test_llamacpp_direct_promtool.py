@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.prom import require_version, run_tool
+from support.prom import run_tool
 from vllm_spec_exporter.mixin import (
     alert_rules,
     dashboard_files,
@@ -40,7 +40,6 @@ from vllm_spec_exporter.mixin import (
 )
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab.grafana_query import expand_variables
-from vllm_spec_lab.monitoring import PROMTOOL_BIN, PROMTOOL_OLDEST_BIN
 
 pytestmark = pytest.mark.prometheus
 
@@ -51,14 +50,6 @@ SHOWN_PANELS = ("Acceptance rate", "Tokens per step vs k+1", "Efficiency", "Toke
                 "Acceptance rate by instance", "Acceptance by draft position", "Share of output from drafts by model")
 MINUTES = 40
 REPLAYS_PER_MINUTE = 10
-PROMTOOLS = [pytest.param((PROMTOOL_BIN, "3."), id="promtool-3"),
-             pytest.param((PROMTOOL_OLDEST_BIN, "2."), id="promtool-2.42", marks=pytest.mark.slow)]
-
-
-@pytest.fixture(params=PROMTOOLS)
-def promtool(request: pytest.FixtureRequest) -> str:
-    path, prefix = request.param
-    return require_version(path, prefix)
 
 
 def scrape(scenario: str, index: int) -> dict[tuple[str, str], float]:

@@ -21,11 +21,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.prom import require_version, run_tool
+from support.prom import run_tool
 from vllm_spec_exporter.mixin import alert_rules, alertmanager, generate, recording_rules, rule_files, sources
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.names import MetricName
-from vllm_spec_lab.monitoring import PROMTOOL_BIN, PROMTOOL_OLDEST_BIN
 
 pytestmark = pytest.mark.prometheus
 
@@ -45,16 +44,6 @@ SIDECAR_ONLY_SERIES = {MetricName.TARGET_UP, MetricName.SPEC_DECODE_ENABLED, Met
 OTHER_ENGINES = ("TensorRT-LLM",)
 EXPORTER_JOB, VLLM_JOB = "vllm-spec-exporter", "vllm"
 VLLM_NAME = {c.exporter: c.vllm for c in sources.COUNTERS} | {k: v for k, v in sources.VLLM_GAUGES.items()}
-# (path, version prefix): the newest and the oldest promtool we support; the oldest runs in the full
-# tier only (`--fast` proves the rules on the newest).
-PROMTOOLS = [pytest.param((PROMTOOL_BIN, "3."), id="promtool-3"),
-             pytest.param((PROMTOOL_OLDEST_BIN, "2."), id="promtool-2.42", marks=pytest.mark.slow)]
-
-
-@pytest.fixture(params=PROMTOOLS)
-def promtool(request: pytest.FixtureRequest) -> str:
-    path, prefix = request.param
-    return require_version(path, prefix)
 
 
 def _spelling(instance: str, instances: list[str], offset: int) -> str:

@@ -29,7 +29,9 @@ import pytest
 from support import report
 from support.alertstack import AlertStackFactory
 from support.proctree import survivors
+from support.prom import require_version
 from support.servers import count_vllm_starts, shared_vllm
+from vllm_spec_lab.monitoring import PROMTOOL_BIN, PROMTOOL_OLDEST_BIN
 from vllm_spec_lab.warden import tree
 
 SERVER_MARKERS = ("vllm", "docker", "browser", "llamacpp")
@@ -138,3 +140,16 @@ def alert_stack(tmp_path: Path) -> Iterator[AlertStackFactory]:
     it started is stopped when the test ends."""
     with AlertStackFactory(tmp_path / "alert-stack") as factory:
         yield factory
+
+
+# (path, version prefix): the newest and the oldest promtool we support; the oldest runs in the full
+# tier only (`--fast` proves the rules on the newest).
+PROMTOOLS = [pytest.param((PROMTOOL_BIN, "3."), id="promtool-3"),
+             pytest.param((PROMTOOL_OLDEST_BIN, "2."), id="promtool-2.42", marks=pytest.mark.slow)]
+
+
+@pytest.fixture(params=PROMTOOLS)
+def promtool(request: pytest.FixtureRequest) -> str:
+    """Each promtool we support in turn (a test using it runs once per version)."""
+    path, prefix = request.param
+    return require_version(path, prefix)

@@ -86,15 +86,16 @@ class Run:
 
 def planned(s: Scenario, rules: str, scrape_s: int, promtool: str, full: bool) -> bool:
     """Which runs a default (not --full) benchmark makes: on a shared 2-core machine a full grid
-    takes hours. The new rules run everywhere (benign scenarios on Prometheus 3's promtool only);
+    takes hours. The new rules run everywhere (benign scenarios on Prometheus 3's promtool only), and
+    so do the direct ones when `--rules` asks for them;
     the previous rules at 60 s (and at 30 s on Prometheus 3's promtool for malign scenarios; at
     15 s they equal the new ones for acceptance); the baseline at 60 s on Prometheus 3's promtool,
     malign scenarios only."""
     if full:
         return True
     if s.benign:
-        return promtool == "3" and (rules == "new" or (rules == "previous" and scrape_s == 60))
-    if rules == "new":
+        return promtool == "3" and (rules in ("new", DIRECT) or (rules == "previous" and scrape_s == 60))
+    if rules in ("new", DIRECT):  # direct (asked for with --rules) wherever new runs: they are compared
         return True
     if rules == "previous":
         return scrape_s == 60 or (scrape_s == 30 and promtool == "3")

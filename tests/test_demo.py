@@ -72,9 +72,13 @@ def assert_nothing_left(tree: dict[int, str], tmp: Path, ending: str) -> None:
     assert not left, f"temporary folders left after {ending}: {left}"
 
 
-def start_demo(env: dict[str, str]) -> tuple[subprocess.Popen, dict[int, str], bytes]:
+def start_demo(env: dict[str, str], sighup: signal.Handlers = signal.SIG_DFL,
+               ) -> tuple[subprocess.Popen, dict[int, str], bytes]:
+    """The demo with SIGHUP's disposition set to `sighup` whatever this test run inherited: under
+    `nohup` (SIGHUP ignored) the demo rightly ignores a hang-up, which is not the case under test."""
     proc = subprocess.Popen([*DEMO, "--phase-seconds", "600", "--refresh", "0.5"], env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, sighup))
     try:
         shown = read_until(proc.stdout.fileno(), RUNNING)
     except BaseException:
@@ -109,6 +113,23 @@ def test_demo_leaves_nothing_behind(sandbox, ending, codes):
             proc.kill()
     assert_nothing_left(tree, tmp, ending)
     assert proc.returncode in codes, proc.returncode
+
+
+def test_demo_started_under_nohup_ignores_a_hang_up(sandbox):
+    """`nohup demo &`: a closed terminal must not end it (SIGHUP ignored), SIGTERM still does."""
+    env, tmp = sandbox
+    proc, tree, _ = start_demo(env, sighup=signal.SIG_IGN)
+    try:
+        proc.send_signal(signal.SIGHUP)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=3)
+        proc.send_signal(signal.SIGTERM)
+        wait_for_exit(proc, "SIGTERM after an ignored SIGHUP")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert_nothing_left(tree, tmp, "SIGTERM")
+    assert proc.returncode == 143, proc.returncode
 
 
 def wait_for_exit(proc: subprocess.Popen, ending: str, timeout: float = 60) -> None:

@@ -16,6 +16,10 @@ from .yaml_text import CONFIG_HEADER, dump_yaml
 __all__ = ["ALERTMANAGER_FILE", "CHAT_RECEIVER", "PAGER_RECEIVER", "alertmanager_config", "render"]
 
 ALERTMANAGER_FILE = "alerts/alertmanager.yml"
+# The links come from the group's first alert, not CommonAnnotations: one group (alertname, model)
+# can hold alerts of both bundles (sidecar and direct servers in one Prometheus), whose runbook and
+# dashboard URLs differ by page but name the same section; common-only, the link would be empty.
+FIRST_ALERT = "(index .Alerts 0).Annotations"
 PAGER_RECEIVER = "spec-decode-pager"
 CHAT_RECEIVER = "spec-decode-chat"
 
@@ -75,8 +79,8 @@ def alertmanager_config(cfg: MixinConfig) -> dict[str, Any]:
                                     "{{ with .GroupLabels.model_name }} ({{ . }}){{ end }}"),
                     "details": {
                         "description": _DESCRIPTIONS_AS_TEXT,
-                        "runbook_url": "{{ .CommonAnnotations.runbook_url }}",
-                        "dashboard_url": "{{ .CommonAnnotations.dashboard_url }}",
+                        "runbook_url": "{{ " + FIRST_ALERT + ".runbook_url }}",
+                        "dashboard_url": "{{ " + FIRST_ALERT + ".dashboard_url }}",
                     },
                 }],
             },
@@ -88,10 +92,10 @@ def alertmanager_config(cfg: MixinConfig) -> dict[str, Any]:
                     "send_resolved": True,
                     "title": "[{{ .Status | toUpper }}] {{ .CommonLabels.alertname }}: "
                              "{{ .CommonAnnotations.summary }}",
-                    "title_link": "{{ .CommonAnnotations.runbook_url }}",
+                    "title_link": "{{ " + FIRST_ALERT + ".runbook_url }}",
                     "text": "{{ range .Alerts }}{{ .Annotations.description }}\n{{ end }}"
-                            "Runbook: {{ .CommonAnnotations.runbook_url }}\n"
-                            "Dashboard: {{ .CommonAnnotations.dashboard_url }}",
+                            "Runbook: {{ " + FIRST_ALERT + ".runbook_url }}\n"
+                            "Dashboard: {{ " + FIRST_ALERT + ".dashboard_url }}",
                 }],
             },
         ],

@@ -40,6 +40,7 @@ from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
 from vllm_spec_exporter.window import WindowStore
 from vllm_spec_lab import processes
+from vllm_spec_lab.grafana_query import expand_variables
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, PROMTOOL_BIN, free_port, http_get_json
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # a real Prometheus
@@ -47,6 +48,7 @@ pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # a real Prometheus
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.32.0"
 SCENARIOS = ("ngram", "draft_model", "multi_engine")
 SPACING = 60  # seconds between two captured scrapes in the TSDB
+RATE_INTERVAL = f"{SPACING * 3}s"  # $__rate_interval of the dashboards' queries here
 COUNTER_OFFSET = 1e9
 # rate_window 1.5 x the spacing: on Prometheus 2 (closed ranges) and 3 (left-open) alike, the
 # window at a scrape's time holds exactly that scrape and the one before.
@@ -158,12 +160,6 @@ def records() -> dict[str, str]:
     return {r["record"]: r["expr"] for r in rules}
 
 
-def dashboard_query(expr: str) -> str:
-    """A dashboard query with every variable at All, as Grafana expands it."""
-    return (expr.replace('"$job"', '".+"').replace('"$instance"', '".+"')
-            .replace('"$model_name"', '".*"').replace('"$engine"', '".*"'))
-
-
 def python_figures(body_before: str, body_after: str):
     """derive.py's figures for every (model, engine) series between two scrapes."""
     store = WindowStore(window_seconds=10 * SPACING)
@@ -233,7 +229,7 @@ def test_records_equal_derive_on_real_vllm_output_in_every_spelling(tsdb: dict) 
                 instance = f"{scenario}-{prefix}"
                 seen: set[tuple] = set()
                 for name, expr in per_engine.items():
-                    for labels, value in query(tsdb, inline(dashboard_query(expr), rec), at).items():
+                    for labels, value in query(tsdb, inline(expand_variables(expr, RATE_INTERVAL), rec), at).items():
                         d = dict(labels)
                         if d["instance"] != instance:
                             continue
@@ -285,7 +281,6 @@ def test_every_direct_dashboard_query_returns_data_in_every_spelling(tsdb: dict)
     data for each of the four spellings (per-instance queries for each instance), the restart of
     RESTART shows in the restarts panel and annotation, and the spec-off server is named."""
     from vllm_spec_exporter.mixin import dashboard_files, fleet, overview
-    from vllm_spec_lab.grafana_query import expand_variables
 
     rec = records()
     rec |= {r["record"]: r["expr"] for w in recording_rules.alert_windows(CFG)
@@ -301,7 +296,7 @@ def test_every_direct_dashboard_query_returns_data_in_every_spelling(tsdb: dict)
                 expr = target["expr"]
                 if any(marker in expr for marker in EMPTY_BY_DESIGN):
                     continue
-                query_text = inline(expand_variables(expr, f"{SPACING * 3}s"), rec)
+                query_text = inline(expand_variables(expr, RATE_INTERVAL), rec)
                 instances: set[str] = set()
                 for at in times:
                     for labels in query(tsdb, query_text, at):

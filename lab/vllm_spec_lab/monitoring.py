@@ -39,12 +39,18 @@ from .binaries import (  # re-exported: tests and the demo import the paths from
 from .server import free_port
 from .waiting import wait_until
 
-__all__ = ["ALERTMANAGER_BIN", "AMTOOL_BIN", "PROMETHEUS_BIN", "PROMTOOL_BIN", "PROMTOOL_OLDEST_BIN",
-           "Alertmanager", "PromQueryApi", "Prometheus", "RulesApi", "WebhookReceiver", "free_port",
-           "have_binary", "http_get_json", "wait_until"]
+__all__ = ["ALERTMANAGER_BIN", "AMTOOL_BIN", "LOCAL_API_TIMEOUT_SECONDS", "PROMETHEUS_BIN", "PROMTOOL_BIN",
+           "PROMTOOL_OLDEST_BIN", "Alertmanager", "PromQueryApi", "Prometheus", "RulesApi", "WebhookReceiver",
+           "free_port", "have_binary", "http_get_json", "wait_until"]
 
 
-def http_get_json(url: str, timeout: float = 5.0) -> Any:
+# How long a read of a local server's API may take before it counts as hung. Generous on purpose: it
+# is a ceiling, not a speed check. A Prometheus starved of CPU by a real vLLM under load answered an
+# instant query in more than 5 s (CI, test_e2e's dashboard sweep); its own query timeout is 2 min.
+LOCAL_API_TIMEOUT_SECONDS = 30.0
+
+
+def http_get_json(url: str, timeout: float = LOCAL_API_TIMEOUT_SECONDS) -> Any:
     with urlopen(url, timeout=timeout) as response:
         return json.loads(response.read())
 
@@ -254,7 +260,7 @@ class Alertmanager(ServerProcess):
         """Push alerts directly (API v2), e.g. to test routing and inhibition without Prometheus."""
         request = Request(f"{self.url}/api/v2/alerts", data=json.dumps(alerts).encode(),
                           headers={"Content-Type": "application/json"}, method="POST")
-        with urlopen(request, timeout=5):
+        with urlopen(request, timeout=LOCAL_API_TIMEOUT_SECONDS):
             pass
 
 

@@ -23,6 +23,7 @@ from vllm_spec_exporter.mixin.config import MixinConfig
 from . import default_cache_dir, processes
 from .monitoring import (
     ALERTMANAGER_BIN,
+    LOCAL_API_TIMEOUT_SECONDS,
     PROMETHEUS_BIN,
     Alertmanager,
     Prometheus,
@@ -437,7 +438,7 @@ def exporter_snapshot(exporter_url: str) -> dict[str, dict[tuple, float]]:
     import requests
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = requests.get(exporter_url + "/metrics", timeout=5).text
+    text = requests.get(exporter_url + "/metrics", timeout=LOCAL_API_TIMEOUT_SECONDS).text
     out: dict[str, dict[tuple, float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

@@ -4,14 +4,19 @@
 #   scripts/test.sh [pytest args]         everything (what CI runs: .ci/run)
 #   scripts/test.sh --fast [pytest args]  the fast tier: unit, fuzz, promtool and lint tests, no
 #                                         server started, nothing slow (pytest -m "not server and
-#                                         not slow" -n auto; tiers in tests/support/plugin.py), 300
+#                                         not slow"; tiers in tests/support/plugin.py), 300
 #                                         fuzz inputs a property instead of 3,400
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Both tiers run on several pytest-xdist workers: most tests wait on real servers' clocks. Tests that
+# share something costly (the real vLLM, dockerd, the browser, a module's stack) stay on one worker
+# (tests/support/plugin.py sets the groups and queues the long ones first).
+WORKERS=(-n 3 --dist loadgroup --no-loadscope-reorder)
 TIER=()
 if [ "${1:-}" = "--fast" ]; then
   shift
-  TIER=(-m "not server and not slow" -n auto)
+  TIER=(-m "not server and not slow")
+  WORKERS=(-n auto --dist loadgroup --no-loadscope-reorder)
   export FUZZ_EXAMPLES="${FUZZ_EXAMPLES:-300}"  # the full suite fuzzes with 3,400 inputs a property
 fi
 PYTEST_ARGS=("$@")
@@ -23,4 +28,4 @@ echo "== ruff"
 echo "== generated artifacts are up to date"
 .venv/bin/vllm-spec-exporter generate --check
 echo "== pytest${TIER:+ (fast tier: ${TIER[*]})}"
-exec .venv/bin/pytest -p no:cacheprovider -ra --durations=25 "${TIER[@]}" "${PYTEST_ARGS[@]}"
+exec .venv/bin/pytest -p no:cacheprovider -ra --durations=25 "${WORKERS[@]}" "${TIER[@]}" "${PYTEST_ARGS[@]}"

@@ -14,8 +14,12 @@ A test that hits its limit fails with a line naming it, its limit and where the 
 Fixture set-up counts: the first test to use the shared vLLM pays its start-up.
 
 Shared servers: the session fixture `real_vllm` (support/servers.py) and the function fixture
-`alert_stack` (support/alertstack.py). The modules using `real_vllm` run last, so the one vLLM is
-started when the first of them needs it and lives only while they run.
+`alert_stack` (support/alertstack.py). In one process the modules using `real_vllm` run last, so the
+one vLLM is started when the first of them needs it and lives only while they run.
+
+Workers (pytest-xdist, as `scripts/test.sh` runs both tiers): which tests share a worker and in which
+order they are queued is support/workers.py; workers send their report rows (support/report.py) to
+the controller, which prints them.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from support import report
+from support import report, workers
 from support.alertstack import AlertStackFactory
 from support.proctree import survivors
 from support.prom import require_version
@@ -43,6 +47,7 @@ _current_test = ["(collection)"]
 
 def pytest_configure(config: pytest.Config) -> None:
     count_vllm_starts(lambda: _current_test[0])
+    workers.install(config)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -68,22 +73,29 @@ def _limit_source(item: pytest.Item) -> tuple[float | None, str]:
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the markers added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The modules that use the shared vLLM run last, one after the other, so that it lives (and
-    # holds its memory) only while they run; whole modules move, so their module fixtures (the
-    # container tests' dockerd and image) are still set up once.
     sharing = {item.module for item in items if "real_vllm" in getattr(item, "fixturenames", ())}
-    items.sort(key=lambda item: getattr(item, "module", None) in sharing)  # stable: order kept within
+    groups: dict[str, str] = {}
     for item in items:
         names = {mark.name for mark in item.iter_markers()}
         if names & set(SERVER_MARKERS):
             item.add_marker(pytest.mark.server)
             names.add("server")
+        if (group := workers.group_of(item, names, sharing)) is not None:
+            groups[item.nodeid] = group
         if item.get_closest_marker("timeout") is None:
             tiers = [(TIER_TIMEOUTS[name], name) for name in names if name in TIER_TIMEOUTS]
             if tiers:
                 limit, tier = max(tiers)
                 item.add_marker(pytest.mark.timeout(limit))
                 item.user_properties.append(("time_limit_source", f"the {tier} tier (support/plugin.py)"))
+    if workers.distributed(config):
+        workers.queue_order(items, groups)
+        workers.publish(config, groups)
+    else:
+        # One process: the modules that use the shared vLLM run last, one after the other, so that it
+        # lives (and holds its memory) only while they run; whole modules move, so their module
+        # fixtures (the container tests' dockerd and image) are still set up once.
+        items.sort(key=lambda item: getattr(item, "module", None) in sharing)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -111,6 +123,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     crash = getattr(result.longrepr, "reprcrash", None)
     if crash is not None:  # the short summary's line, too
         crash.message = f"ran out of its {seconds} time limit (set by {tier or source})"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: its report rows go to the controller
+        workeroutput["report_rows"] = report.rows()
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: only called when xdist runs the suite
+def pytest_testnodedown(node, error) -> None:
+    report.add_rows(getattr(node, "workeroutput", {}).get("report_rows", {}))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -12,15 +12,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 FAULTS: list[tuple[str, str, str, bool]] = []
 VMALERT_DIFFERENCES: list[tuple[str, str, str, str]] = []
 FALLBACK_NOTES: list[str] = []
 
 
-@dataclass(frozen=True)
-class VllmStart:
+class VllmStart(NamedTuple):
     """One real vLLM start: the test that needed it (its id) and its start-up time (None: failed)."""
 
     requested_by: str
@@ -29,6 +28,22 @@ class VllmStart:
 
 VLLM_STARTS: list[VllmStart] = []
 VLLM_STOPS: list[str] = []
+
+
+def rows() -> dict[str, list]:
+    """Every registry's rows as plain lists and tuples (an xdist worker sends them to the controller)."""
+    return {"FAULTS": list(FAULTS), "VMALERT_DIFFERENCES": list(VMALERT_DIFFERENCES),
+            "FALLBACK_NOTES": list(FALLBACK_NOTES), "VLLM_STOPS": list(VLLM_STOPS),
+            "VLLM_STARTS": [tuple(start) for start in VLLM_STARTS]}
+
+
+def add_rows(sent: dict[str, list]) -> None:
+    """Add the rows `rows()` returned in another process to this one's registries."""
+    FAULTS.extend(tuple(row) for row in sent.get("FAULTS", ()))
+    VMALERT_DIFFERENCES.extend(tuple(row) for row in sent.get("VMALERT_DIFFERENCES", ()))
+    FALLBACK_NOTES.extend(sent.get("FALLBACK_NOTES", ()))
+    VLLM_STOPS.extend(sent.get("VLLM_STOPS", ()))
+    VLLM_STARTS.extend(VllmStart(*row) for row in sent.get("VLLM_STARTS", ()))
 
 
 def write_summary(write) -> None:

@@ -1,0 +1,128 @@
+"""Spreading the suite over pytest-xdist workers (`scripts/test.sh` runs both tiers with
+`-n N --dist loadgroup`): which tests must share a worker, and in which order the work is queued.
+
+Most tests wait on real servers' clocks (scrape, evaluation, `for:`), so several run at once. What
+shares something costly stays on one worker, one test after the other (its *group*):
+
+- `shared-vllm`: every module that uses the run's one real vLLM (`real_vllm`), so it is started once
+  per run, not once per worker;
+- `docker`, `browser`, `llamacpp`: the tiers that hold a private dockerd with a containerised vLLM,
+  a Chromium, a llama-server (each would starve the others of the two cores if run side by side);
+- a module's own path: each module whose tests share a module- or class-scoped fixture (a stack, an
+  image, an exporter), so that fixture is set up once;
+- none: any worker may run the test.
+
+The groups are queued first, longest first (`SHARED_GROUPS`, then module groups), so the run lasts
+as long as its longest group, not the sum of all; single tests fill the other workers meanwhile.
+
+Why not xdist's own `loadgroup`: it passes a test's group by appending it to the node id, which
+pytest 9.2 no longer lets a plugin change (pytest-xdist#1386; the group is silently dropped and the
+tests are spread one by one). Here each worker writes `{node id: group}` to a file the controller
+named (`pytest_configure_node`), and the controller's scheduler (`GroupScheduling`) reads it when
+it schedules, which is after every worker finished collecting.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+# The groups that hold a costly shared thing, in the order they are queued: longest first (minutes
+# in the last full run: the Docker tier ≈ 9, the shared vLLM's users ≈ 9, the browser ≈ 4).
+SHARED_GROUPS = ("docker", "shared-vllm", "browser", "llamacpp")
+_GROUP_FILES = "vllm_spec_test_group_files"  # workerinput key: the folder the workers write to
+
+
+def group_of(item: pytest.Item, markers: set[str], vllm_modules: set) -> str | None:
+    """The group `item` runs in (see the module docstring); None when any worker may run it."""
+    if getattr(item, "module", None) in vllm_modules:
+        return "shared-vllm"
+    for group in SHARED_GROUPS:
+        if group in markers:
+            return group
+    if _uses_module_fixture(item):
+        return item.nodeid.split("::", 1)[0]
+    return None
+
+
+def _uses_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.values() if info is not None else ()
+    return any(defs and defs[-1].scope in ("module", "package", "class") for defs in definitions)
+
+
+def distributed(config: pytest.Config) -> bool:
+    """True in the controller and in each worker of a `-n N` run."""
+    return hasattr(config, "workerinput") or config.getoption("dist", "no") != "no"
+
+
+def queue_order(items: list[pytest.Item], groups: dict[str, str]) -> None:
+    """Sort `items` in place for a distributed run: shared groups first (in `SHARED_GROUPS` order),
+    then module groups, then single tests; the order within each is kept (the sort is stable)."""
+    def position(item: pytest.Item) -> int:
+        group = groups.get(item.nodeid)
+        if group in SHARED_GROUPS:
+            return SHARED_GROUPS.index(group)
+        return len(SHARED_GROUPS) + (group is None)
+
+    items.sort(key=position)
+
+
+def publish(config: pytest.Config, groups: dict[str, str]) -> None:
+    """In a worker: write `{node id: group}` where the controller's scheduler reads it."""
+    folder = getattr(config, "workerinput", {}).get(_GROUP_FILES)
+    if folder is None:
+        return
+    worker = config.workerinput["workerid"]
+    staged = Path(folder) / f".{worker}.json"
+    staged.write_text(json.dumps(groups))
+    staged.replace(Path(folder) / f"{worker}.json")  # whole or absent, never half-written
+
+
+class GroupScheduling(LoadScopeScheduling):
+    """xdist's scope scheduler (whole work units to one worker, queued in collection order) whose
+    unit is a test's group as the workers wrote it to `folder`, or the test itself when it has none."""
+
+    def __init__(self, config: pytest.Config, log, folder: Path) -> None:
+        super().__init__(config, log)
+        self._folder = folder
+        self._groups: dict[str, str] | None = None
+
+    def _split_scope(self, nodeid: str) -> str:
+        if self._groups is None:  # read at the first call: scheduling starts after every collection
+            self._groups = {}
+            for written in sorted(self._folder.glob("*.json")):
+                self._groups.update(json.loads(written.read_text()))
+        return self._groups.get(nodeid, nodeid)
+
+
+class WorkerPlugin:
+    """The controller's side: a folder for the workers' group files, and the scheduler."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="pytest-groups-"))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        node.workerinput[_GROUP_FILES] = str(self.folder)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log):
+        if config.getoption("dist", "no") != "loadgroup":
+            return None
+        config.option.loadscopereorder = False  # our queue order (`queue_order`), not by unit size
+        return GroupScheduling(config, log, self.folder)
+
+    def pytest_unconfigure(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def install(config: pytest.Config) -> None:
+    """Register the controller's side in a distributed run's controller (workers need nothing)."""
+    if config.getoption("dist", "no") != "no" and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(WorkerPlugin(), "vllm-spec-test-workers")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -95,17 +96,44 @@ class GroupScheduling(LoadScopeScheduling):
 
     def _split_scope(self, nodeid: str) -> str:
         if self._groups is None:  # read at the first call: scheduling starts after every collection
-            self._groups = {}
-            for written in sorted(self._folder.glob("*.json")):
-                self._groups.update(json.loads(written.read_text()))
+            self._groups = read_groups(self._folder)
         return self._groups.get(nodeid, nodeid)
 
 
+def read_groups(folder: Path) -> dict[str, str]:
+    """{node id: group} as the workers published it (`publish`)."""
+    groups: dict[str, str] = {}
+    for written in sorted(folder.glob("*.json")):
+        groups.update(json.loads(written.read_text()))
+    return groups
+
+
 class WorkerPlugin:
-    """The controller's side: a folder for the workers' group files, and the scheduler."""
+    """The controller's side: a folder for the workers' group files, the scheduler, and at the end
+    how long each worker was busy and with which groups (the longest group is the run's floor)."""
 
     def __init__(self) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="pytest-groups-"))
+        self.busy: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self._groups: dict[str, str] | None = None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        gateway = getattr(getattr(report, "node", None), "gateway", None)
+        if self._groups is None:
+            self._groups = read_groups(self.folder)
+        group = self._groups.get(report.nodeid, "(single tests)")
+        self.busy[getattr(gateway, "id", "?")][group] += report.duration
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.busy:
+            return
+        terminalreporter.write_line("")
+        terminalreporter.write_line("workers: seconds busy, by group (setup + call + teardown)")
+        for worker, groups in sorted(self.busy.items()):
+            ranked = sorted(groups.items(), key=lambda entry: -entry[1])
+            shown = ", ".join(f"{group} {seconds:.0f}" for group, seconds in ranked[:6])
+            more = f", {len(ranked) - 6} more" if len(ranked) > 6 else ""
+            terminalreporter.write_line(f"  {worker}: {sum(groups.values()):.0f} s ({shown}{more})")
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:

@@ -52,7 +52,7 @@ from support.servers import vllm_python
 from vllm_spec_exporter.mixin import alertmanager, generate, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.settings import DEFAULT_PORT
-from vllm_spec_lab.monitoring import WebhookReceiver, http_get_json, wait_until
+from vllm_spec_lab.monitoring import ALERT_RESEND_DELAY, WebhookReceiver, http_get_json, wait_until
 from vllm_spec_lab.pipeline import FAST_ALERTS, exporter_snapshot
 from vllm_spec_lab.server import VllmServer, free_port, spec_counters
 from vllm_spec_lab.traffic import high_acceptance_phase, low_acceptance_phase, run_phase
@@ -358,10 +358,10 @@ class MonitoringStack:
             "prometheus": {
                 "image": PROMETHEUS_IMAGE, "pull_policy": "never", "network_mode": "host", "ports": Reset(),
                 # Prometheus drops the first notification while it discovers Alertmanager and
-                # resends after a minute by default.
+                # resends after a minute by default (the lab's delay: monitoring.ALERT_RESEND_DELAY).
                 "command": [*services["prometheus"]["command"],
                             f"--web.listen-address=127.0.0.1:{self.ports['prometheus']}",
-                            "--rules.alert.resend-delay=1s"],
+                            f"--rules.alert.resend-delay={ALERT_RESEND_DELAY}"],
                 "volumes": [
                     f"{self.dir / 'prometheus.yml'}:/etc/prometheus/prometheus.yml:ro",
                     f"{self.dir / 'targets'}:/etc/prometheus/targets:ro",

@@ -93,7 +93,7 @@ def translate(scenario: dict, offset: int, rules: list[str]) -> tuple[dict, set[
     return yaml.safe_load(text), used
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not module: the slow promtool runs may spread over xdist workers
 def direct_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The committed direct rule files, checked equal to a fresh render, in a scratch tree."""
     root = tmp_path_factory.mktemp("direct-promtool")

@@ -39,9 +39,9 @@ from .binaries import (  # re-exported: tests and the demo import the paths from
 from .server import free_port
 from .waiting import wait_until
 
-__all__ = ["ALERTMANAGER_BIN", "AMTOOL_BIN", "LOCAL_API_TIMEOUT_SECONDS", "PROMETHEUS_BIN", "PROMTOOL_BIN",
-           "PROMTOOL_OLDEST_BIN", "Alertmanager", "PromQueryApi", "Prometheus", "RulesApi", "WebhookReceiver",
-           "free_port", "have_binary", "http_get_json", "wait_until"]
+__all__ = ["ALERTMANAGER_BIN", "ALERT_RESEND_DELAY", "AMTOOL_BIN", "LOCAL_API_TIMEOUT_SECONDS", "PROMETHEUS_BIN",
+           "PROMTOOL_BIN", "PROMTOOL_OLDEST_BIN", "Alertmanager", "PromQueryApi", "Prometheus", "RulesApi",
+           "WebhookReceiver", "free_port", "have_binary", "http_get_json", "wait_until"]
 
 
 # How long a read of a local server's API may take before it counts as hung. Generous on purpose: it
@@ -159,12 +159,19 @@ class RulesApi:
         return list(http_get_json(f"{self.url}/api/v1/rules")["data"]["groups"])
 
 
+# Prometheus sends each firing alert valid for 4 × max(resend delay, evaluation interval); when no
+# resend arrives in that time Alertmanager resolves it itself. At 1 s (4 s of validity) a Prometheus
+# starved of CPU by parallel tests missed that once, and the pager saw a resolve while the alert was
+# still firing; 2 s gives 8 s and still resends within seconds.
+ALERT_RESEND_DELAY = "2s"
+
+
 class Prometheus(PromQueryApi, RulesApi, ServerProcess):
     """A real Prometheus with a generated config: scrape jobs, rule files, optional Alertmanager.
 
     Short intervals by default (1 s) so tests see rates and `for` transitions within seconds;
-    `--rules.alert.resend-delay=1s` because Prometheus drops the first notification while it
-    discovers Alertmanager and otherwise resends only after a minute. `scrape_configs` are whole
+    `--rules.alert.resend-delay` of `ALERT_RESEND_DELAY` because Prometheus drops the first
+    notification while it discovers Alertmanager and otherwise resends only after a minute. `scrape_configs` are whole
     jobs added after the static ones (e.g. relabelled paths); `data_path` keeps the TSDB outside the
     temporary folder, so it survives `stop()` (a benchmark restarts on backfilled blocks).
     """
@@ -204,7 +211,7 @@ class Prometheus(PromQueryApi, RulesApi, ServerProcess):
             f"--config.file={self.config_path}",
             f"--storage.tsdb.path={self.data_path}",
             f"--web.listen-address=127.0.0.1:{self.port}",
-            "--rules.alert.resend-delay=1s",
+            f"--rules.alert.resend-delay={ALERT_RESEND_DELAY}",
             "--web.enable-lifecycle",  # POST /-/reload for tests that swap rule files
             *self.extra_args,
         ]

@@ -13,7 +13,9 @@ shares something costly stays on one worker, one test after the other (its *grou
 - none: any worker may run the test.
 
 The groups are queued first, longest first (`SHARED_GROUPS`, then module groups), so the run lasts
-as long as its longest group, not the sum of all; single tests fill the other workers meanwhile.
+as long as its longest group, not the sum of all; single tests fill the other workers meanwhile,
+the `server` and `slow` ones first (`queue_order`). A cheap module-level fixture that would group
+tests for nothing is better session-scoped (computed once per worker).
 
 Why not xdist's own `loadgroup`: it passes a test's group by appending it to the node id, which
 pytest 9.2 no longer lets a plugin change (pytest-xdist#1386; the group is silently dropped and the
@@ -63,13 +65,17 @@ def distributed(config: pytest.Config) -> bool:
 
 
 def queue_order(items: list[pytest.Item], groups: dict[str, str]) -> None:
-    """Sort `items` in place for a distributed run: shared groups first (in `SHARED_GROUPS` order),
-    then module groups, then single tests; the order within each is kept (the sort is stable)."""
+    """Sort `items` in place for a distributed run, longest work first so that short tests fill the
+    end: shared groups (in `SHARED_GROUPS` order), module groups, single tests of the `server` or
+    `slow` tier, then the other single tests; the order within each is kept (the sort is stable)."""
     def position(item: pytest.Item) -> int:
         group = groups.get(item.nodeid)
         if group in SHARED_GROUPS:
             return SHARED_GROUPS.index(group)
-        return len(SHARED_GROUPS) + (group is None)
+        if group is not None:
+            return len(SHARED_GROUPS)
+        long = item.get_closest_marker("server") or item.get_closest_marker("slow")
+        return len(SHARED_GROUPS) + (1 if long else 2)
 
     items.sort(key=position)
 

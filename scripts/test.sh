@@ -10,13 +10,13 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Both tiers run on several pytest-xdist workers: most tests wait on real servers' clocks. Tests that
 # share something costly (the real vLLM, dockerd, the browser, a module's stack) stay on one worker
-# (tests/support/plugin.py sets the groups and queues the long ones first).
-WORKERS=(-n 3 --dist loadgroup --no-loadscope-reorder)
+# (tests/support/workers.py decides the groups and queues the long ones first).
+WORKERS=(-n 3 --dist loadgroup)
 TIER=()
 if [ "${1:-}" = "--fast" ]; then
   shift
   TIER=(-m "not server and not slow")
-  WORKERS=(-n auto --dist loadgroup --no-loadscope-reorder)
+  WORKERS=(-n auto --dist loadgroup)
   export FUZZ_EXAMPLES="${FUZZ_EXAMPLES:-300}"  # the full suite fuzzes with 3,400 inputs a property
 fi
 PYTEST_ARGS=("$@")

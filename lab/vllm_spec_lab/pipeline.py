@@ -23,7 +23,6 @@ from vllm_spec_exporter.mixin.config import MixinConfig
 from . import default_cache_dir, processes
 from .monitoring import (
     ALERTMANAGER_BIN,
-    LOCAL_API_TIMEOUT_SECONDS,
     PROMETHEUS_BIN,
     Alertmanager,
     Prometheus,
@@ -433,12 +432,18 @@ class TrafficDriver:
             self._thread.join(timeout)
 
 
+# The exporter serves /metrics from memory whatever its poll is doing: a read slower than a scrape
+# timeout (Prometheus' default, 10 s) is a fault to see, not to wait out (LOCAL_API_TIMEOUT_SECONDS
+# is for Prometheus' and Alertmanager's query APIs).
+EXPORTER_READ_TIMEOUT_SECONDS = 10.0
+
+
 def exporter_snapshot(exporter_url: str) -> dict[str, dict[tuple, float]]:
     """The exporter's own /metrics as {name: {sorted label items: value}}."""
     import requests
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = requests.get(exporter_url + "/metrics", timeout=LOCAL_API_TIMEOUT_SECONDS).text
+    text = requests.get(exporter_url + "/metrics", timeout=EXPORTER_READ_TIMEOUT_SECONDS).text
     out: dict[str, dict[tuple, float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

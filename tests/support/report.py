@@ -6,7 +6,8 @@
   vmalert-tool and promtool (file, test, check at time, reason);
 - FALLBACK_NOTES: support/prom.require_version, each version-pinned check that ran on Debian 12's
   servers because bootstrap fell back (debian-testing/FALLBACK);
-- VLLM_STARTS: every real vLLM started in this pytest process (support/servers.py counts them);
+- VLLM_STARTS: every real vLLM started in this run (support/servers.py counts them per process;
+  xdist workers send their rows to the controller: `rows`, `add_rows`);
 - VLLM_STOPS: how the shared vLLM's process tree went at its stop (support/plugin.py).
 """
 

@@ -6,8 +6,9 @@ shares something costly stays on one worker, one test after the other (its *grou
 
 - `shared-vllm`: every module that uses the run's one real vLLM (`real_vllm`), so it is started once
   per run, not once per worker;
-- `docker`, `browser`, `llamacpp`: the tiers that hold a private dockerd with a containerised vLLM,
-  a Chromium, a llama-server (each would starve the others of the two cores if run side by side);
+- `docker`, `browser`, `llamacpp`: the tiers whose tests share one private dockerd and image, one
+  renderer stack, one llama-server (test_containers also uses the shared vLLM, so it is in
+  `shared-vllm`: the data-root lock of its dockerd allows one at a time anyway);
 - a module's own path: each module whose tests share a module- or class-scoped fixture (a stack, an
   image, an exporter), so that fixture is set up once;
 - none: any worker may run the test.
@@ -35,8 +36,9 @@ from pathlib import Path
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-# The groups that hold a costly shared thing, in the order they are queued: longest first (minutes
-# in the last full run: the Docker tier ≈ 9, the shared vLLM's users ≈ 9, the browser ≈ 4).
+# The groups that hold a costly shared thing, in the order they are queued: longest first (worker
+# seconds in a full run of issue 22: shared-vllm ≈ 455 — test_containers, test_e2e, test_real_vllm
+# and the vLLM's start —, browser ≈ 220, llamacpp ≈ 5; the worker summary prints them).
 SHARED_GROUPS = ("docker", "shared-vllm", "browser", "llamacpp")
 _GROUP_FILES = "vllm_spec_test_group_files"  # workerinput key: the folder the workers write to
 
@@ -147,8 +149,7 @@ class WorkerPlugin:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log):
-        if config.getoption("dist", "no") != "loadgroup":
-            return None
+        # `-n N` alone means `--dist load`: group too, or the shared vLLM starts once per worker.
         config.option.loadscopereorder = False  # our queue order (`queue_order`), not by unit size
         return GroupScheduling(config, log, self.folder)
 
@@ -158,5 +159,10 @@ class WorkerPlugin:
 
 def install(config: pytest.Config) -> None:
     """Register the controller's side in a distributed run's controller (workers need nothing)."""
-    if config.getoption("dist", "no") != "no" and not hasattr(config, "workerinput"):
-        config.pluginmanager.register(WorkerPlugin(), "vllm-spec-test-workers")
+    dist = config.getoption("dist", "no")
+    if dist == "no" or hasattr(config, "workerinput"):
+        return
+    if dist not in ("load", "loadgroup"):
+        raise pytest.UsageError(f"--dist {dist}: this suite groups its tests itself; use --dist loadgroup "
+                                "(tests/support/workers.py)")
+    config.pluginmanager.register(WorkerPlugin(), "vllm-spec-test-workers")

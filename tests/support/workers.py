@@ -31,6 +31,7 @@ import json
 import shutil
 import tempfile
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -61,9 +62,9 @@ def _uses_module_fixture(item: pytest.Item) -> bool:
     return any(defs and defs[-1].scope in ("module", "package", "class") for defs in definitions)
 
 
-def distributed(config: pytest.Config) -> bool:
-    """True in the controller and in each worker of a `-n N` run."""
-    return hasattr(config, "workerinput") or config.getoption("dist", "no") != "no"
+def in_worker(config: pytest.Config) -> bool:
+    """True in an xdist worker (the controller collects nothing: only workers order and publish)."""
+    return hasattr(config, "workerinput")
 
 
 def queue_order(items: list[pytest.Item], groups: dict[str, str]) -> None:
@@ -95,17 +96,14 @@ def publish(config: pytest.Config, groups: dict[str, str]) -> None:
 
 class GroupScheduling(LoadScopeScheduling):
     """xdist's scope scheduler (whole work units to one worker, queued in collection order) whose
-    unit is a test's group as the workers wrote it to `folder`, or the test itself when it has none."""
+    unit is a test's group as `groups()` gives it, or the test itself when it has none."""
 
-    def __init__(self, config: pytest.Config, log, folder: Path) -> None:
+    def __init__(self, config: pytest.Config, log, groups: Callable[[], dict[str, str]]) -> None:
         super().__init__(config, log)
-        self._folder = folder
-        self._groups: dict[str, str] | None = None
+        self._groups = groups
 
     def _split_scope(self, nodeid: str) -> str:
-        if self._groups is None:  # read at the first call: scheduling starts after every collection
-            self._groups = read_groups(self._folder)
-        return self._groups.get(nodeid, nodeid)
+        return self._groups().get(nodeid, nodeid)
 
 
 def read_groups(folder: Path) -> dict[str, str]:
@@ -125,11 +123,16 @@ class WorkerPlugin:
         self.busy: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self._groups: dict[str, str] | None = None
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        gateway = getattr(getattr(report, "node", None), "gateway", None)
+    def groups(self) -> dict[str, str]:
+        """{node id: group}, read once at the first call: the scheduler's first call comes after
+        every worker finished collecting, so the files are all there."""
         if self._groups is None:
             self._groups = read_groups(self.folder)
-        group = self._groups.get(report.nodeid, "(single tests)")
+        return self._groups
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        gateway = getattr(getattr(report, "node", None), "gateway", None)
+        group = self.groups().get(report.nodeid, "(single tests)")
         self.busy[getattr(gateway, "id", "?")][group] += report.duration
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
@@ -151,7 +154,7 @@ class WorkerPlugin:
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log):
         # `-n N` alone means `--dist load`: group too, or the shared vLLM starts once per worker.
         config.option.loadscopereorder = False  # our queue order (`queue_order`), not by unit size
-        return GroupScheduling(config, log, self.folder)
+        return GroupScheduling(config, log, self.groups)
 
     def pytest_unconfigure(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -11,7 +11,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Both tiers run on several pytest-xdist workers: most tests wait on real servers' clocks. Tests that
 # share something costly (the real vLLM, dockerd, the browser, a module's stack) stay on one worker
 # (tests/support/workers.py decides the groups and queues the long ones first).
-WORKERS=(-n 2 --dist loadgroup)
+WORKERS=(-n 3 --dist loadgroup)
 TIER=()
 if [ "${1:-}" = "--fast" ]; then
   shift

@@ -76,7 +76,7 @@ from vllm_spec_lab import grafana_render  # noqa: E402
 from vllm_spec_lab.binaries import TESTING_BIN_DIR as BIN  # noqa: E402
 from vllm_spec_lab.binaries import testing_package_versions  # noqa: E402
 from vllm_spec_lab.monitoring import Prometheus, http_get_json  # noqa: E402
-from vllm_spec_lab.server import free_port  # noqa: E402
+from vllm_spec_lab.ports import free_port  # noqa: E402
 from vllm_spec_lab.victoria import VictoriaMetrics, VMAlert  # noqa: E402
 
 CAPTURE = ROOT / "tests" / "fixtures" / "vllm-0.32.0" / "ngram"

@@ -99,7 +99,7 @@ def serve_classic_text(fake: FakeVllm, escape_prefix: str | None = None):
         body = generate_latest(fake.registry)
         return [escape_sample_names(body.decode(), escape_prefix).encode() if escape_prefix else body]
 
-    server = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
+    server = make_server("127.0.0.1", free_port(), app, handler_class=_Quiet)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 

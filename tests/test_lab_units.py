@@ -21,6 +21,7 @@ import pytest
 
 from vllm_spec_lab import CACHE_ENV_VAR, default_cache_dir
 from vllm_spec_lab import venv as venv_module
+from vllm_spec_lab.ports import free_port
 from vllm_spec_lab.server import VllmServer, VllmServerError
 from vllm_spec_lab.traffic import Phase, run_phase, run_phases
 from vllm_spec_lab.venv import VllmVenvError, ensure_vllm_venv
@@ -71,7 +72,7 @@ class _CompletionsStub:
 @pytest.fixture
 def stub_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, _CompletionsStub]]:
     stub = _CompletionsStub(**getattr(request, "param", {}))
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), stub.handler())
+    httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), stub.handler())
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import re
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -40,6 +41,7 @@ from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.fakes.vllm import FakeVllm
 from vllm_spec_lab.grafana_query import expand_variables
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, wait_until
+from vllm_spec_lab.ports import free_port
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # starts Prometheus-family servers
 
@@ -50,8 +52,13 @@ OPENMETRICS_UNDERSCORES = "application/openmetrics-text; version=1.0.0; charset=
 PROMETHEUS3_ACCEPT_FIRST = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8"
 PROMETHEUS2_ACCEPT_FIRST = "application/openmetrics-text;version=1.0.0,"
 # Wide enough to hold the whole replay: each shape's panels then see every capture, whatever the
-# phase of its scrapes, and ratios (means, quantiles) of one instance's series compare exactly.
+# phase of its scrapes, and ratios (means, quantiles) of one instance's series compare exactly. The
+# panels are read at the moment the replay ended, not at "now": a busy machine may run them more
+# than a window later, when only the held last capture is left in it.
 RATE_INTERVAL = "60s"
+# Capture 0 is served this many times: a first scrape lost to the 1 s timeout on a busy machine
+# must not start one shape's window a capture later than the others'. (The last capture repeats.)
+FIRST_CAPTURE_SCRAPES = 3
 
 
 class _QuietHandler(BaseHTTPRequestHandler):
@@ -72,7 +79,7 @@ class _LoopbackServer:
     """A threaded HTTP server on a free 127.0.0.1 port, serving in the background until `stop`."""
 
     def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
         self._server.daemon_threads = True
         self.address = f"127.0.0.1:{self._server.server_port}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
@@ -112,13 +119,14 @@ def integer_le_like_go(text: str) -> str:
 
 
 class CaptureReplay(_LoopbackServer):
-    """Serves the real captures one per request, in order (the last one repeats), with a fixed
+    """Serves the real captures one per request, in order (the first `FIRST_CAPTURE_SCRAPES` times,
+    the last one from then on), with a fixed
     content type whatever the Accept header (as vLLM 0.32 does), optionally #1177-escaped,
     optionally with Go-style integer `le` bounds."""
 
     def __init__(self, content_type: str, escaped: bool, integer_le: bool = False) -> None:
         self._next = 0
-        bodies = [path.read_text() for path in CAPTURES]
+        bodies = [CAPTURES[0].read_text()] * (FIRST_CAPTURE_SCRAPES - 1) + [path.read_text() for path in CAPTURES]
         if escaped:
             bodies = [escape_sample_names(body) for body in bodies]
         if integer_le:
@@ -136,6 +144,7 @@ class CaptureReplay(_LoopbackServer):
 
         super().__init__(Handler)
         self.url = f"http://{self.address}"
+        self.scrapes_to_play = len(bodies)
 
 
 @pytest.fixture(scope="module")
@@ -201,8 +210,9 @@ def vllm_direct(prometheus3_bin: str) -> Iterator[dict]:
         with Prometheus(scrape_targets={"vllm": [p.address for p in proxies.values()]}) as prom:
             wait_until(prom.targets_up, timeout=20)
             # Every capture served (one a scrape, 1 s apart), then one scrape more of the last.
-            wait_until(lambda: all(r._next > len(CAPTURES) for r in replays.values()), timeout=40)
-            yield {"prom": prom, "instances": {shape: p.address for shape, p in proxies.items()}, "proxies": proxies}
+            wait_until(lambda: all(r._next > r.scrapes_to_play for r in replays.values()), timeout=60)
+            yield {"prom": prom, "instances": {shape: p.address for shape, p in proxies.items()}, "proxies": proxies,
+                   "played_at": time.time()}
     finally:
         for server in (*proxies.values(), *replays.values()):
             server.stop()
@@ -246,7 +256,7 @@ def test_panels_reading_vllm_directly_agree_on_every_spelling(vllm_direct: dict)
         for shape, instance in vllm_direct["instances"].items():
             only_this = expand_variables(expr, RATE_INTERVAL).replace(
                 MixinConfig().vllm_selector, f'{MixinConfig().vllm_selector}, instance="{instance}"')
-            per_shape[shape] = sorted(float(s["value"][1]) for s in prom.query(only_this))
+            per_shape[shape] = sorted(float(s["value"][1]) for s in prom.query(only_this, at=vllm_direct["played_at"]))
         reference = per_shape["vllm-0.32-classic"]
         assert reference, f"{where}: no data from vLLM's own spelling"
         for values in per_shape.values():

@@ -36,7 +36,7 @@ from .binaries import (  # re-exported: tests and the demo import the paths from
     TESTING_BIN_DIR,
     have_binary,
 )
-from .server import free_port
+from .ports import free_port
 from .waiting import wait_until
 
 __all__ = ["ALERTMANAGER_BIN", "ALERT_RESEND_DELAY", "AMTOOL_BIN", "LOCAL_API_TIMEOUT_SECONDS", "PROMETHEUS_BIN",
@@ -302,7 +302,7 @@ class WebhookReceiver:
             def log_message(self, *args: object) -> None:  # keep test output readable
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

@@ -14,6 +14,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
+from vllm_spec_lab.ports import free_port
+
 # vLLM's default buckets for both latency histograms (vllm/v1/metrics/buckets.py, inter_token_latency).
 INTER_TOKEN_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
                                5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
@@ -169,8 +171,9 @@ class FakeVllm:
             registry = self.registry
         return make_wsgi_app(registry)(environ, start_response)
 
-    def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        self._server = make_server(host, port, self._app, _ThreadingWSGIServer, handler_class=_QuietHandler)
+    def start(self, host: str = "127.0.0.1", port: int | None = None) -> str:
+        self._server = make_server(host, free_port() if port is None else port, self._app, _ThreadingWSGIServer,
+                                   handler_class=_QuietHandler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return f"http://{host}:{self._server.server_port}"
 

@@ -46,7 +46,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -77,8 +76,8 @@ from vllm_spec_exporter.window import WindowStore  # noqa: E402
 from vllm_spec_lab import grafana_render  # noqa: E402
 from vllm_spec_lab.binaries import TESTING_BIN_DIR as BIN  # noqa: E402
 from vllm_spec_lab.binaries import testing_package_versions  # noqa: E402
+from vllm_spec_lab.httpd import LoopbackServer, QuietHandler  # noqa: E402
 from vllm_spec_lab.monitoring import Prometheus, http_get_json  # noqa: E402
-from vllm_spec_lab.ports import free_port  # noqa: E402
 from vllm_spec_lab.victoria import VictoriaMetrics, VMAlert  # noqa: E402
 
 CAPTURE = ROOT / "tests" / "fixtures" / "vllm-0.32.0" / "ngram"
@@ -337,7 +336,7 @@ class LiveTarget:
         self.fleet, self.start, self.job = fleet, start, job
         target = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 shard = int(self.path.rsplit("/", 1)[-1])
                 body = target.body(shard)
@@ -347,12 +346,8 @@ class LiveTarget:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        self.port = self.server.server_port
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = LoopbackServer(Handler)
+        self.port = self.server.port
 
     def body(self, shard: int) -> bytes:
         seconds = time.time() - self.start
@@ -369,8 +364,7 @@ class LiveTarget:
                                      "replacement": "/metrics/$1"}]}
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
 
 
 # --- Rules: records expanded into raw PromQL --------------------------------------------------

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import math
 import re
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.request import Request, urlopen
 
@@ -40,8 +38,8 @@ from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.fakes.vllm import FakeVllm
 from vllm_spec_lab.grafana_query import expand_variables
+from vllm_spec_lab.httpd import LoopbackServer, QuietHandler
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, wait_until
-from vllm_spec_lab.ports import free_port
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # starts Prometheus-family servers
 
@@ -61,9 +59,7 @@ RATE_INTERVAL = "60s"
 FIRST_CAPTURE_SCRAPES = 3
 
 
-class _QuietHandler(BaseHTTPRequestHandler):
-    """Answers with `_reply`; no access log on the test's output."""
-
+class _Replier(QuietHandler):
     def _reply(self, body: bytes, content_type: str) -> None:
         self.send_response(200)
         self.send_header("Content-Type", content_type)
@@ -71,25 +67,8 @@ class _QuietHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, *args: object) -> None:
-        pass
 
-
-class _LoopbackServer:
-    """A threaded HTTP server on a free 127.0.0.1 port, serving in the background until `stop`."""
-
-    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
-        self._server = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
-        self._server.daemon_threads = True
-        self.address = f"127.0.0.1:{self._server.server_port}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
-class RecordingProxy(_LoopbackServer):
+class RecordingProxy(LoopbackServer):
     """Forwards every GET to `upstream` with the client's Accept header, and records (Accept sent,
     Content-Type answered). Stands between Prometheus and a target to show what they negotiated."""
 
@@ -97,7 +76,7 @@ class RecordingProxy(_LoopbackServer):
         self.exchanges: list[tuple[str, str]] = []
         proxy = self
 
-        class Handler(_QuietHandler):
+        class Handler(_Replier):
             def do_GET(self) -> None:
                 accept = self.headers.get("Accept", "")
                 request = Request(upstream + self.path, headers={"Accept": accept})
@@ -118,7 +97,7 @@ def integer_le_like_go(text: str) -> str:
     return _FLOAT_FORM_INTEGER_LE.sub(r'le="\1"', text)
 
 
-class CaptureReplay(_LoopbackServer):
+class CaptureReplay(LoopbackServer):
     """Serves the real captures one per request, in order (the first `FIRST_CAPTURE_SCRAPES` times,
     the last one from then on), with a fixed
     content type whatever the Accept header (as vLLM 0.32 does), optionally #1177-escaped,
@@ -136,14 +115,13 @@ class CaptureReplay(_LoopbackServer):
             bodies = [body if body.endswith("# EOF\n") else body + "# EOF\n" for body in bodies]
         replay = self
 
-        class Handler(_QuietHandler):
+        class Handler(_Replier):
             def do_GET(self) -> None:
                 body = bodies[min(replay._next, len(bodies) - 1)].encode()
                 replay._next += 1
                 self._reply(body, content_type)
 
         super().__init__(Handler)
-        self.url = f"http://{self.address}"
         self.scrapes_to_play = len(bodies)
 
 

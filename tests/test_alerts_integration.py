@@ -68,8 +68,12 @@ def test_collapse_pages_and_recovery_resolves(engine: str, exporter_url: tuple[s
     stack = alert_stack(FAST, scrape={JOB: [exporter_address]}, engine=engine, routing_key="integration-key")
     cfg, hook, prom = stack.config, stack.hook, stack.rules
     ratio = recording_rules.record_names(cfg).acceptance_ratio
-    # Healthy: the recording rule sees ~80 % and nothing pages.
-    healthy = wait_until(lambda: (v := prom.query_value(ratio)) is not None and v > 0.7 and v, 60)
+    # Healthy: the recording rule settles at ~80 % and nothing pages. A limit, not a single read: while
+    # the rate window fills, vmalert's record layers (each searchable in VictoriaMetrics an evaluation
+    # after the one it reads) may divide one evaluation's accepted tokens by an earlier one's drafts.
+    healthy = wait_until(lambda: (v := prom.query_value(ratio)) is not None and abs(v - 0.8) <= 0.05 and v, 60,
+                         what="the acceptance record near 80 %",
+                         failure=lambda: f"last value {prom.query_value(ratio)}")
     assert healthy == pytest.approx(0.8, abs=0.05)
     time.sleep(5)
     assert not prom.firing(alert_rules.ACCEPTANCE_CRITICAL) and not hook.received("/pager")

@@ -484,9 +484,9 @@ def test_idle_shows_no_traffic_then_lost_target_shows_in_health(stack: dict, mod
 
     def shown_while_idle() -> dict[str, list[dict]]:
         return {title: result for title in idle_panels if (result := run(prom, panels[title]["targets"][0]["expr"]))}
-    # On vmalert each record layer lands an evaluation (and a remote-write flush) after the one it reads.
-    if isinstance(prom, VictoriaRuleStack):
-        wait_until(lambda: not shown_while_idle(), timeout=20 + lag(prom))
+    # A limit: on a busy machine the last scrape and evaluation of the traffic may land late, and on
+    # vmalert each record layer lands an evaluation (and a remote-write flush) after the one it reads.
+    wait_until(lambda: not shown_while_idle(), timeout=20 + lag(prom))
     assert not shown_while_idle(), f"must be empty when idle (shown as 'No traffic'): {shown_while_idle()}"
     assert values(run(prom, panels["Tokens/s"]["targets"][0]["expr"])) == [0.0]
     assert values(run(prom, panels["Targets down"]["targets"][0]["expr"])) == [0.0]

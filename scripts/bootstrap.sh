@@ -241,7 +241,9 @@ ensure_demo_monitoring() {
 # uses the standard library only, so it runs from the source tree (lab/) with the interpreter .venv
 # is made from, in the background from bootstrap's start.
 # PIP_COMPILE=0: pip would byte-compile all 21,000 .py files of the 3.3 GB venv (80 s of CPU,
-# measured); the lab compiles only what vLLM's server imports (vllm_spec_lab/venv.py).
+# measured); the ~5,700 that vLLM's processes import (22 s of CPU) are compiled by the first
+# process importing them and written for the next ones, even where PYTHONDONTWRITEBYTECODE is
+# set (vllm_spec_lab/venv.py venv_environment).
 VLLM_VENV_CALL='import sys; sys.path.insert(0, sys.argv[1]); from vllm_spec_lab import venv;'
 start_vllm_cpu() {
   [ "${SKIP_VLLM:-0}" != 1 ] || return 0

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.server
 import importlib
 import math
 import os
@@ -31,7 +30,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -44,6 +42,7 @@ from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
 from vllm_spec_exporter.window import WindowStore
 from vllm_spec_lab.exporter_process import ExporterProcess
+from vllm_spec_lab.httpd import LoopbackServer, QuietHandler
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "vllm-0.32.0"
@@ -101,7 +100,7 @@ def measure_process(text: str, polls: int, interval: float = 0.05) -> tuple[floa
     every `interval` seconds (its timeout 80 % of that)."""
     body = text.encode()
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self):
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
@@ -110,13 +109,9 @@ def measure_process(text: str, polls: int, interval: float = 0.05) -> tuple[floa
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 self.wfile.write(body)
 
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = LoopbackServer(Handler)
     # The served defaults (min draft tokens 100), only polling faster; stopped however the bench ends.
-    exporter = ExporterProcess(f"http://127.0.0.1:{server.server_port}", "--log-level", "error",
+    exporter = ExporterProcess(server.url, "--log-level", "error",
                                interval=interval, window=60, timeout=interval * 0.8, min_draft_tokens=100)
     try:
         exporter.start()
@@ -131,7 +126,7 @@ def measure_process(text: str, polls: int, interval: float = 0.05) -> tuple[floa
         rss = _rss_mb(pid)
     finally:
         exporter.stop()
-        server.shutdown()
+        server.stop()
     return rss, (cpu1 - cpu0) * 1000 / polls, failed
 
 

@@ -6,13 +6,13 @@ A real-vLLM run of the same command is in test_real_vllm.py.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 
 import pytest
 
 from vllm_spec_lab.exporter_process import SCRIPT
 from vllm_spec_lab.fakes.vllm import FakeVllm
+from vllm_spec_lab.ports import free_port
 
 
 def run_check(url: str, *args: str) -> subprocess.CompletedProcess:
@@ -68,9 +68,7 @@ def test_spec_off_idle_and_down_cannot_be_judged():
     with FakeVllm() as fake:
         done = run_check(fake.start())
         assert done.returncode == 3 and "NO TRAFFIC" in done.stdout
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     done = run_check(f"http://127.0.0.1:{port}")
     assert done.returncode == 3 and "TARGET DOWN" in done.stdout
 

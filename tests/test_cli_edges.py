@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from vllm_spec_lab.exporter_process import SCRIPT
+from vllm_spec_lab.ports import free_port
 
 LAB_SCRIPT = SCRIPT.with_name("vllm-spec-lab")
 LAB = "vllm-spec-lab"  # a case starting with it runs the lab's console script instead of the exporter's
@@ -115,11 +116,7 @@ def test_check_help_shows_defaults_and_colour_choices():
 
 
 def test_check_says_target_down_once(tmp_path):
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     done = subprocess.run([str(SCRIPT), "check", "--target", f"http://127.0.0.1:{port}", "--duration", "2s"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 3

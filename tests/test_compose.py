@@ -26,7 +26,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -45,6 +44,7 @@ from vllm_spec_exporter.mixin.links import fleet_uid, overview_uid
 from vllm_spec_exporter.settings import DEFAULT_PORT
 from vllm_spec_lab import processes
 from vllm_spec_lab.monitoring import AMTOOL_BIN, PROMTOOL_BIN
+from vllm_spec_lab.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_DIR = ROOT / "compose"
@@ -557,10 +557,7 @@ def test_exporter_serves_and_passes_its_healthcheck_on_a_read_only_fs(resolved: 
     if os.geteuid() != 0 or not unshare or not shutil.which("findmnt"):
         _missing("needs root, unshare and findmnt for a read-only mount namespace")
     exporter = Path(sys.executable).parent / "vllm-spec-exporter"
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
+    port = free_port()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent", "VENV": sys.prefix,
            "PYTHONDONTWRITEBYTECODE": "1"}
     # The log is opened here, before the remount: the exporter itself opens no file.

@@ -54,7 +54,8 @@ from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.settings import DEFAULT_PORT
 from vllm_spec_lab.monitoring import ALERT_RESEND_DELAY, WebhookReceiver, http_get_json, wait_until
 from vllm_spec_lab.pipeline import FAST_ALERTS, exporter_snapshot
-from vllm_spec_lab.server import VllmServer, free_port, spec_counters
+from vllm_spec_lab.ports import free_port
+from vllm_spec_lab.server import VllmServer, spec_counters
 from vllm_spec_lab.traffic import high_acceptance_phase, low_acceptance_phase, run_phase
 
 pytestmark = pytest.mark.docker

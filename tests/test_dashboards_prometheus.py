@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
 from prometheus_client import generate_latest
@@ -47,6 +46,7 @@ from vllm_spec_lab.binaries import VICTORIA_METRICS_BIN, VMALERT_BIN
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.fakes.vllm import FakeVllm, _per_position_counts
 from vllm_spec_lab.grafana_query import expand_variables
+from vllm_spec_lab.httpd import LoopbackServer
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, PromQueryApi, free_port, http_get_json, wait_until
 from vllm_spec_lab.victoria import VictoriaRuleStack
 
@@ -86,11 +86,6 @@ STEP_SECONDS = 0.03
 ALWAYS_FIRING_ALERT = "SpecDecodeDashboardTestAlwaysFiring"
 
 
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 def serve_classic_text(fake: FakeVllm, escape_prefix: str | None = None):
     """The fake's registry in the classic text format whatever the Accept header: colon names, or
     with `escape_prefix` the #1177 shape (escaped sample names)."""
@@ -99,9 +94,7 @@ def serve_classic_text(fake: FakeVllm, escape_prefix: str | None = None):
         body = generate_latest(fake.registry)
         return [escape_sample_names(body.decode(), escape_prefix).encode() if escape_prefix else body]
 
-    server = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return LoopbackServer.wsgi(app)
 
 
 def targets_of(model: dict) -> Iterator[tuple[dict, dict]]:
@@ -183,9 +176,9 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
                     prefix=prefix)
     fake_url = fake.start()
     classic = serve_classic_text(fake)
-    classic_instance = f"127.0.0.1:{classic.server_port}"
+    classic_instance = classic.address
     escaped = serve_classic_text(fake, escape_prefix=prefix)
-    escaped_instance = f"127.0.0.1:{escaped.server_port}"
+    escaped_instance = escaped.address
     exporter = ExporterProcess(fake_url, interval=float(EXPORTER_INTERVAL), timeout=float(EXPORTER_TIMEOUT),
                                window=30, min_draft_tokens=100).start()
     exporter_port = exporter.port
@@ -212,8 +205,7 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     finally:
         exporter.stop()
         for server in (classic, escaped):
-            server.shutdown()
-            server.server_close()
+            server.stop()
         fake.stop()
 
 

@@ -61,7 +61,7 @@ def rig():
         r = Rig(target, fake, exporter)
         r.serve()
         exporter.start()
-        assert wait_until(r.healthy, 10)
+        assert wait_until(r.healthy, FAULT_SEEN_WITHIN)
         yield r
         exporter.stop()
 
@@ -116,24 +116,28 @@ def _invalid_utf8(r: Rig) -> None:
 def check_invalid_utf8(r: Rig) -> str:
     _invalid_utf8(r)
     time.sleep(1)
-    assert wait_until(r.healthy, 5)
+    assert wait_until(r.healthy, FAULT_SEEN_WITHIN)
     return "body decoded with replacement characters; spec series intact"
 
 
 def check_nan_counter(r: Rig) -> str:
     before = r.errors("invalid_sample")
     r.serve(_nan_counter)
-    assert wait_until(lambda: r.errors("invalid_sample") > before, 5)
-    m = r.metrics()
-    assert m["vllm_spec_exporter_target_up"][()] == 1
-    assert SERIES not in m.get("vllm_spec_decode_acceptance_ratio", {})  # no denominator, no ratio
+
+    def handled() -> bool:  # on every poll of the NaN body, not just one (a busy machine's poll may
+        m = r.metrics()     # time out in between, which is up=0 for that poll alone)
+        return (m["vllm_spec_exporter_scrape_errors_total"][(("reason", "invalid_sample"),)] > before
+                and m["vllm_spec_exporter_target_up"][()] == 1
+                and SERIES not in m.get("vllm_spec_decode_acceptance_ratio", {}))  # no denominator, no ratio
+
+    assert wait_until(handled, FAULT_SEEN_WITHIN), r.metrics()
     return "sample dropped, errors{reason=invalid_sample}+, acceptance omitted"
 
 
 def check_negative_counter(r: Rig) -> str:
     before = r.errors("invalid_sample")
     r.serve(_negative_counter)
-    assert wait_until(lambda: r.errors("invalid_sample") > before, 5)
+    assert wait_until(lambda: r.errors("invalid_sample") > before, FAULT_SEEN_WITHIN)
     assert SERIES not in r.metrics().get("vllm_spec_decode_mean_acceptance_length", {})
     return "sample dropped, errors{reason=invalid_sample}+, length omitted"
 
@@ -141,7 +145,7 @@ def check_negative_counter(r: Rig) -> str:
 def check_bad_position(r: Rig) -> str:
     before = r.errors("invalid_sample")
     r.serve(_mangle_positions)
-    assert wait_until(lambda: r.errors("invalid_sample") > before, 5)
+    assert wait_until(lambda: r.errors("invalid_sample") > before, FAULT_SEEN_WITHIN)
     positions = {dict(k)["position"] for k in r.metrics().get("vllm_spec_decode_position_acceptance_ratio", {})}
     assert "two" not in positions and "2" not in positions
     return "position series dropped, errors{reason=invalid_sample}+"
@@ -151,32 +155,39 @@ def check_duplicates(r: Rig) -> str:
     body = r.body(_duplicate_series)  # one static body: its drafts line appears twice
     drafts = float(re.search(rb"vllm:spec_decode_num_drafts_total\{[^}]*\} (\S+)", body).group(1))
     r.target.set(BadTarget.body(body))
-    assert wait_until(lambda: r.metrics().get("vllm_spec_decode_drafts_total", {}).get(SERIES) == drafts, 5)
+    assert wait_until(lambda: r.metrics().get("vllm_spec_decode_drafts_total", {}).get(SERIES) == drafts,
+                      FAULT_SEEN_WITHIN)
     return "exact duplicate kept once (no double count)"
 
 
 def check_quotes_newlines(r: Rig) -> str:
     r.serve(_quoted_model)
     quoted = (("engine", "0"), ("model_name", 'tiny "llama"\nv2'))
-    assert wait_until(lambda: quoted in r.metrics().get("vllm_spec_decode_acceptance_ratio", {}), 5)
+    assert wait_until(lambda: quoted in r.metrics().get("vllm_spec_decode_acceptance_ratio", {}), FAULT_SEEN_WITHIN)
     return "label unescaped and re-escaped correctly"
 
 
 def check_k_change(r: Rig) -> str:
     r.fake.restart(k=2)
     r.serve()
-    assert wait_until(lambda: r.metrics().get("vllm_spec_decode_num_speculative_tokens", {}).get(SERIES) == 2, 5)
+    assert wait_until(lambda: r.metrics().get("vllm_spec_decode_num_speculative_tokens", {}).get(SERIES) == 2,
+                      FAULT_SEEN_WITHIN)
     r.fake.restart(k=4)
     r.serve()
-    assert wait_until(lambda: r.metrics().get("vllm_spec_decode_num_speculative_tokens", {}).get(SERIES) == 4, 5)
+    assert wait_until(lambda: r.metrics().get("vllm_spec_decode_num_speculative_tokens", {}).get(SERIES) == 4,
+                      FAULT_SEEN_WITHIN)
     return "k follows the target (4 -> 2 -> 4), stale positions forgotten"
 
 
 def check_upgrade_drops_spec(r: Rig) -> str:
     r.serve(_without_spec)
-    assert wait_until(lambda: r.metrics().get("vllm_spec_decode_enabled") == {(): 0.0}, 5)
-    m = r.metrics()
-    assert m["vllm_spec_exporter_target_up"][()] == 1 and "vllm_spec_decode_acceptance_ratio" not in m
+
+    def handled() -> bool:
+        m = r.metrics()
+        return (m.get("vllm_spec_decode_enabled") == {(): 0.0} and m["vllm_spec_exporter_target_up"][()] == 1
+                and "vllm_spec_decode_acceptance_ratio" not in m)
+
+    assert wait_until(handled, FAULT_SEEN_WITHIN), r.metrics()
     return "enabled=0, schema=none, no ratios"
 
 
@@ -188,7 +199,8 @@ def check_restart_loop(r: Rig) -> str:
     for n in range(1, 4):
         r.fake.restart()
         r.serve()
-        assert wait_until(lambda n=n: r.metrics()["vllm_spec_exporter_target_restarts_total"][()] >= before + n, 8)
+        assert wait_until(lambda n=n: r.metrics()["vllm_spec_exporter_target_restarts_total"][()] >= before + n,
+                          FAULT_SEEN_WITHIN)
         m = r.metrics()
         peak = max(peak, *m.get("vllm_spec_decode_draft_tokens_per_second", {SERIES: 0.0}).values())
         for name, series in m.items():

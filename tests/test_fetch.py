@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import gzip
-import socket
 import time
 
 import pytest
 
 from vllm_spec_exporter.fetch import ACCEPT, Credentials, Fetcher, FetchError, metrics_url
 from vllm_spec_lab.fakes.badtarget import BadTarget
+from vllm_spec_lab.ports import free_port
 
 GOOD = b'# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0",model_name="m"} 1.0\n'
 
@@ -50,10 +50,7 @@ def test_asks_for_the_classic_text_format(target):
 
 
 def test_connection_refused_is_connect():
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
+    port = free_port()
     assert reason_of(fetcher(f"http://127.0.0.1:{port}"))[0] == "connect"
 
 

@@ -34,7 +34,8 @@ from vllm_spec_exporter import cli, settings
 from vllm_spec_exporter.mixin import dashboard_files, generate, kubernetes, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig, load_config
 from vllm_spec_lab import processes
-from vllm_spec_lab.exporter_process import SCRIPT, free_port
+from vllm_spec_lab.exporter_process import SCRIPT
+from vllm_spec_lab.ports import free_port
 from vllm_spec_lab.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]

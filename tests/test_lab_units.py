@@ -15,13 +15,14 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from vllm_spec_lab import CACHE_ENV_VAR, default_cache_dir
 from vllm_spec_lab import venv as venv_module
+from vllm_spec_lab.httpd import LoopbackServer
 from vllm_spec_lab.server import VllmServer, VllmServerError
 from vllm_spec_lab.traffic import Phase, run_phase, run_phases
 from vllm_spec_lab.venv import VllmVenvError, ensure_vllm_venv
@@ -72,14 +73,8 @@ class _CompletionsStub:
 @pytest.fixture
 def stub_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, _CompletionsStub]]:
     stub = _CompletionsStub(**getattr(request, "param", {}))
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), stub.handler())
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", stub
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with LoopbackServer(stub.handler()) as server:
+        yield server.url, stub
 
 
 @pytest.mark.parametrize("stub_server", [{"delay_s": 0.05}], indirect=True)

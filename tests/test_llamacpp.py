@@ -27,7 +27,7 @@ from vllm_spec_lab.llamacpp import (
     ensure_llama_server,
     ensure_tiny_llama_gguf,
 )
-from vllm_spec_lab.server import free_port
+from vllm_spec_lab.ports import free_port
 from vllm_spec_lab.traffic import LOOPING_PROMPTS
 from vllm_spec_lab.venv import VllmVenvError, ensure_vllm_venv
 from vllm_spec_lab.waiting import wait_until

@@ -19,7 +19,7 @@ from pathlib import Path
 import requests
 
 from vllm_spec_lab.fakes.vllm import FakeVllm
-from vllm_spec_lab.server import free_port
+from vllm_spec_lab.ports import free_port
 from vllm_spec_lab.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -36,7 +36,7 @@ from vllm_spec_lab.fakes.vllm_cache import make_fake_cache
 from vllm_spec_lab.grafana_render import CHROMIUM, node_modules
 from vllm_spec_lab.llamacpp import ensure_tiny_llama_gguf, install_dir, tiny_gguf_path
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
-from vllm_spec_lab.server import free_port
+from vllm_spec_lab.ports import free_port
 from vllm_spec_lab.venv import VENV_DIR_NAME, ensure_vllm_venv
 
 pytestmark = pytest.mark.server  # starts every kind of server the lab has
@@ -53,7 +53,8 @@ from vllm_spec_lab import processes
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.llamacpp import LlamaServer
 from vllm_spec_lab.monitoring import Alertmanager, Prometheus
-from vllm_spec_lab.server import VllmServer, free_port
+from vllm_spec_lab.ports import free_port
+from vllm_spec_lab.server import VllmServer
 from vllm_spec_lab.victoria import VictoriaMetrics, VMAlert
 
 ESCAPER = """

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import math
 import re
-import threading
+import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.request import Request, urlopen
 
@@ -39,6 +38,7 @@ from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.fakes.vllm import FakeVllm
 from vllm_spec_lab.grafana_query import expand_variables
+from vllm_spec_lab.httpd import LoopbackServer, QuietHandler
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, wait_until
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # starts Prometheus-family servers
@@ -50,13 +50,16 @@ OPENMETRICS_UNDERSCORES = "application/openmetrics-text; version=1.0.0; charset=
 PROMETHEUS3_ACCEPT_FIRST = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8"
 PROMETHEUS2_ACCEPT_FIRST = "application/openmetrics-text;version=1.0.0,"
 # Wide enough to hold the whole replay: each shape's panels then see every capture, whatever the
-# phase of its scrapes, and ratios (means, quantiles) of one instance's series compare exactly.
+# phase of its scrapes, and ratios (means, quantiles) of one instance's series compare exactly. The
+# panels are read at the moment the replay ended, not at "now": a busy machine may run them more
+# than a window later, when only the held last capture is left in it.
 RATE_INTERVAL = "60s"
+# Capture 0 is served this many times: a first scrape lost to the 1 s timeout on a busy machine
+# must not start one shape's window a capture later than the others'. (The last capture repeats.)
+FIRST_CAPTURE_SCRAPES = 3
 
 
-class _QuietHandler(BaseHTTPRequestHandler):
-    """Answers with `_reply`; no access log on the test's output."""
-
+class _Replier(QuietHandler):
     def _reply(self, body: bytes, content_type: str) -> None:
         self.send_response(200)
         self.send_header("Content-Type", content_type)
@@ -64,25 +67,8 @@ class _QuietHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, *args: object) -> None:
-        pass
 
-
-class _LoopbackServer:
-    """A threaded HTTP server on a free 127.0.0.1 port, serving in the background until `stop`."""
-
-    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        self.address = f"127.0.0.1:{self._server.server_port}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
-class RecordingProxy(_LoopbackServer):
+class RecordingProxy(LoopbackServer):
     """Forwards every GET to `upstream` with the client's Accept header, and records (Accept sent,
     Content-Type answered). Stands between Prometheus and a target to show what they negotiated."""
 
@@ -90,7 +76,7 @@ class RecordingProxy(_LoopbackServer):
         self.exchanges: list[tuple[str, str]] = []
         proxy = self
 
-        class Handler(_QuietHandler):
+        class Handler(_Replier):
             def do_GET(self) -> None:
                 accept = self.headers.get("Accept", "")
                 request = Request(upstream + self.path, headers={"Accept": accept})
@@ -111,14 +97,15 @@ def integer_le_like_go(text: str) -> str:
     return _FLOAT_FORM_INTEGER_LE.sub(r'le="\1"', text)
 
 
-class CaptureReplay(_LoopbackServer):
-    """Serves the real captures one per request, in order (the last one repeats), with a fixed
+class CaptureReplay(LoopbackServer):
+    """Serves the real captures one per request, in order (the first `FIRST_CAPTURE_SCRAPES` times,
+    the last one from then on), with a fixed
     content type whatever the Accept header (as vLLM 0.32 does), optionally #1177-escaped,
     optionally with Go-style integer `le` bounds."""
 
     def __init__(self, content_type: str, escaped: bool, integer_le: bool = False) -> None:
         self._next = 0
-        bodies = [path.read_text() for path in CAPTURES]
+        bodies = [CAPTURES[0].read_text()] * (FIRST_CAPTURE_SCRAPES - 1) + [path.read_text() for path in CAPTURES]
         if escaped:
             bodies = [escape_sample_names(body) for body in bodies]
         if integer_le:
@@ -128,14 +115,14 @@ class CaptureReplay(_LoopbackServer):
             bodies = [body if body.endswith("# EOF\n") else body + "# EOF\n" for body in bodies]
         replay = self
 
-        class Handler(_QuietHandler):
+        class Handler(_Replier):
             def do_GET(self) -> None:
                 body = bodies[min(replay._next, len(bodies) - 1)].encode()
                 replay._next += 1
                 self._reply(body, content_type)
 
         super().__init__(Handler)
-        self.url = f"http://{self.address}"
+        self.scrapes_to_play = len(bodies)
 
 
 @pytest.fixture(scope="module")
@@ -201,8 +188,9 @@ def vllm_direct(prometheus3_bin: str) -> Iterator[dict]:
         with Prometheus(scrape_targets={"vllm": [p.address for p in proxies.values()]}) as prom:
             wait_until(prom.targets_up, timeout=20)
             # Every capture served (one a scrape, 1 s apart), then one scrape more of the last.
-            wait_until(lambda: all(r._next > len(CAPTURES) for r in replays.values()), timeout=40)
-            yield {"prom": prom, "instances": {shape: p.address for shape, p in proxies.items()}, "proxies": proxies}
+            wait_until(lambda: all(r._next > r.scrapes_to_play for r in replays.values()), timeout=60)
+            yield {"prom": prom, "instances": {shape: p.address for shape, p in proxies.items()}, "proxies": proxies,
+                   "played_at": time.time()}
     finally:
         for server in (*proxies.values(), *replays.values()):
             server.stop()
@@ -246,7 +234,7 @@ def test_panels_reading_vllm_directly_agree_on_every_spelling(vllm_direct: dict)
         for shape, instance in vllm_direct["instances"].items():
             only_this = expand_variables(expr, RATE_INTERVAL).replace(
                 MixinConfig().vllm_selector, f'{MixinConfig().vllm_selector}, instance="{instance}"')
-            per_shape[shape] = sorted(float(s["value"][1]) for s in prom.query(only_this))
+            per_shape[shape] = sorted(float(s["value"][1]) for s in prom.query(only_this, at=vllm_direct["played_at"]))
         reference = per_shape["vllm-0.32-classic"]
         assert reference, f"{where}: no data from vLLM's own spelling"
         for values in per_shape.values():

@@ -11,7 +11,7 @@ import requests
 
 from vllm_spec_lab import processes
 from vllm_spec_lab.pipeline import exporter_snapshot
-from vllm_spec_lab.server import free_port
+from vllm_spec_lab.ports import free_port
 
 SCRIPT = Path(sys.executable).with_name("vllm-spec-exporter")
 

@@ -18,7 +18,6 @@ import json
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -36,7 +35,8 @@ from .binaries import (  # re-exported: tests and the demo import the paths from
     TESTING_BIN_DIR,
     have_binary,
 )
-from .server import free_port
+from .httpd import LoopbackServer, QuietHandler
+from .ports import free_port
 from .waiting import wait_until
 
 __all__ = ["ALERTMANAGER_BIN", "ALERT_RESEND_DELAY", "AMTOOL_BIN", "LOCAL_API_TIMEOUT_SECONDS", "PROMETHEUS_BIN",
@@ -279,7 +279,7 @@ class WebhookReceiver:
         self._lock = threading.Lock()
         receiver = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
@@ -299,21 +299,18 @@ class WebhookReceiver:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args: object) -> None:  # keep test output readable
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._handler = Handler
+        self._server: LoopbackServer | None = None
+        self.url = ""
 
     def start(self) -> WebhookReceiver:
-        self._thread.start()
+        self._server = LoopbackServer(self._handler)
+        self.url = self._server.url
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        if self._server is not None:
+            self._server.stop()
 
     def received(self, path: str | None = None) -> list[dict[str, Any]]:
         """A snapshot of recorded requests, optionally only those sent to `path`."""

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from . import processes
+from .ports import free_port
 from .venv import venv_environment
 from .waiting import wait_until
 
@@ -30,12 +30,6 @@ STATS_LINE = re.compile(r"(?:Engine (\d+)|\d+ Engines Aggregated): Avg prompt th
 
 def draft_model_spec_config(draft_dir: Path) -> dict[str, Any]:
     return {"method": "draft_model", "model": str(draft_dir), "num_speculative_tokens": DRAFT_MODEL_NUM_SPEC_TOKENS}
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def spec_counters(base_url: str) -> dict[str, float]:

@@ -48,6 +48,7 @@ _current_test = ["(collection)"]
 def pytest_configure(config: pytest.Config) -> None:
     count_vllm_starts(lambda: _current_test[0])
     workers.install(config)
+    workers.isolate_ports(config)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

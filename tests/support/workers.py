@@ -18,6 +18,9 @@ as long as its longest group, not the sum of all; single tests fill the other wo
 the `server` and `slow` ones first (`queue_order`). A cheap module-level fixture that would group
 tests for nothing is better session-scoped (computed once per worker).
 
+Each worker has its own loopback port range (`isolate_ports`, `vllm_spec_lab.ports`): a scraper of
+one worker still holding a stopped server's address must never reach another worker's new server.
+
 Why not xdist's own `loadgroup`: it passes a test's group by appending it to the node id, which
 pytest 9.2 no longer lets a plugin change (pytest-xdist#1386; the group is silently dropped and the
 tests are spread one by one). Here each worker writes `{node id: group}` to a file the controller
@@ -28,6 +31,7 @@ it schedules, which is after every worker finished collecting.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections import defaultdict
@@ -36,6 +40,8 @@ from pathlib import Path
 
 import pytest
 from xdist.scheduler import LoadScopeScheduling
+
+from vllm_spec_lab.ports import RANGE_VARIABLE, worker_range
 
 # The groups that hold a costly shared thing, in the order they are queued: longest first (worker
 # seconds in a full run of issue 22: shared-vllm ≈ 455 — test_containers, test_e2e, test_real_vllm
@@ -65,6 +71,13 @@ def _uses_module_fixture(item: pytest.Item) -> bool:
 def in_worker(config: pytest.Config) -> bool:
     """True in an xdist worker (the controller collects nothing: only workers order and publish)."""
     return hasattr(config, "workerinput")
+
+
+def isolate_ports(config: pytest.Config) -> None:
+    """Give this worker (and the servers it starts) its own loopback port range, so a scraper of
+    one worker never reaches a server of another (`vllm_spec_lab.ports`)."""
+    if in_worker(config) and RANGE_VARIABLE not in os.environ:
+        os.environ[RANGE_VARIABLE] = worker_range(int(config.workerinput["workerid"].removeprefix("gw")))
 
 
 def queue_order(items: list[pytest.Item], groups: dict[str, str]) -> None:

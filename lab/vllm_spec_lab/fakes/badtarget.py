@@ -12,6 +12,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from vllm_spec_lab.ports import free_port
+
 Behaviour = Callable[[socket.socket], None]
 
 
@@ -27,7 +29,7 @@ class BadTarget:
     def __init__(self) -> None:
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", 0))
+        self._listener.bind(("127.0.0.1", free_port()))
         self._listener.listen(64)
         self.port = self._listener.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"

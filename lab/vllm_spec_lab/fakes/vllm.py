@@ -10,34 +10,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+
+from vllm_spec_lab.httpd import LoopbackServer
 
 # vLLM's default buckets for both latency histograms (vllm/v1/metrics/buckets.py, inter_token_latency).
 INTER_TOKEN_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
                                5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, *args) -> None:  # keep test output readable
-        pass
-
-
-class _ThreadingWSGIServer(WSGIServer):
-    daemon_threads = True
-
-    def process_request(self, request, client_address):  # one thread per request
-        t = threading.Thread(target=self._handle, args=(request, client_address), daemon=True)
-        t.start()
-
-    def _handle(self, request, client_address):
-        try:
-            self.finish_request(request, client_address)
-        except Exception:
-            self.handle_error(request, client_address)
-        finally:
-            self.shutdown_request(request)
 
 
 class FakeVllm:
@@ -59,7 +39,7 @@ class FakeVllm:
         self.spec_enabled = spec_enabled
         self._lock = threading.Lock()
         self._build_registry()
-        self._server: WSGIServer | None = None
+        self._server: LoopbackServer | None = None
         self._driver: threading.Thread | None = None
         self._stop = threading.Event()
         self._rate: tuple[float, float, float] | None = None  # drafts/s, acceptance, gen/s extra
@@ -169,16 +149,15 @@ class FakeVllm:
             registry = self.registry
         return make_wsgi_app(registry)(environ, start_response)
 
-    def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        self._server = make_server(host, port, self._app, _ThreadingWSGIServer, handler_class=_QuietHandler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return f"http://{host}:{self._server.server_port}"
+    def start(self) -> str:
+        """Serve /metrics on a free 127.0.0.1 port; returns its base URL."""
+        self._server = LoopbackServer.wsgi(self._app)
+        return self._server.url
 
     def stop(self) -> None:
         self._stop.set()
         if self._server:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
 
     def __enter__(self) -> FakeVllm:
         return self

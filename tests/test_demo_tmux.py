@@ -33,7 +33,7 @@ from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
 from vllm_spec_lab.waiting import wait_until
 
 pytestmark = [pytest.mark.server, pytest.mark.prometheus]
-# Short phases (the default is 90 s): long enough for the page to land in the degraded phase and
+# The default phase length: long enough for the page to land in the degraded phase and
 # the resolve in the healthy one with the lab's fast alert windows (30 s / 10 s, critical held 30 s).
 PHASE_SECONDS = 60
 COLUMNS, ROWS = 160, 60

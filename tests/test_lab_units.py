@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import textwrap
 import threading
@@ -209,6 +210,32 @@ def test_speculative_config_is_passed_as_compact_json(tmp_path: Path) -> None:
     assert command[command.index("--speculative-config") + 1] == '{"method":"ngram","num_speculative_tokens":4}'
     assert server.environment["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert server.environment["HF_HUB_OFFLINE"] == "1"
+
+
+def test_vllm_processes_write_bytecode_into_the_venv_whatever_our_environment_says(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # This machine sets PYTHONDONTWRITEBYTECODE=1; passed on, each of vLLM's three processes
+    # compiled the same ~5,700 modules on every start of a venv installed without byte-compiling.
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("SOME_SETTING", "kept")
+    server = VllmServer(Path("py"), "m", extra_env={"EXTRA": "1"})
+    assert "PYTHONDONTWRITEBYTECODE" not in server.environment
+    assert server.environment["SOME_SETTING"] == "kept" and server.environment["EXTRA"] == "1"
+    assert "PYTHONDONTWRITEBYTECODE" not in venv_module.venv_environment()
+    assert venv_module.venv_environment({"A": "1", "PYTHONDONTWRITEBYTECODE": "x"}) == {"A": "1"}
+    # And a real interpreter started with it writes its bytecode.
+    module = tmp_path / "written.py"
+    module.write_text("VALUE = 1\n")
+    subprocess.run([sys.executable, "-c", "import written"], cwd=tmp_path, check=True,
+                   env={**venv_module.venv_environment(), "PYTHONPATH": str(tmp_path)})
+    assert list((tmp_path / "__pycache__").glob("written.*.pyc"))
+
+
+def test_is_ready_follows_the_success_marker(tmp_path: Path) -> None:
+    assert not venv_module.is_ready(tmp_path)
+    (tmp_path / venv_module.VENV_DIR_NAME).mkdir()
+    (tmp_path / venv_module.VENV_DIR_NAME / venv_module.SUCCESS_MARKER).write_text("x\n")
+    assert venv_module.is_ready(tmp_path)
 
 
 # --- the vLLM venv recipe, with a stand-in `python` so that nothing is installed -------------

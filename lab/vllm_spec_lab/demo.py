@@ -45,14 +45,21 @@ PHASES: tuple[tuple[str, TrafficMix, str], ...] = (
     ("healthy", HEALTHY, HEALTHY_INTENT), ("warning band", WARNING_BAND, BAND),
     ("degraded", COLLAPSE, COLLAPSED), ("healthy again", HEALTHY, HEALTHY_INTENT))
 KEEP_LOG_RUNS = 5  # older demo log folders are pruned
+# Long enough for each alert to land inside its phase with the lab's fast windows (pipeline.py
+# FAST_ALERTS). Four first demo runs on fresh clones (issue 22; two with 90 s phases, load 2-18;
+# two with 60 s, load 0-7): the warning at band +27-29 s, the page at degraded +39-45 s (the
+# degraded traffic starts once the band's batch in flight is done: later on a busy machine), both
+# resolved at healthy again +4-8 s. 60 s leaves 15 s after the latest page seen; 90 s was 2 min more.
+DEFAULT_PHASE_SECONDS = 60.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default=None,
                         help="watch this existing vLLM instead of starting one (no traffic, no verdict; "
                              "Ctrl-C ends it)")
-    parser.add_argument("--phase-seconds", type=float, default=90.0,
-                        help="length of each of the four traffic phases, at least 10 (default 90 s; "
+    parser.add_argument("--phase-seconds", type=float, default=DEFAULT_PHASE_SECONDS,
+                        help="length of each of the four traffic phases, at least 10 (default "
+                             f"{DEFAULT_PHASE_SECONDS:.0f} s; "
                              "shorter phases may end before the alerts' windows and fail the verdict)")
     parser.add_argument("--watch", action="store_true",
                         help="after the verdict, keep the live view running until Ctrl-C "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 from . import processes
 from .ports import free_port
+from .venv import venv_environment
 from .waiting import wait_until
 
 NGRAM_SPEC_CONFIG: dict[str, Any] = {
@@ -125,7 +125,7 @@ class VllmServer:
 
     @property
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = venv_environment()  # bytecode written once into the venv, read by every process after
         env.update(
             {
                 "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB; the default would reserve far more

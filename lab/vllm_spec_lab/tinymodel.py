@@ -57,6 +57,8 @@ def models_root(cache_dir: Path) -> Path:
 
 def ensure_tiny_models(python: Path, cache_dir: Path, timeout_s: float = 600.0) -> tuple[Path, Path]:
     """Return ``(target_dir, draft_dir)``, building them with the vLLM venv's ``python`` if needed."""
+    from .venv import venv_environment  # here: this file also runs as a script in the vLLM venv
+
     root = models_root(cache_dir)
     target_dir, draft_dir = root / "target", root / "draft"
     if (target_dir / DONE_MARKER).exists() and (draft_dir / DONE_MARKER).exists():
@@ -70,6 +72,7 @@ def ensure_tiny_models(python: Path, cache_dir: Path, timeout_s: float = 600.0) 
                 [str(python), str(Path(__file__).resolve()), "--out", str(root)],
                 check=True,
                 timeout=timeout_s,
+                env=venv_environment(),
             )
     return target_dir, draft_dir
 

@@ -8,11 +8,12 @@ import check) succeeded.
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from . import default_cache_dir
@@ -33,6 +34,23 @@ class VllmVenvError(RuntimeError):
 
 def venv_python(venv_dir: Path) -> Path:
     return venv_dir / "bin" / "python"
+
+
+def venv_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a process of the vLLM venv: ``base`` (default: ours) with bytecode
+    writing allowed. The venv is the lab's own cache, so the modules one process compiles are read
+    by every later one; with PYTHONDONTWRITEBYTECODE set (as on this project's machines) each of
+    vLLM's three processes compiled the same thousands of modules again on every start.
+    """
+    env = dict(os.environ if base is None else base)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def is_ready(cache_dir: Path | None = None) -> bool:
+    """Whether the venv under ``cache_dir`` finished its full recipe (nothing left to install)."""
+    cache = cache_dir if cache_dir is not None else default_cache_dir()
+    return (cache / VENV_DIR_NAME / SUCCESS_MARKER).exists()
 
 
 def ensure_vllm_venv(cache_dir: Path | None = None, progress: Callable[[str], None] = print) -> Path:
@@ -97,6 +115,7 @@ def _import_check(venv_dir: Path, progress: Callable[[str], None]) -> bool:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env=venv_environment(),
     )
     if result.returncode != 0:
         progress("import check failed:\n" + "\n".join(result.stdout.splitlines()[-15:]))

@@ -9,12 +9,19 @@
 #
 # Usage: bash bench/first_demo_run.sh GIT-REF NAME [SCRATCH-DIR] [-- extra run.sh arguments]
 set -euo pipefail
-ref="$1" name="$2" scratch="${3:-/work/scratch}"
+if [ $# -lt 2 ]; then
+  echo "usage: bash bench/first_demo_run.sh GIT-REF NAME [SCRATCH-DIR] [-- extra run.sh arguments]" >&2
+  exit 2
+fi
+ref="$1" name="$2" scratch="${3:-${TMPDIR:-/tmp}}"
 shift 3 2>/dev/null || shift $#
 [ "${1:-}" != "--" ] || shift
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 run="$scratch/first-demo-$name"
 rm -rf "$run" && mkdir -p "$run"
+# Whatever ends the run (Ctrl-C too): the ~3.5 GB of clone and caches go; the output stays.
+cleanup() { rm -rf "$run/clone" "$run/cache" "$run/xdg" "$run/inductor"; }
+trap cleanup EXIT
 git clone -q "$repo" "$run/clone" && git -C "$run/clone" checkout -q "$ref"
 mkdir -p "$run/cache" "$run/xdg" "$run/inductor"
 echo "ref $(git -C "$run/clone" rev-parse --short HEAD), load before: $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%H:%M:%S) UTC"
@@ -29,6 +36,5 @@ took=$((SECONDS - started))
 echo "exit $rc, wall $((took / 60)) min $((took % 60)) s, load after: $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%H:%M:%S) UTC"
 grep -E '\[bootstrap\].*installs took|vLLM ready|verdict:|^  [a-z ]+\+[0-9]+ s' "$run/output.txt" || true
 cp "$run"/cache/demo-logs/*/verdict.txt "$run/verdict.txt" 2>/dev/null || true
-rm -rf "$run/clone" "$run/cache" "$run/xdg" "$run/inductor"
 echo "kept: $run/output.txt $run/verdict.txt"
 exit "$rc"

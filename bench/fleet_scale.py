@@ -541,11 +541,14 @@ def dashboard_load(url: str, end: float, scrape_interval: int, bundle: Bundle, r
                     if row is None:
                         row = QueryTime(name, panel.get("title", ""), seconds, series, error=error,
                                         panel_type=panel.get("type", ""))
-                    row.seconds = min(row.seconds, seconds)
+                    row.seconds, row.error = min(row.seconds, seconds), row.error or error  # any failure stays
                     if raw != request.expr:
-                        raw_seconds, _, row.raw_error = time_query(url, request, raw)
-                        row.raw_seconds = None if row.raw_error else min(row.raw_seconds or math.inf, raw_seconds)
+                        raw_seconds, _, raw_error = time_query(url, request, raw)
+                        row.raw_error = row.raw_error or raw_error
+                        row.raw_seconds = min(row.raw_seconds or math.inf, raw_seconds)
                 assert row is not None
+                if row.raw_error:
+                    row.raw_seconds = None
                 out.append(row)
     return out
 

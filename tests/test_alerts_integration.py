@@ -74,7 +74,7 @@ def test_collapse_pages_and_recovery_resolves(engine: str, exporter_url: tuple[s
     healthy = wait_until(lambda: (v := prom.query_value(ratio)) is not None and abs(v - 0.8) <= 0.05 and v, 60,
                          what="the acceptance record near 80 %",
                          failure=lambda: f"last value {prom.query_value(ratio)}")
-    assert healthy == pytest.approx(0.8, abs=0.05)
+    print(f"healthy acceptance record: {healthy:.3f}")
     time.sleep(5)
     assert not prom.firing(alert_rules.ACCEPTANCE_CRITICAL) and not hook.received("/pager")
 

@@ -47,7 +47,8 @@ from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.fakes.vllm import FakeVllm, _per_position_counts
 from vllm_spec_lab.grafana_query import expand_variables
 from vllm_spec_lab.httpd import LoopbackServer
-from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, PromQueryApi, free_port, http_get_json, wait_until
+from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, PromQueryApi, http_get_json, wait_until
+from vllm_spec_lab.ports import free_port
 from vllm_spec_lab.victoria import VictoriaRuleStack
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # starts Prometheus-family servers

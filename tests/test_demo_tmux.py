@@ -27,6 +27,7 @@ import pytest
 from support.policy import require_tool
 from support.proctree import descendants, survivors
 from support.prom import require_binary
+from vllm_spec_lab.demo import DEFAULT_PHASE_SECONDS
 from vllm_spec_lab.exporter_process import SCRIPT
 from vllm_spec_lab.fakes.vllm_cache import SERVER_MODULE, make_fake_cache
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
@@ -35,7 +36,7 @@ from vllm_spec_lab.waiting import wait_until
 pytestmark = [pytest.mark.server, pytest.mark.prometheus]
 # The default phase length: long enough for the page to land in the degraded phase and
 # the resolve in the healthy one with the lab's fast alert windows (30 s / 10 s, critical held 30 s).
-PHASE_SECONDS = 60
+PHASE_SECONDS = DEFAULT_PHASE_SECONDS
 COLUMNS, ROWS = 160, 60
 
 

@@ -4,7 +4,7 @@ by tests/test_demo_tmux.py."""
 
 from __future__ import annotations
 
-from vllm_spec_lab.verdict import BAND, COLLAPSE, HEALTHY, PhaseRecord, judge, locate
+from vllm_spec_lab.verdict import BAND, COLLAPSE, HEALTHY, LATE_HINT, PhaseRecord, judge, locate
 
 T0 = 1_000_000.0
 # The demo's phases: healthy, a warning band, degraded, healthy again (90 s each here).
@@ -53,20 +53,20 @@ def test_a_page_in_the_warning_band_or_after_recovery_began_is_unexpected():
     assert v.problems == [
         "SpecDecodeAcceptanceCritical paged during the warning band phase (warning band +80 s): acceptance there "
         "is above the critical threshold",
-        "SpecDecodeAcceptanceCritical did not page during the degraded phase"]
+        "SpecDecodeAcceptanceCritical did not page during the degraded phase" + LATE_HINT]
     late = [GOOD[0], note("SpecDecodeAcceptanceCritical", "firing", 271, "pager"),
             note("SpecDecodeAcceptanceCritical", "resolved", 290, "pager"), GOOD[3]]
     v = verdict(notes=late)
     assert v.exit_code == 1
-    assert "SpecDecodeAcceptanceCritical first notified after the degraded phase had ended" in v.problems
+    assert "SpecDecodeAcceptanceCritical first notified after the degraded phase had ended" + LATE_HINT in v.problems
 
 
 def test_a_warning_band_without_the_warning_or_a_collapse_without_the_page_fails():
     v = verdict(notes=GOOD[1:3])
-    assert v.problems == ["SpecDecodeAcceptanceLow did not notify during the warning band phase"]
+    assert v.problems == ["SpecDecodeAcceptanceLow did not notify during the warning band phase" + LATE_HINT]
     v = verdict(notes=[])
-    assert v.problems == ["SpecDecodeAcceptanceLow did not notify during the warning band phase",
-                          "SpecDecodeAcceptanceCritical did not page during the degraded phase"]
+    assert v.problems == ["SpecDecodeAcceptanceLow did not notify during the warning band phase" + LATE_HINT,
+                          "SpecDecodeAcceptanceCritical did not page during the degraded phase" + LATE_HINT]
 
 
 def test_without_a_band_any_acceptance_alert_in_the_collapse_will_do():

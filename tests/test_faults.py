@@ -130,7 +130,7 @@ def check_nan_counter(r: Rig) -> str:
                 and m["vllm_spec_exporter_target_up"][()] == 1
                 and SERIES not in m.get("vllm_spec_decode_acceptance_ratio", {}))  # no denominator, no ratio
 
-    assert wait_until(handled, FAULT_SEEN_WITHIN), r.metrics()
+    assert wait_until(handled, FAULT_SEEN_WITHIN, failure=lambda: f"metrics: {r.metrics()}")
     return "sample dropped, errors{reason=invalid_sample}+, acceptance omitted"
 
 
@@ -187,7 +187,7 @@ def check_upgrade_drops_spec(r: Rig) -> str:
         return (m.get("vllm_spec_decode_enabled") == {(): 0.0} and m["vllm_spec_exporter_target_up"][()] == 1
                 and "vllm_spec_decode_acceptance_ratio" not in m)
 
-    assert wait_until(handled, FAULT_SEEN_WITHIN), r.metrics()
+    assert wait_until(handled, FAULT_SEEN_WITHIN, failure=lambda: f"metrics: {r.metrics()}")
     return "enabled=0, schema=none, no ratios"
 
 

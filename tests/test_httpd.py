@@ -11,13 +11,13 @@ import pytest
 from vllm_spec_lab import ports
 from vllm_spec_lab.httpd import LoopbackServer, QuietHandler
 
-RELEASE = threading.Event()
-
 
 class Slow(QuietHandler):
+    release = threading.Event()  # set by the test that uses it, fresh for each run
+
     def do_GET(self) -> None:
         if self.path == "/slow":
-            RELEASE.wait(30)  # held until another request was answered meanwhile
+            self.release.wait(30)  # held until another request was answered meanwhile
         body = self.path.encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -25,14 +25,15 @@ class Slow(QuietHandler):
         self.wfile.write(body)
 
 
-def test_a_handler_is_served_on_loopback_a_thread_per_request_until_stopped() -> None:
+def test_a_handler_is_served_on_loopback_a_thread_per_request_until_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Slow, "release", threading.Event())
     with LoopbackServer(Slow) as server:
         assert server.url == f"http://127.0.0.1:{server.port}"
         slow = threading.Thread(target=lambda: urlopen(server.url + "/slow", timeout=10).read())
         slow.start()
         # Served one at a time, this would wait for /slow, which waits for it: a timeout error.
         assert urlopen(server.url + "/quick", timeout=20).read() == b"/quick"
-        RELEASE.set()
+        Slow.release.set()
         slow.join()
     with pytest.raises(URLError):
         urlopen(server.url + "/", timeout=5)

@@ -285,3 +285,18 @@ def test_broken_venv_is_rebuilt_and_failure_reported(tmp_path: Path, monkeypatch
         ensure_vllm_venv(tmp_path, progress=lambda message: None)
     assert rebuilt == [tmp_path / "vllm-venv"]
     assert not (tmp_path / "vllm-venv").exists()  # the unusable venv was removed, not trusted
+
+
+def test_the_venv_module_runs_on_the_bare_system_python(tmp_path: Path) -> None:
+    """bootstrap.sh starts the vLLM install from lab/ with the system's python3 before the project
+    venv exists: `vllm_spec_lab.venv` must import with the standard library alone (-I: no site
+    packages, no user site), exactly as the script calls it."""
+    script = (Path(__file__).resolve().parents[1] / "scripts" / "bootstrap.sh").read_text()
+    call = next(line.split("=", 1)[1].strip("'") for line in script.splitlines()
+                if line.startswith("VLLM_VENV_CALL="))
+    bare = getattr(sys, "_base_executable", sys.executable)
+    done = subprocess.run([bare, "-I", "-S", "-c", call + " print(venv.is_ready())",
+                           str(Path(__file__).resolve().parents[1] / "lab")],
+                          env={**os.environ, CACHE_ENV_VAR: str(tmp_path)}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"  # an empty cache holds no finished venv

@@ -12,7 +12,7 @@ from vllm_spec_lab import ports
 
 
 def test_a_range_hands_out_its_ports_in_turn_and_skips_one_in_use() -> None:
-    low = 32100  # above every worker's range, below the kernel's
+    low = 32100  # above every worker's range (WORKER_PORTS), below the kernel's
     pool = ports.PortRange(low, low + 3)
     first = pool.take()
     order = [first] + [pool.take() for _ in range(3)]
@@ -43,12 +43,15 @@ def test_free_port_reads_the_range_from_the_environment(monkeypatch: pytest.Monk
 
 
 def test_worker_ranges_are_disjoint_and_below_the_kernels() -> None:
-    ranges = [ports.worker_range(index) for index in range(16)]
-    bounds = [tuple(int(n) for n in text.split("-")) for text in ranges]
-    assert all(high < next_low for (_, high), (next_low, _) in itertools.pairwise(bounds))
-    assert bounds[-1][1] < 32768
-    with pytest.raises(ValueError, match="no port range left"):
-        ports.worker_range(16)
+    for workers in (1, 2, 3, 16, 64, 1000):
+        bounds = [tuple(int(n) for n in ports.worker_range(i, workers).split("-")) for i in range(workers)]
+        assert all(low <= high for low, high in bounds)
+        assert all(high < next_low for (_, high), (next_low, _) in itertools.pairwise(bounds)), workers
+        assert bounds[0][0] >= ports.WORKER_PORTS[0] and bounds[-1][1] < 32000, workers
+    with pytest.raises(ValueError, match="no such worker"):
+        ports.worker_range(3, 3)
+    with pytest.raises(ValueError, match="fewer than 10 ports"):
+        ports.worker_range(0, 5000)
 
 
 def test_this_worker_has_its_own_range() -> None:
@@ -57,4 +60,5 @@ def test_this_worker_has_its_own_range() -> None:
     if worker is None:
         assert ports.RANGE_VARIABLE not in os.environ
     else:
-        assert os.environ[ports.RANGE_VARIABLE] == ports.worker_range(int(worker.removeprefix("gw")))
+        assert os.environ[ports.RANGE_VARIABLE] == ports.worker_range(
+            int(worker.removeprefix("gw")), int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))

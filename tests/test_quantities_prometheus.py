@@ -41,7 +41,8 @@ from vllm_spec_exporter.parse import parse
 from vllm_spec_exporter.window import WindowStore
 from vllm_spec_lab import processes
 from vllm_spec_lab.grafana_query import expand_variables
-from vllm_spec_lab.monitoring import PROMETHEUS_BIN, PROMTOOL_BIN, free_port, http_get_json
+from vllm_spec_lab.monitoring import PROMETHEUS_BIN, PROMTOOL_BIN, http_get_json
+from vllm_spec_lab.ports import free_port
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # a real Prometheus
 

@@ -32,6 +32,8 @@ class QuietHandler(BaseHTTPRequestHandler):
 
 
 class QuietWSGIHandler(WSGIRequestHandler):
+    """wsgiref's request handler without an access log."""
+
     def log_message(self, *args: object) -> None:
         pass
 
@@ -60,9 +62,11 @@ class LoopbackServer:
 
     @classmethod
     def wsgi(cls, app: WSGIApp, port: int | None = None) -> LoopbackServer:
+        """Serve a WSGI app (e.g. prometheus_client's make_wsgi_app) the same way."""
         return cls(QuietWSGIHandler, server_class=ThreadingWSGIServer, port=port, app=app)
 
     def stop(self) -> None:
+        """Stop serving and close the socket; a second call does nothing."""
         if not self._stopped:
             self._stopped = True
             self._server.shutdown()

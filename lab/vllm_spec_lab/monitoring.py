@@ -41,7 +41,7 @@ from .waiting import wait_until
 
 __all__ = ["ALERTMANAGER_BIN", "ALERT_RESEND_DELAY", "AMTOOL_BIN", "LOCAL_API_TIMEOUT_SECONDS", "PROMETHEUS_BIN",
            "PROMTOOL_BIN", "PROMTOOL_OLDEST_BIN", "Alertmanager", "PromQueryApi", "Prometheus", "RulesApi",
-           "WebhookReceiver", "free_port", "have_binary", "http_get_json", "wait_until"]
+           "WebhookReceiver", "have_binary", "http_get_json", "wait_until"]
 
 
 # How long a read of a local server's API may take before it counts as hung. Generous on purpose: it
@@ -301,11 +301,17 @@ class WebhookReceiver:
 
         self._handler = Handler
         self._server: LoopbackServer | None = None
-        self.url = ""
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("WebhookReceiver.url before start(): it has no port yet")
+        return self._server.url
 
     def start(self) -> WebhookReceiver:
+        if self._server is not None:
+            raise RuntimeError("WebhookReceiver started twice")
         self._server = LoopbackServer(self._handler)
-        self.url = self._server.url
         return self
 
     def stop(self) -> None:

@@ -27,10 +27,10 @@ from .monitoring import (
     Alertmanager,
     Prometheus,
     WebhookReceiver,
-    free_port,
     have_binary,
     wait_until,
 )
+from .ports import free_port
 from .server import NGRAM_SPEC_CONFIG, VllmServer
 from .traffic import LOOPING_PROMPTS, Phase, TrafficMix, run_phase
 

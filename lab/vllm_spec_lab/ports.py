@@ -8,9 +8,12 @@ worker, that server answers a stranger — a capture replay advances one capture
 webhook records pages that are not its own (seen: VictoriaMetrics' scrapes in a Prometheus 3
 test). With `VLLM_SPEC_LAB_PORTS="LO-HI"` in the environment (the test plugin gives each worker
 its own range, below the kernel's ephemeral range, so the kernel's own choices never land in it),
-`free_port()` hands out that range's ports in turn from a random start: no two workers share a
-port, and a port comes back to the same process only after the whole range has gone round.
-Without it, the kernel chooses (the demo, a one-process test run).
+`free_port()` hands out that range's ports in turn from a random start: no two workers of a run
+share a port, and a port comes back to the same process only after the whole range has gone round.
+A child process (a demo a test starts) inherits the range and keeps its own turn from its own random
+start, so it rarely meets a port its parent used moments ago (a port in use is always skipped).
+Two test runs at once (two checkouts) use the same ranges and lose that guarantee between them.
+Without the variable, the kernel chooses (the demo, a one-process test run).
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ import threading
 __all__ = ["RANGE_VARIABLE", "PortRange", "free_port", "worker_range"]
 
 RANGE_VARIABLE = "VLLM_SPEC_LAB_PORTS"
-# Below Linux's default ephemeral range (32768-60999), so bind(port 0) never returns one of these.
-WORKER_PORTS_START = 16000
-WORKER_PORTS_EACH = 1000
+# Below Linux's default ephemeral range (32768-60999), so bind(port 0) never returns one of these;
+# shared out evenly among a run's workers. (32000-32767 stays free for tests of this module.)
+WORKER_PORTS = (16000, 31999)
+MAX_PORTS_A_WORKER = 2000  # a range goes round in a few minutes at most: plenty
 
 
 class PortRange:
@@ -35,7 +39,8 @@ class PortRange:
         if not 1024 <= low <= high <= 65535:
             raise ValueError(f"{RANGE_VARIABLE}: {low}-{high} is not a port range within 1024-65535")
         self.low, self.high = low, high
-        self._next = random.randint(low, high)
+        # Not the global generator: Hypothesis seeds that one inside fuzz examples.
+        self._next = random.SystemRandom().randint(low, high)
         self._lock = threading.Lock()
 
     def take(self) -> int:
@@ -80,10 +85,14 @@ def free_port() -> int:
     return ports.take()
 
 
-def worker_range(index: int) -> str:
-    """The `VLLM_SPEC_LAB_PORTS` value of parallel worker `index` (0, 1, …): disjoint ranges."""
-    low = WORKER_PORTS_START + index * WORKER_PORTS_EACH
-    high = low + WORKER_PORTS_EACH - 1
-    if high >= 32768:
-        raise ValueError(f"worker {index}: no port range left below the ephemeral ports (32768)")
-    return f"{low}-{high}"
+def worker_range(index: int, workers: int) -> str:
+    """The `VLLM_SPEC_LAB_PORTS` value of worker `index` (0 … workers - 1) of a parallel run:
+    disjoint ranges, at most MAX_PORTS_A_WORKER ports each."""
+    if not 0 <= index < workers:
+        raise ValueError(f"worker {index} of {workers}: no such worker")
+    first, last = WORKER_PORTS
+    each = min(MAX_PORTS_A_WORKER, (last - first + 1) // workers)
+    if each < 10:
+        raise ValueError(f"{workers} workers: fewer than 10 ports each in {WORKER_PORTS[0]}-{WORKER_PORTS[1]}")
+    low = first + index * each
+    return f"{low}-{low + each - 1}"

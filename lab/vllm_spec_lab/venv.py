@@ -3,6 +3,10 @@
 vLLM pins its own torch and pulls ~3.5 GB, so it never goes into the project's venv. The venv is
 only trusted once a marker file says the full recipe (install, remove mismatched torch add-ons,
 import check) succeeded.
+
+Standard library only (and `vllm_spec_lab/__init__`, which is too): scripts/bootstrap.sh runs this
+module straight from lab/ with the system's python3 before the project venv exists, so the vLLM
+install starts at once, in the background (tests/test_lab_units.py checks it imports that way).
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ def ensure_vllm_venv(cache_dir: Path | None = None, progress: Callable[[str], No
     cache = cache_dir if cache_dir is not None else default_cache_dir()
     venv_dir = cache / VENV_DIR_NAME
     marker = venv_dir / SUCCESS_MARKER
-    if marker.exists():
+    if is_ready(cache):
         return venv_python(venv_dir)
 
     cache.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,9 @@ from typing import Any
 from vllm_spec_exporter.mixin.alert_rules import ACCEPTANCE_CRITICAL, ACCEPTANCE_LOW
 
 ACCEPTANCE_ALERT_PREFIX = "SpecDecodeAcceptance"
+# Said after an alert that missed its phase: on a busy machine the traffic and the alert windows run
+# late, and the default phases leave the page ~15 s of margin (demo.DEFAULT_PHASE_SECONDS).
+LATE_HINT = " (on a busy machine, give the alerts more time: --phase-seconds 90)"
 # What a phase's traffic is meant to do to acceptance.
 HEALTHY, BAND, COLLAPSE = "healthy", "warning band", "collapse"
 
@@ -152,9 +155,9 @@ def _alert_lines(phases: list[PhaseRecord], notifications: list[dict[str, Any]],
                             "above the critical threshold")
     acceptance_fired = {n: i for n, i in fired.items() if n.startswith(ACCEPTANCE_ALERT_PREFIX)}
     if band is not None and acceptance_fired.get(ACCEPTANCE_LOW) != band:
-        problems.append(f"{ACCEPTANCE_LOW} did not notify during the {phases[band].name} phase")
+        problems.append(f"{ACCEPTANCE_LOW} did not notify during the {phases[band].name} phase{LATE_HINT}")
     if band is not None and degraded is not None and acceptance_fired.get(ACCEPTANCE_CRITICAL) != degraded:
-        problems.append(f"{ACCEPTANCE_CRITICAL} did not page during the {phases[degraded].name} phase")
+        problems.append(f"{ACCEPTANCE_CRITICAL} did not page during the {phases[degraded].name} phase{LATE_HINT}")
     if degraded is not None and band is None and degraded not in acceptance_fired.values():
         problems.append(f"no acceptance alert notified during the {phases[degraded].name} phase")
     last = len(phases) - 1
@@ -163,7 +166,7 @@ def _alert_lines(phases: list[PhaseRecord], notifications: list[dict[str, Any]],
             problems.append(f"{name} resolved while acceptance was still low ({', '.join(wheres)}): it flapped")
     for name, index in acceptance_fired.items():
         if degraded is not None and index > degraded:
-            problems.append(f"{name} first notified after the {phases[degraded].name} phase had ended")
+            problems.append(f"{name} first notified after the {phases[degraded].name} phase had ended{LATE_HINT}")
         if resolved.get(name) != last:
             when = "never" if name not in resolved else locate_name(phases, resolved[name])
             problems.append(f"{name} did not resolve during the {phases[last].name} phase (resolved: {when})")

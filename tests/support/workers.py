@@ -76,8 +76,9 @@ def in_worker(config: pytest.Config) -> bool:
 def isolate_ports(config: pytest.Config) -> None:
     """Give this worker (and the servers it starts) its own loopback port range, so a scraper of
     one worker never reaches a server of another (`vllm_spec_lab.ports`)."""
-    if in_worker(config) and RANGE_VARIABLE not in os.environ:
-        os.environ[RANGE_VARIABLE] = worker_range(int(config.workerinput["workerid"].removeprefix("gw")))
+    if in_worker(config):  # whatever the controller inherited: a shared range would undo the isolation
+        os.environ[RANGE_VARIABLE] = worker_range(int(config.workerinput["workerid"].removeprefix("gw")),
+                                                  int(config.workerinput["workercount"]))
 
 
 def queue_order(items: list[pytest.Item], groups: dict[str, str]) -> None:

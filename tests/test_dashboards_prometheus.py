@@ -378,13 +378,20 @@ def test_direct_speedup_matches_the_traffic(stack: dict, draft_cost: float) -> N
 
 def test_per_position_acceptance_matches_the_traffic(stack: dict, model: dict) -> None:
     panel = next(p for p in dashboard_files.iter_panels(model) if p["title"] == "Acceptance by draft position")
-    result = run(stack["prom"], panel["targets"][0]["expr"])
-    by_position: dict[tuple[str, int], float] = {
-        (s["metric"]["model_name"], int(s["metric"]["position"])): float(s["value"][1]) for s in result
-    }
-    for model_name in MODELS:
-        got = [by_position[(model_name, position)] for position in range(K)]
-        assert all(close(g, e, 0.03) for g, e in zip(got, PER_POSITION, strict=True)), (model_name, got)
+
+    def mismatches() -> list[tuple[str, list[float]]]:
+        result = run(stack["prom"], panel["targets"][0]["expr"])
+        by_position = {(s["metric"]["model_name"], int(s["metric"]["position"])): float(s["value"][1])
+                       for s in result}
+        got = {name: [by_position.get((name, position), math.nan) for position in range(K)] for name in MODELS}
+        return [(name, values) for name, values in got.items()
+                if not all(close(g, e, 0.03) for g, e in zip(values, PER_POSITION, strict=True))]
+
+    # A limit, not a single read: on a busy machine vmalert's records of one evaluation may reach
+    # VictoriaMetrics' search later than VICTORIA_SETTLE_SECONDS, so a ratio of two records can, for a
+    # moment, divide one evaluation's accepted tokens by another's drafts (seen: every position × 0.81).
+    wait_until(lambda: not mismatches(), timeout=30 + lag(stack["prom"]), what="per-position acceptance",
+               failure=lambda: f"{mismatches()} (expected {PER_POSITION})")
 
 
 def test_latency_quantiles_lie_in_the_observed_bucket(stack: dict, model: dict) -> None:

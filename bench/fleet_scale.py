@@ -535,21 +535,16 @@ def dashboard_load(url: str, end: float, scrape_interval: int, bundle: Bundle, r
             for target in panel.get("targets", []):
                 request = grafana_render.grafana_request(panel, target, end - 3600, end, scrape_interval)
                 raw = expand_records(request.expr, exprs.__getitem__)
-                row: QueryTime | None = None
+                timed, raw_timed = [], []  # (seconds, series, error) of each repeat
                 for _ in range(max(1, repeat)):
-                    seconds, series, error = time_query(url, request, request.expr)
-                    if row is None:
-                        row = QueryTime(name, panel.get("title", ""), seconds, series, error=error,
-                                        panel_type=panel.get("type", ""))
-                    row.seconds, row.error = min(row.seconds, seconds), row.error or error  # any failure stays
+                    timed.append(time_query(url, request, request.expr))
                     if raw != request.expr:
-                        raw_seconds, _, raw_error = time_query(url, request, raw)
-                        row.raw_error = row.raw_error or raw_error
-                        row.raw_seconds = min(row.raw_seconds or math.inf, raw_seconds)
-                assert row is not None
-                if row.raw_error:
-                    row.raw_seconds = None
-                out.append(row)
+                        raw_timed.append(time_query(url, request, raw))
+                error = next((e for _, _, e in timed if e), "")  # any failure stays
+                raw_error = next((e for _, _, e in raw_timed if e), "")
+                raw_seconds = min(s for s, _, _ in raw_timed) if raw_timed and not raw_error else None
+                out.append(QueryTime(name, panel.get("title", ""), min(s for s, _, _ in timed), timed[0][1],
+                                     raw_seconds, error, raw_error, panel.get("type", "")))
     return out
 
 

@@ -42,15 +42,13 @@ import time
 from pathlib import Path
 
 from vllm_spec_lab import default_cache_dir
+from vllm_spec_lab.pipeline import TrafficDriver
 from vllm_spec_lab.server import NGRAM_SPEC_CONFIG, VllmServer, spec_counters
 from vllm_spec_lab.tinymodel import ensure_tiny_models
-from vllm_spec_lab.traffic import COLLAPSE, HEALTHY, WARNING_BAND, Phase, TrafficMix, run_phase
+from vllm_spec_lab.traffic import COLLAPSE, HEALTHY, WARNING_BAND, TrafficMix, run_phase
 from vllm_spec_lab.venv import ensure_vllm_venv
 
-DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
-ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-DRIVER_CONCURRENCY = 2  # TrafficDriver's default batch for mixes without their own
-DRIVER_MAX_TOKENS = 96
+DRAFTED, ACCEPTED = TrafficDriver.DRAFTED, TrafficDriver.ACCEPTED
 
 
 def load() -> str:
@@ -76,13 +74,11 @@ def bytecode_env(state: str, python: Path, scratch: Path) -> dict[str, str]:
 
 def acceptance(server: VllmServer, mix: TrafficMix, batches: int) -> tuple[float, float]:
     """(accepted/drafted, drafts per second) over `batches` batches of `mix`."""
-    size = mix.batch or DRIVER_CONCURRENCY
+    batch = TrafficDriver.batch(mix.temperature, tuple(mix.prompts), mix.batch or TrafficDriver.CONCURRENCY)
     before = spec_counters(server.url)
     started = time.monotonic()
     for _ in range(batches):
-        run_phase(server.url, server.model_name,
-                  Phase(name=mix.name, temperature=mix.temperature, max_requests=size, max_seconds=60,
-                        concurrency=size, max_tokens=DRIVER_MAX_TOKENS, prompts=tuple(mix.prompts)))
+        run_phase(server.url, server.model_name, batch)
     took = time.monotonic() - started
     after = spec_counters(server.url)
     drafted = after.get(DRAFTED, 0.0) - before.get(DRAFTED, 0.0)

@@ -357,8 +357,15 @@ class TrafficDriver:
 
     DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
     ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+    CONCURRENCY = 2  # the batch size of a mix without its own
 
-    def __init__(self, base_url: str, model: str, max_seconds: float = 1800.0, concurrency: int = 2,
+    @staticmethod
+    def batch(temperature: float, prompts: tuple[str, ...], size: int) -> Phase:
+        """One batch as the driver sends it: `size` requests at once, 96 tokens each."""
+        return Phase(name=f"t={temperature}", temperature=temperature, max_requests=size, max_seconds=30,
+                     concurrency=size, max_tokens=96, prompts=prompts)
+
+    def __init__(self, base_url: str, model: str, max_seconds: float = 1800.0, concurrency: int = CONCURRENCY,
                  counters: Callable[[str], dict[str, float]] | None = None) -> None:
         self.base_url, self.model = base_url, model
         # (temperature, prompts, batch size) of the next batch, replaced as one value so a batch
@@ -403,9 +410,7 @@ class TrafficDriver:
             if setting is None:
                 self._stop.wait(0.5)
                 continue
-            temperature, prompts, batch = setting
-            phase = Phase(name=f"t={temperature}", temperature=temperature, max_requests=batch,
-                          max_seconds=30, concurrency=batch, max_tokens=96, prompts=prompts)
+            phase = self.batch(*setting)
             self.busy = True
             try:
                 before = self._read_counters()

@@ -13,8 +13,10 @@ if [ $# -lt 2 ]; then
   echo "usage: bash bench/first_demo_run.sh GIT-REF NAME [SCRATCH-DIR] [-- extra run.sh arguments]" >&2
   exit 2
 fi
-ref="$1" name="$2" scratch="${3:-${TMPDIR:-/tmp}}"
-shift 3 2>/dev/null || shift $#
+ref="$1" name="$2"
+shift 2
+scratch="${TMPDIR:-/tmp}"
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then scratch="$1"; shift; fi
 [ "${1:-}" != "--" ] || shift
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 run="$scratch/first-demo-$name"

@@ -154,10 +154,15 @@ def _alert_lines(phases: list[PhaseRecord], notifications: list[dict[str, Any]],
             problems.append(f"{name} paged during the {phases[band].name} phase ({where}): acceptance there is "
                             "above the critical threshold")
     acceptance_fired = {n: i for n, i in fired.items() if n.startswith(ACCEPTANCE_ALERT_PREFIX)}
+    def hint(name: str, phase: int) -> str:  # more time helps an alert that came late or never, not an early one
+        return LATE_HINT if acceptance_fired.get(name, phase + 1) > phase else ""
+
     if band is not None and acceptance_fired.get(ACCEPTANCE_LOW) != band:
-        problems.append(f"{ACCEPTANCE_LOW} did not notify during the {phases[band].name} phase{LATE_HINT}")
+        problems.append(f"{ACCEPTANCE_LOW} did not notify during the {phases[band].name} phase"
+                        f"{hint(ACCEPTANCE_LOW, band)}")
     if band is not None and degraded is not None and acceptance_fired.get(ACCEPTANCE_CRITICAL) != degraded:
-        problems.append(f"{ACCEPTANCE_CRITICAL} did not page during the {phases[degraded].name} phase{LATE_HINT}")
+        problems.append(f"{ACCEPTANCE_CRITICAL} did not page during the {phases[degraded].name} phase"
+                        f"{hint(ACCEPTANCE_CRITICAL, degraded)}")
     if degraded is not None and band is None and degraded not in acceptance_fired.values():
         problems.append(f"no acceptance alert notified during the {phases[degraded].name} phase")
     last = len(phases) - 1

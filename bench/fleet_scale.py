@@ -248,6 +248,18 @@ class Fleet:
     def series_per_pod(self) -> float:
         return len(self.series) / self.pods
 
+    def names(self) -> list[str]:
+        return sorted({text.split("{", 1)[0] for text, _, _ in self.series})
+
+
+def series_seen(url: str, fleet: Fleet, job: str) -> int:
+    """How many of the fleet's series the server holds now: equal to the synthesised count when
+    the live scrape continues the history's series (a label only the scrape adds would double it)."""
+    names = "|".join(fleet.names())  # [a-z_:] only: nothing to escape
+    query = "count({__name__=~\"" + names + '", job="' + job + '"})'
+    data = http_get_json(f"{url}/api/v1/query?{urlencode({'query': query})}")
+    return int(float(data["data"]["result"][0]["value"][1])) if data["data"]["result"] else 0
+
 
 def build_fleet(pods: int, bundle: Bundle) -> Fleet:
     templates: dict[tuple[int, int], list[TemplateSeries]] = {}
@@ -356,12 +368,14 @@ class LiveTarget:
                        for i in self.fleet.per_shard[shard]).encode()
 
     def scrape_config(self, interval: int) -> dict[str, Any]:
+        # Each shard's path is a target label that starts with "__", so it never reaches the
+        # series: a visible shard label would make the live series differ from the history's and
+        # double every series (and every rule's work) where the two meet.
         return {"job_name": self.job, "honor_labels": True, "scrape_interval": f"{interval}s",
                 "scrape_timeout": f"{interval}s",
-                "static_configs": [{"targets": [f"127.0.0.1:{self.port}"], "labels": {"shard": str(s)}}
-                                   for s in self.fleet.per_shard],
-                "relabel_configs": [{"source_labels": ["shard"], "target_label": "__metrics_path__",
-                                     "replacement": "/metrics/$1"}]}
+                "static_configs": [{"targets": [f"127.0.0.1:{self.port}"],
+                                    "labels": {"__metrics_path__": f"/metrics/{s}"}}
+                                   for s in self.fleet.per_shard]}
 
     def stop(self) -> None:
         self.server.stop()
@@ -606,6 +620,7 @@ class Result:
     rule_groups: dict[str, tuple[float, float]] = field(default_factory=dict)  # group: (worst s, interval s)
     queries: list[QueryTime] = field(default_factory=list)
     draw_seconds: dict[str, float] = field(default_factory=dict)
+    series_seen: int = 0  # the fleet's series the server held after its rules were watched
 
 
 @dataclass
@@ -707,6 +722,7 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
         result = Result("Prometheus 3", plan.bundle.source, fleet.pods, len(fleet.series), fleet.series_per_pod,
                         prom.head_series(), rss_mb(prom.proc.pid), load, cores,
                         {g: (s, intervals[g]) for g, s in worst.items()})
+        result.series_seen = series_seen(prom.url, fleet, plan.bundle.job)
         result.queries = dashboard_load(prom.url, time.time(), plan.step, plan.bundle, plan.repeat)
         if plan.browser:
             log("prometheus: drawing the dashboards in the browser")
@@ -757,6 +773,7 @@ def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget) -> Resul
         result = Result("VictoriaMetrics", plan.bundle.source, fleet.pods, len(fleet.series), fleet.series_per_pod,
                         series, rss_mb(vm.proc.pid) + rss_mb(alert.proc.pid), load, cores,
                         {g: (seconds, intervals[g]) for g, seconds in groups.items()})
+        result.series_seen = series_seen(vm.url, fleet, plan.bundle.job)
         result.queries = dashboard_load(vm.url, time.time(), plan.step, plan.bundle, plan.repeat)
         return result
     finally:
@@ -799,6 +816,7 @@ def summary(result: Result) -> dict[str, Any]:
     worst_group = max(result.rule_groups.items(), key=lambda kv: kv[1][0] / kv[1][1], default=("", (0.0, 1.0)))
     return {"backend": result.backend, "source": result.source, "pods": result.pods, "series": result.series,
             "series_per_pod": result.series_per_pod, "head_series": result.head_series, "rss_mb": result.rss_mb,
+            "series_seen": result.series_seen,
             "load_seconds": result.load_seconds, "cpu_cores": result.cpu_cores,
             "rule_groups": {g: {"seconds": s, "interval": i, "share": s / i}
                             for g, (s, i) in result.rule_groups.items()},

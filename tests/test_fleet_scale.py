@@ -45,6 +45,8 @@ def check_row(row: dict[str, Any], source: str, series_per_pod: tuple[float, flo
     assert row["pods"] == 100 and row["source"] == source
     assert series_per_pod[0] <= row["series_per_pod"] <= series_per_pod[1], row["series_per_pod"]
     assert row["series"] == round(row["series_per_pod"] * 100)
+    # The live scrape continues the history's series: the same label sets, not a second copy.
+    assert row["series_seen"] == row["series"], (backend, row["series_seen"], row["series"])
     # Stored series: the synthesised ones plus the records, alerts' and scrape bookkeeping.
     assert row["head_series"] > row["series"], (row["head_series"], row["series"])
     assert 0 < row["rss_mb"] < 4000

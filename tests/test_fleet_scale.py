@@ -21,7 +21,7 @@ from vllm_spec_lab.binaries import TESTING_BIN_DIR
 pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # the quick benches start Prometheus
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench"))  # bench/fleet, the fleet bench's parts
 
 
 def run_quick(tmp_path: Path, *args: str) -> dict[str, list[dict[str, Any]]]:
@@ -37,9 +37,9 @@ def run_quick(tmp_path: Path, *args: str) -> dict[str, list[dict[str, Any]]]:
 
 
 def check_row(row: dict[str, Any], source: str, series_per_pod: tuple[float, float]) -> None:
-    import fleet_scale
+    from fleet.bundle import Bundle
 
-    bundle = fleet_scale.Bundle.load(source)
+    bundle = Bundle.load(source)
     cfg = MixinConfig()
     backend = row["backend"]
     assert row["pods"] == 100 and row["source"] == source
@@ -89,20 +89,21 @@ def test_quick_direct_bundle_on_prometheus(tmp_path: Path) -> None:
 def test_each_query_and_its_baseline_keep_the_fastest_of_repeat(monkeypatch: pytest.MonkeyPatch) -> None:
     """`--repeat N`: every panel query and its raw baseline are timed N times, in turn, and the
     fastest of each is kept (timings here: a clock that only ever gets faster, per expression)."""
-    import fleet_scale
+    from fleet import dashboards
+    from fleet.bundle import Bundle
 
-    bundle = fleet_scale.Bundle.load("exporter")
+    bundle = Bundle.load("exporter")
     timed: list[str] = []
 
     def fake_time_query(url: str, request, expr: str) -> tuple[float, int, str]:
         timed.append(expr)
         return 1.0 / timed.count(expr), 2, ""
 
-    monkeypatch.setattr(fleet_scale, "time_query", fake_time_query)
-    once = fleet_scale.dashboard_load("http://127.0.0.1:9", 2e9, 15, bundle, repeat=1)
+    monkeypatch.setattr(dashboards, "time_query", fake_time_query)
+    once = dashboards.dashboard_load("http://127.0.0.1:9", 2e9, 15, bundle, repeat=1)
     calls_once = len(timed)
     timed.clear()
-    rows = fleet_scale.dashboard_load("http://127.0.0.1:9", 2e9, 15, bundle, repeat=3)
+    rows = dashboards.dashboard_load("http://127.0.0.1:9", 2e9, 15, bundle, repeat=3)
     assert len(rows) == len(once) and len(timed) == 3 * calls_once
     with_baseline = [row for row in rows if row.raw_seconds is not None]
     assert with_baseline, "no panel reads a recording rule"

@@ -1,0 +1,122 @@
+"""Every dashboard's load as Grafana sends it (vllm_spec_lab.grafana_render.grafana_request: 1 h
+range, the step of each panel's width, variables at All), each record-reading query beside its
+raw baseline, fastest of `repeat` timings; and each dashboard drawn by Grafana's own components in
+headless Chromium (tools/grafana-render), time to a settled page."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.error import HTTPError
+from urllib.parse import urlencode
+from urllib.request import urlopen
+
+from fleet.bundle import Bundle, expand_records, record_exprs
+from fleet.servers import log
+from vllm_spec_lab import grafana_render
+from vllm_spec_lab.monitoring import http_get_json
+
+
+@dataclass
+class QueryTime:
+    dashboard: str
+    panel: str
+    seconds: float
+    series: int
+    raw_seconds: float | None = None  # the same panel from raw counters (None: reads no record, or failed)
+    error: str = ""
+    raw_error: str = ""  # the raw baseline query's error (the panel's own query ran)
+    panel_type: str = ""  # timeseries, stat, table, ...: a table lists every server on purpose
+
+
+def time_query(url: str, request: grafana_render.GrafanaRequest, expr: str) -> tuple[float, int, str]:
+    if request.instant:
+        params = {"query": expr, "time": request.end}
+        path = "/api/v1/query"
+    else:
+        params = {"query": expr, "start": request.start, "end": request.end, "step": request.step}
+        path = "/api/v1/query_range"
+    started = time.perf_counter()
+    try:
+        with urlopen(f"{url}{path}?{urlencode(params)}", timeout=300) as response:
+            data = json.loads(response.read())
+    except HTTPError as error:  # a rejected query: 400 / 422 with the reason in the body
+        data = {"status": "error", "error": f"{error.code} {error.read().decode(errors='replace')}"}
+    elapsed = time.perf_counter() - started
+    if data.get("status") != "success":
+        return elapsed, 0, str(data.get("error", "failed"))[-300:]  # the reason ends the message
+    return elapsed, len(data["data"]["result"]), ""
+
+
+def dashboard_load(url: str, end: float, scrape_interval: int, bundle: Bundle, repeat: int = 1) -> list[QueryTime]:
+    """Every panel target of every dashboard, as Grafana sends it over the last hour; for targets
+    that read a recording rule, also the same query with the records expanded (the baseline).
+    Each is timed `repeat` times, the panel's query and its baseline in turn, and the fastest kept:
+    one timing on a shared machine measures whatever else ran in that second as much as the query
+    (neither server caches results here: Prometheus has no result cache, and the lab starts
+    VictoriaMetrics with -search.disableCache)."""
+    exprs = record_exprs(bundle)
+    out = []
+    for name, model in bundle.dashboards.items():
+        for panel in grafana_render.dashboard_files.iter_panels(model):
+            for target in panel.get("targets", []):
+                request = grafana_render.grafana_request(panel, target, end - 3600, end, scrape_interval)
+                raw = expand_records(request.expr, exprs.__getitem__)
+                timed, raw_timed = [], []  # (seconds, series, error) of each repeat
+                for _ in range(max(1, repeat)):
+                    timed.append(time_query(url, request, request.expr))
+                    if raw != request.expr:
+                        raw_timed.append(time_query(url, request, raw))
+                error = next((e for _, _, e in timed if e), "")  # any failure stays
+                raw_error = next((e for _, _, e in raw_timed if e), "")
+                raw_seconds = min(s for s, _, _ in raw_timed) if raw_timed and not raw_error else None
+                out.append(QueryTime(name, panel.get("title", ""), min(s for s, _, _ in timed), timed[0][1],
+                                     raw_seconds, error, raw_error, panel.get("type", "")))
+    return out
+
+
+def browser_draw(url: str, end: float, scrape_interval: int, workdir: Path,
+                 dashboards: dict[str, dict]) -> dict[str, float]:
+    """Seconds from opening each dashboard to a settled page in headless Chromium (the renderer)."""
+    if grafana_render.missing_tools() is not None:
+        raise RuntimeError(f"browser: {grafana_render.missing_tools()}")
+    dist = grafana_render.build(workdir / "dist")
+    shots, start = [], end - 3600
+    for name, model in dashboards.items():
+        results = {}
+        for panel in grafana_render.dashboard_files.iter_panels(model):
+            results[str(panel["id"])] = [_renderer_result(url, panel, t, start, end, scrape_interval)
+                                         for t in panel["targets"]]
+        file_name = name.replace("@", "-at-")
+        shots.append(grafana_render.Shot(file_name, model, start, end, results, workdir / f"{file_name}.png"))
+    try:
+        grafana_render.render(dist, shots, workdir)
+    except subprocess.CalledProcessError:
+        log("browser: a dashboard did not settle within the renderer's 60 s (reported as 60+)")
+    out = {}
+    for name in dashboards:
+        report = workdir / f"{name.replace('@', '-at-')}.report.json"
+        draw_ms = json.loads(report.read_text()).get("drawMs") if report.exists() else None
+        out[name] = draw_ms / 1000 if draw_ms is not None else math.inf  # not drawn within 60 s
+    return out
+
+
+def _renderer_result(url: str, panel: dict, target: dict, start: float, end: float, scrape: int) -> dict:
+    request = grafana_render.grafana_request(panel, target, start, end, scrape)
+    if request.instant:
+        params = {"query": request.expr, "time": end}
+        data = http_get_json(f"{url}/api/v1/query?{urlencode(params)}", timeout=300)
+    else:
+        params = {"query": request.expr, "start": request.start, "end": request.end, "step": request.step}
+        data = http_get_json(f"{url}/api/v1/query_range?{urlencode(params)}", timeout=300)
+    out = {"refId": target["refId"], "expr": request.expr, "stepSeconds": request.step,
+           "legendFormat": target.get("legendFormat", ""), "format": target.get("format", "time_series")}
+    if data.get("status") != "success":
+        return {**out, "resultType": "vector", "result": [], "error": data.get("error", "query failed")}
+    return {**out, "resultType": data["data"]["resultType"], "result": data["data"]["result"]}
+
+

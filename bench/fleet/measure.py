@@ -1,0 +1,184 @@
+"""One backend, one fleet size: load the history, backfill the records, start the server on it
+with the bundle's rules, watch the rule groups, and time the dashboards (and draw them).
+
+`Plan` is what to measure; `Result` what was measured (figures only: `report` shapes them)."""
+
+from __future__ import annotations
+
+import http.client
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.request import urlopen
+
+from fleet.bundle import Bundle, expanded_rules_file
+from fleet.dashboards import QueryTime, browser_draw, dashboard_load
+from fleet.history import SLICE_SAMPLES, LiveTarget, vm_import_lines, write_openmetrics
+from fleet.servers import (
+    cpu_seconds,
+    log,
+    prometheus3,
+    rfc3339,
+    rss_mb,
+    rule_times,
+    run,
+    series_seen,
+    victoria_metrics,
+    wait_for_compaction,
+    watch_rule_groups,
+    watch_vmalert,
+)
+from fleet.synth import Fleet
+from vllm_spec_lab.binaries import TESTING_BIN_DIR as BIN
+from vllm_spec_lab.monitoring import http_get_json
+from vllm_spec_lab.victoria import VMAlert
+
+
+@dataclass
+class Result:
+    backend: str
+    source: str  # the bundle: exporter or direct
+    pods: int
+    series: int
+    series_per_pod: float
+    head_series: int
+    rss_mb: float
+    load_seconds: float  # backfill or import of the history
+    cpu_cores: float = 0.0  # CPU seconds per second while the rule cycles were watched (scrape + rules)
+    rule_groups: dict[str, tuple[float, float]] = field(default_factory=dict)  # group: (worst s, interval s)
+    queries: list[QueryTime] = field(default_factory=list)
+    draw_seconds: dict[str, float] = field(default_factory=dict)
+    series_seen: int = 0  # the fleet's series the server held after its rules were watched
+
+
+@dataclass
+class Plan:
+    pods: int
+    step: int  # scrape and evaluation interval, seconds
+    history: int  # seconds of backfilled history
+    cycles: int  # rule evaluations to watch
+    browser: bool
+    work: Path
+    bundle: Bundle
+    repeat: int = 1  # each dashboard query timed this many times, the fastest kept
+    # Wait for Prometheus to merge the backfilled blocks before measuring (its compaction loop runs
+    # once a minute); --quick checks the path, not the figures, and skips the wait.
+    settle: bool = True
+    start: int = 0  # the history's first second (unix)
+
+    @property
+    def end(self) -> int:
+        return self.start + self.history
+
+
+def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
+    work = plan.work / "prometheus"
+    work.mkdir()
+    history = work / "history.om"
+    started = time.perf_counter()
+    data = work / "data"
+    # In time slices of at most ~SLICE_SAMPLES samples: promtool holds its input in memory, and 5,000
+    # pods' hour is ~20 GB of text. Slices cover disjoint times, so their blocks never overlap.
+    per_step = len(fleet.series)
+    slice_seconds = max(plan.step, SLICE_SAMPLES // per_step * plan.step)
+    samples = 0
+    for begin in range(plan.start, plan.end, slice_seconds):
+        samples += write_openmetrics(fleet, plan.start, begin, min(begin + slice_seconds, plan.end), plan.step,
+                                     history)
+        run([str(BIN / "promtool"), "tsdb", "create-blocks-from", "openmetrics", str(history), str(data)])
+        history.unlink()
+    load = time.perf_counter() - started
+    log(f"prometheus: {samples:,} samples backfilled in {load:.0f} s")
+    prom = prometheus3(data, live, plan.step, plan.bundle.rule_files)
+    try:
+        prom.start(timeout=900)
+        log("prometheus: started on the history; backfilling the records")
+        # The records' history: one pass over the rules with every record expanded (promtool does
+        # not evaluate a record of a record in the same pass).
+        blocks = work / "rule-blocks"
+        run([str(BIN / "promtool"), "tsdb", "create-blocks-from", "rules", f"--start={plan.start}",
+             f"--end={plan.end}", f"--url={prom.url}", f"--eval-interval={plan.step}s",
+             f"--output-dir={blocks}", str(expanded_rules_file(work / "expanded.yaml", plan.bundle))], timeout=3600)
+        prom.stop()
+        for block in blocks.iterdir():
+            shutil.move(str(block), data / block.name)
+        prom = prometheus3(data, live, plan.step, plan.bundle.rule_files)
+        prom.start(timeout=900)
+        if plan.settle:
+            log("prometheus: restarted with the records; waiting for their blocks to be compacted")
+            log(f"prometheus: compacted in {wait_for_compaction(data, 3600):.0f} s")
+        log("prometheus: watching rule evaluations")
+        assert prom.proc is not None
+        cpu, wall = cpu_seconds(prom.proc.pid), time.monotonic()
+        intervals = plan.bundle.group_intervals(plan.step)
+        worst = watch_rule_groups(lambda: rule_times(prom), max(intervals.values()), plan.cycles)
+        cores = (cpu_seconds(prom.proc.pid) - cpu) / (time.monotonic() - wall)
+        log("prometheus: dashboards")
+        result = Result("Prometheus 3", plan.bundle.source, fleet.pods, len(fleet.series), fleet.series_per_pod,
+                        prom.head_series(), rss_mb(prom.proc.pid), load, cores,
+                        {g: (s, intervals[g]) for g, s in worst.items()})
+        result.series_seen = series_seen(prom.url, fleet, plan.bundle.job)
+        result.queries = dashboard_load(prom.url, time.time(), plan.step, plan.bundle, plan.repeat)
+        if plan.browser:
+            log("prometheus: drawing the dashboards in the browser")
+            try:
+                result.draw_seconds = browser_draw(prom.url, time.time(), plan.step, work, plan.bundle.dashboards)
+            except (RuntimeError, subprocess.SubprocessError, OSError, KeyError) as error:
+                log(f"browser: {error}")  # the table shows no draw time; the other figures stand
+        return result
+    finally:
+        prom.stop()
+
+
+def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
+    work = plan.work / "victoriametrics"
+    work.mkdir()
+    vm = victoria_metrics(work / "data", live, plan.step)
+    intervals = plan.bundle.group_intervals(plan.step)
+    alert: VMAlert | None = None
+    try:
+        vm.start(timeout=120)
+        started = time.perf_counter()
+        host = vm.url.split("//", 1)[1]
+        conn = http.client.HTTPConnection(host, timeout=3600)
+        conn.request("POST", "/api/v1/import", body=vm_import_lines(fleet, plan.start, plan.end, plan.step),
+                     encode_chunked=True, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        if response.status >= 300:
+            raise RuntimeError(f"VictoriaMetrics import: {response.status} {response.read()[:500]!r}")
+        conn.close()
+        urlopen(f"{vm.url}/internal/force_flush", timeout=600).read()
+        load = time.perf_counter() - started
+        log(f"victoriametrics: history imported in {load:.0f} s; replaying the records")
+        run([str(BIN / "vmalert"), f"-datasource.url={vm.url}", f"-remoteWrite.url={vm.url}",
+             f"-rule={expanded_rules_file(work / 'expanded.yaml', plan.bundle)}", f"-evaluationInterval={plan.step}s",
+             "-rule.evalDelay=0s", f"-replay.timeFrom={rfc3339(plan.start)}", f"-replay.timeTo={rfc3339(plan.end)}",
+             "-replay.disableProgressBar", "-replay.rulesDelay=0s",  # no chained records: all expanded
+             # VictoriaMetrics answers the replay's queries and ingests its output at once: at 1,000
+             # pods the default 30 s of send timeout and retries dropped 2 M samples.
+             "-remoteWrite.sendTimeout=5m", "-remoteWrite.retryMaxTime=30m", "-remoteWrite.maxQueueSize=5000000",
+             "-loggerLevel=ERROR", "-httpListenAddr=127.0.0.1:0"], timeout=3600)
+        urlopen(f"{vm.url}/internal/force_flush", timeout=600).read()
+        alert = VMAlert(vm.url, plan.bundle.rule_files, evaluation_interval=f"{plan.step}s",
+                        extra_args=["-loggerLevel=ERROR"])
+        alert.start(timeout=60)
+        log("victoriametrics: watching rule evaluations")
+        assert vm.proc is not None and alert.proc is not None
+        cpu, wall = cpu_seconds(vm.proc.pid, alert.proc.pid), time.monotonic()
+        groups = watch_vmalert(alert, list(intervals), max(intervals.values()), plan.cycles)
+        cores = (cpu_seconds(vm.proc.pid, alert.proc.pid) - cpu) / (time.monotonic() - wall)
+        series = int(http_get_json(f"{vm.url}/api/v1/series/count")["data"][0])
+        result = Result("VictoriaMetrics", plan.bundle.source, fleet.pods, len(fleet.series), fleet.series_per_pod,
+                        series, rss_mb(vm.proc.pid) + rss_mb(alert.proc.pid), load, cores,
+                        {g: (seconds, intervals[g]) for g, seconds in groups.items()})
+        result.series_seen = series_seen(vm.url, fleet, plan.bundle.job)
+        result.queries = dashboard_load(vm.url, time.time(), plan.step, plan.bundle, plan.repeat)
+        return result
+    finally:
+        if alert is not None:
+            alert.stop()
+        vm.stop()
+
+

@@ -1,0 +1,91 @@
+"""What a run prints and writes: one summary per (backend, bundle, fleet size) (`summary`, also
+the --json that tests/test_fleet_scale.py reads) and one table per backend and bundle."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from fleet.measure import Result
+
+
+def summary(result: Result) -> dict[str, Any]:
+    """The figures one table row shows (also written by --json, read by tests/test_fleet_scale.py)."""
+    dashboards: dict[str, dict[str, Any]] = {}
+    for q in result.queries:
+        d = dashboards.setdefault(q.dashboard, {"queries": 0, "total": 0.0, "slowest": 0.0, "slowest_panel": "",
+                                                "errors": 0, "max_series": 0, "max_series_panel": "",
+                                                "record_queries": 0, "record_total": 0.0, "raw_total": 0.0,
+                                                "raw_slowest": 0.0, "raw_errors": 0, "rec_slower": 0,
+                                                "worst_rec_over_raw": 0.0, "worst_rec_over_raw_panel": ""})
+        d["queries"] += 1
+        d["total"] += q.seconds
+        d["errors"] += bool(q.error)
+        d["raw_errors"] += bool(q.raw_error)
+        if q.seconds > d["slowest"]:
+            d["slowest"], d["slowest_panel"] = q.seconds, q.panel
+        if q.series > d["max_series"]:
+            d["max_series"], d["max_series_panel"] = q.series, q.panel
+        if q.raw_seconds is not None:
+            d["record_queries"] += 1
+            d["record_total"] += q.seconds
+            d["raw_total"] += q.raw_seconds
+            d["raw_slowest"] = max(d["raw_slowest"], q.raw_seconds)
+            # Per panel: is the recording-rule path ever slower than its raw baseline (the issue's target)?
+            d["rec_slower"] += q.seconds > q.raw_seconds
+            if q.seconds / q.raw_seconds > d["worst_rec_over_raw"]:
+                d["worst_rec_over_raw"], d["worst_rec_over_raw_panel"] = q.seconds / q.raw_seconds, q.panel
+    for name, seconds in result.draw_seconds.items():
+        dashboards.setdefault(name, {})["draw"] = seconds
+    worst_group = max(result.rule_groups.items(), key=lambda kv: kv[1][0] / kv[1][1], default=("", (0.0, 1.0)))
+    return {"backend": result.backend, "source": result.source, "pods": result.pods, "series": result.series,
+            "series_per_pod": result.series_per_pod, "head_series": result.head_series, "rss_mb": result.rss_mb,
+            "series_seen": result.series_seen,
+            "load_seconds": result.load_seconds, "cpu_cores": result.cpu_cores,
+            "rule_groups": {g: {"seconds": s, "interval": i, "share": s / i}
+                            for g, (s, i) in result.rule_groups.items()},
+            "rules_total_share": sum(s / i for s, i in result.rule_groups.values()),
+            "worst_group": worst_group[0], "dashboards": dashboards,
+            "queries": [vars(q) for q in result.queries]}
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    backend = f"{rows[0]['backend']}, {rows[0]['source']} bundle"
+    print(f"\n{backend}: series, memory, rule evaluation (share of the interval) and dashboard load "
+          "(1 h range; recording-rule panels vs the same panels from raw counters)")
+    print(f"{'pods':>6}{'series/pod':>11}{'series':>9}{'head':>9}{'RSS MB':>8}{'CPU':>6}{'rules %':>8}"
+          f"{'worst group %':>15}"
+          f"  {'dashboard':<9}{'queries':>8}{'total s':>8}{'slowest s':>10}{'rec s':>7}{'raw s':>7}"
+          f"{'raw slowest':>12}{'max series':>11}{'draw s':>7}")
+    for r in rows:
+        worst = r["rule_groups"].get(r["worst_group"], {"share": 0.0})
+        first = True
+        for name, d in sorted(r["dashboards"].items()):
+            head = (f"{r['pods']:>6}{r['series_per_pod']:>11.1f}{r['series']:>9}{r['head_series']:>9}"
+                    f"{r['rss_mb']:>8.0f}{r['cpu_cores']:>6.2f}{r['rules_total_share'] * 100:>8.2f}"
+                    f"{worst['share'] * 100:>15.2f}") if first else " " * 72
+            draw = f"{'-':>7}" if "draw" not in d else f"{'60+':>7}" if math.isinf(d["draw"]) else f"{d['draw']:>7.2f}"
+            print(f"{head}  {name:<9}{d.get('queries', 0):>8}{d.get('total', 0):>8.2f}{d.get('slowest', 0):>10.3f}"
+                  f"{d.get('record_total', 0):>7.2f}{d.get('raw_total', 0):>7.2f}{d.get('raw_slowest', 0):>12.3f}"
+                  f"{d.get('max_series', 0):>11}{draw}")
+            first = False
+    print("rule groups (worst evaluation, share of the interval):")
+    for r in rows:
+        groups = sorted(r["rule_groups"].items())
+        print(f"  {r['pods']:>6} pods: " + ", ".join(f"{g.removeprefix('vllm-spec-decode')} {v['seconds']:.3f}s "
+                                                   f"({v['share'] * 100:.2f}%)" for g, v in groups))
+    print("slowest panel / most series per dashboard:")
+    for r in rows:
+        for name, d in sorted(r["dashboards"].items()):
+            if "slowest_panel" in d:
+                print(f"  {r['pods']:>6} pods {name}: slowest {d['slowest_panel']!r}, most series "
+                      f"{d['max_series']} in {d['max_series_panel']!r}, {d['errors']} query errors; "
+                      f"records slower than raw in {d['rec_slower']} of {d['record_queries']} queries (worst "
+                      f"×{d['worst_rec_over_raw']:.2f}, {d['worst_rec_over_raw_panel']!r}), "
+                      f"{d['raw_errors']} raw baseline errors")
+
+
+
+def load_average() -> str:
+    return "{:.1f} {:.1f} {:.1f} (1, 5, 15 min)".format(*os.getloadavg())

@@ -1,0 +1,165 @@
+"""The servers the bench measures, as the lab runs them but with the bench's storage, limits and
+scrape job; what it reads from them (rule group timings, the fleet's series, CPU and memory of a
+process); and the one way it runs a tool (`run`: a failure raises with the tool's stderr)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+from urllib.request import urlopen
+
+from fleet.history import LiveTarget
+from fleet.synth import Fleet
+from vllm_spec_lab.monitoring import Prometheus, http_get_json
+from vllm_spec_lab.victoria import VictoriaMetrics, VMAlert
+
+
+def prometheus3(data: Path, live: LiveTarget, step: int, rule_files: Iterable[Path]) -> Prometheus:
+    """Prometheus on a data folder that survives a restart (backfilled blocks), scraping the live
+    target and evaluating the generated rules; limits raised for 5,000 pods' raw baseline queries and
+    promtool's rule backfill (a range query per rule over the whole history: at 1,000 pods on a
+    loaded machine one took over the default 2 minutes, and Prometheus answered 503)."""
+    return Prometheus(rule_files=rule_files, scrape_interval=f"{step}s", evaluation_interval=f"{step}s",
+                      scrape_configs=[live.scrape_config(step)], data_path=data,
+                      extra_args=["--storage.tsdb.retention.time=30d", "--query.max-samples=500000000",
+                                  "--query.timeout=1h"])
+
+
+def victoria_metrics(data: Path, live: LiveTarget, step: int) -> VictoriaMetrics:
+    return VictoriaMetrics(scrape_interval=f"{step}s", scrape_configs=[live.scrape_config(step)], data_path=data,
+                           extra_args=["-retentionPeriod=30d", "-search.maxSamplesPerQuery=2000000000",
+                                       "-search.maxQueryDuration=1h",
+                                       "-search.maxUniqueTimeseries=100000000", "-loggerLevel=ERROR"])
+
+
+def overlapping_blocks(data: Path) -> int:
+    """How many of the TSDB's blocks overlap another in time (backfilled blocks do until
+    Prometheus' vertical compaction merges them)."""
+    spans = sorted((meta["minTime"], meta["maxTime"]) for meta in
+                   (json.loads(p.read_text()) for p in data.glob("*/meta.json")))
+    overlapping, reach = 0, None  # reach: the latest end of the blocks before
+    for start, end in spans:
+        overlapping += reach is not None and start < reach
+        reach = end if reach is None else max(reach, end)
+    return overlapping
+
+
+def wait_for_compaction(data: Path, limit: float) -> float:
+    """Seconds until no backfilled block overlaps another. A real Prometheus holds records and raw
+    series in the same compacted blocks; dozens of small overlapping ones (promtool writes one per
+    rule) would slow every query that reads records, and merging them costs CPU that must not
+    overlap the measurements. Raises after `limit` seconds."""
+    started = time.monotonic()
+    while (left := overlapping_blocks(data)) and time.monotonic() - started < limit:
+        time.sleep(5)
+    if left:
+        raise RuntimeError(f"prometheus: {left} blocks still overlap after {limit:.0f} s")
+    return time.monotonic() - started
+
+
+def rule_times(prom: Prometheus) -> dict[str, tuple[float, float, str]]:
+    """{group: (evaluation seconds, interval seconds, last evaluation)} from Prometheus' /api/v1/rules."""
+    return {g["name"]: (g["evaluationTime"], g["interval"], g["lastEvaluation"]) for g in prom.rule_groups()}
+
+
+def vmalert_iteration_seconds(alert: VMAlert) -> dict[str, tuple[float, int]]:
+    """{group: (sum of evaluation seconds, evaluations)} from vmalert's own metrics."""
+    with urlopen(f"{alert.url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    out: dict[str, list[float]] = {}
+    for name, group, value in re.findall(
+            r'^vmalert_iteration_duration_seconds_(sum|count)\{[^}]*group="([^"]+)"[^}]*\} (\S+)$', text, re.M):
+        out.setdefault(group, [0.0, 0.0])[0 if name == "sum" else 1] = float(value)
+    return {g: (s, int(c)) for g, (s, c) in out.items()}
+
+
+def rfc3339(unix: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
+
+
+def log(message: str) -> None:
+    """Progress on stderr (the tables go to stdout)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def cpu_seconds(*pids: int) -> float:
+    """User + system CPU seconds used so far by these processes."""
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
+    result = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    if result.returncode != 0:
+        raise RuntimeError(f"{Path(cmd[0]).name} failed ({result.returncode}): {result.stderr[-2000:]}")
+    return result
+
+
+
+
+def series_seen(url: str, fleet: Fleet, job: str) -> int:
+    """How many of the fleet's series the server holds now: equal to the synthesised count when
+    the live scrape continues the history's series (a label only the scrape adds would double it)."""
+    names = "|".join(fleet.names())  # [a-z_:] only: nothing to escape
+    query = "count({__name__=~\"" + names + '", job="' + job + '"})'
+    data = http_get_json(f"{url}/api/v1/query?{urlencode({'query': query})}")
+    return int(float(data["data"]["result"][0]["value"][1])) if data["data"]["result"] else 0
+
+
+
+def watch_rule_groups(read, interval: float, cycles: int) -> dict[str, float]:
+    """The worst evaluation time of each group over `cycles` fresh evaluations."""
+    worst: dict[str, float] = {}
+    seen: dict[str, set[str]] = {}
+    deadline = time.monotonic() + interval * (cycles + 3) + 60
+    while time.monotonic() < deadline:
+        for group, (seconds, _, last) in read().items():
+            if last.startswith("0001"):
+                continue  # not evaluated yet
+            if last not in seen.setdefault(group, set()):
+                seen[group].add(last)
+                if len(seen[group]) > 1:  # the first evaluation after a (re)start warms caches
+                    worst[group] = max(worst.get(group, 0.0), seconds)
+        if seen and all(len(s) > cycles for s in seen.values()):
+            break
+        time.sleep(1)
+    return worst
+
+
+def watch_vmalert(alert: VMAlert, names: list[str], interval: float, cycles: int) -> dict[str, float]:
+    """The worst evaluation time of each group over `cycles` evaluations after the first: vmalert's
+    running sum and count, read often enough that each evaluation shows as its own increment."""
+    worst: dict[str, float] = {}
+    seen: dict[str, tuple[float, int]] = {}
+    evaluations: dict[str, int] = dict.fromkeys(names, 0)
+    deadline = time.monotonic() + interval * (cycles + 3) + 60
+    while time.monotonic() < deadline and not all(evaluations[n] > cycles for n in names):
+        for group, (total, count) in vmalert_iteration_seconds(alert).items():
+            before_total, before_count = seen.get(group, (0.0, 0))
+            if count > before_count:
+                if before_count:  # the first evaluation after the start warms caches
+                    worst[group] = max(worst.get(group, 0.0), (total - before_total) / (count - before_count))
+                evaluations[group] = evaluations.get(group, 0) + count - before_count
+                seen[group] = (total, count)
+        time.sleep(0.25)
+    return worst
+
+

@@ -71,6 +71,8 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=4, help="rule evaluations watched per backend")
     parser.add_argument("--repeat", type=int, default=3,
                         help="time each dashboard query (and its raw baseline) this many times, keep the fastest")
+    parser.add_argument("--concurrent-rules", action="store_true",
+                        help="also watch Prometheus' rule groups with --enable-feature=concurrent-rule-eval")
     parser.add_argument("--no-vm", action="store_true")
     parser.add_argument("--no-browser", action="store_true")
     parser.add_argument("--browser-max-pods", type=int, default=1000)
@@ -111,7 +113,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix="fleet-scale-") as tmp:
                 plan = Plan(pods, args.interval, args.history_minutes * 60, args.cycles,
                             not args.no_browser and pods <= args.browser_max_pods, Path(tmp), bundle, args.repeat,
-                            settle=not args.quick)
+                            settle=not args.quick, concurrent_rules=args.concurrent_rules)
                 # The history ends now, aligned to the interval; the live target continues from there.
                 plan.start = (int(time.time()) // plan.step) * plan.step - plan.history
                 live = LiveTarget(fleet, plan.start, bundle.job)

@@ -111,3 +111,48 @@ def test_each_query_and_its_baseline_keep_the_fastest_of_repeat(monkeypatch: pyt
     # is 1/3 s or faster, so every row kept the fastest of its three.
     assert all(row.seconds <= 1 / 3 for row in rows) and all(row.raw_seconds <= 1 / 3 for row in with_baseline)
     assert any(row.seconds == 1.0 for row in once)  # timed once: the first, slow timing stays
+
+
+def test_a_baseline_far_slower_than_its_panel_is_timed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A raw baseline more than RAW_DECIDED times slower than its panel's query is not repeated
+    (the verdict cannot change; at 5,000 pods one raw timing takes minutes); the panel's own
+    query still is."""
+    from fleet import dashboards
+    from fleet.bundle import Bundle
+
+    bundle = Bundle.load("exporter")
+    own_calls, baseline_calls = 0, 0
+
+    def fake_time_query(url: str, request, expr: str) -> tuple[float, int, str]:
+        nonlocal own_calls, baseline_calls
+        baseline = expr != request.expr
+        own_calls += not baseline
+        baseline_calls += baseline
+        return (10.0 if baseline else 1.0), 2, ""
+
+    monkeypatch.setattr(dashboards, "time_query", fake_time_query)
+    rows = dashboards.dashboard_load("http://127.0.0.1:9", 2e9, 15, bundle, repeat=3)
+    with_baseline = [row for row in rows if row.raw_seconds is not None]
+    assert with_baseline and all(row.raw_seconds == 10.0 for row in with_baseline)
+    assert own_calls == 3 * len(rows)
+    assert baseline_calls == len(with_baseline)  # each baseline once: 10 s > 3 x 1 s
+
+
+def test_overlapping_blocks_counts_every_block_inside_an_earlier_ones_span(tmp_path: Path) -> None:
+    """The compaction wait ends only when no block overlaps another: one long block and two small
+    ones inside it (a backfilled record block per rule) count 2, disjoint blocks 0."""
+    from fleet.servers import overlapping_blocks
+
+    def block(name: str, start: int, end: int) -> None:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "meta.json").write_text(json.dumps({"minTime": start, "maxTime": end}))
+
+    block("a", 0, 100)
+    block("b", 10, 20)
+    block("c", 30, 40)
+    assert overlapping_blocks(tmp_path) == 2
+    for name in ("b", "c"):
+        (tmp_path / name / "meta.json").unlink()
+        (tmp_path / name).rmdir()
+    block("d", 100, 200)  # Prometheus' ranges are half-open: touching is not overlapping
+    assert overlapping_blocks(tmp_path) == 0

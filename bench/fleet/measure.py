@@ -51,6 +51,7 @@ class Result:
     queries: list[QueryTime] = field(default_factory=list)
     draw_seconds: dict[str, float] = field(default_factory=dict)
     series_seen: int = 0  # the fleet's series the server held after its rules were watched
+    rule_groups_concurrent: dict[str, tuple[float, float]] = field(default_factory=dict)  # with concurrent-rule-eval
 
 
 @dataclass
@@ -66,6 +67,9 @@ class Plan:
     # Wait for Prometheus to merge the backfilled blocks before measuring (its compaction loop runs
     # once a minute); --quick checks the path, not the figures, and skips the wait.
     settle: bool = True
+    # Also watch the rule groups with Prometheus' concurrent rule evaluation (a feature flag in 3.x:
+    # rules of a group that read no other rule of it run in parallel), after everything else.
+    concurrent_rules: bool = False
     start: int = 0  # the history's first second (unix)
 
     @property
@@ -127,6 +131,13 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
                 result.draw_seconds = browser_draw(prom.url, time.time(), plan.step, work, plan.bundle.dashboards)
             except (RuntimeError, subprocess.SubprocessError, OSError, KeyError) as error:
                 log(f"browser: {error}")  # the table shows no draw time; the other figures stand
+        if plan.concurrent_rules:
+            prom.stop()
+            prom = prometheus3(data, live, plan.step, plan.bundle.rule_files, features=("concurrent-rule-eval",))
+            prom.start(timeout=900)
+            log("prometheus: restarted with concurrent-rule-eval; watching rule evaluations")
+            worst = watch_rule_groups(lambda: rule_times(prom), max(intervals.values()), plan.cycles)
+            result.rule_groups_concurrent = {g: (s, intervals[g]) for g, s in worst.items()}
         return result
     finally:
         prom.stop()

@@ -46,6 +46,8 @@ def summary(result: Result) -> dict[str, Any]:
             "rule_groups": {g: {"seconds": s, "interval": i, "share": s / i}
                             for g, (s, i) in result.rule_groups.items()},
             "rules_total_share": sum(s / i for s, i in result.rule_groups.values()),
+            "rule_groups_concurrent": {g: {"seconds": s, "interval": i, "share": s / i}
+                                       for g, (s, i) in result.rule_groups_concurrent.items()},
             "worst_group": worst_group[0], "dashboards": dashboards,
             "queries": [vars(q) for q in result.queries]}
 
@@ -75,6 +77,12 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         groups = sorted(r["rule_groups"].items())
         print(f"  {r['pods']:>6} pods: " + ", ".join(f"{g.removeprefix('vllm-spec-decode')} {v['seconds']:.3f}s "
                                                    f"({v['share'] * 100:.2f}%)" for g, v in groups))
+    for r in rows:
+        if r.get("rule_groups_concurrent"):
+            groups = sorted(r["rule_groups_concurrent"].items())
+            shares = (f"{g.removeprefix('vllm-spec-decode')} {v['seconds']:.3f}s ({v['share'] * 100:.2f}%)"
+                      for g, v in groups)
+            print(f"  {r['pods']:>6} pods, concurrent-rule-eval: " + ", ".join(shares))
     print("slowest panel / most series per dashboard:")
     for r in rows:
         for name, d in sorted(r["dashboards"].items()):

@@ -22,7 +22,8 @@ from vllm_spec_lab.monitoring import Prometheus, http_get_json
 from vllm_spec_lab.victoria import VictoriaMetrics, VMAlert
 
 
-def prometheus3(data: Path, live: LiveTarget, step: int, rule_files: Iterable[Path]) -> Prometheus:
+def prometheus3(data: Path, live: LiveTarget, step: int, rule_files: Iterable[Path],
+                features: tuple[str, ...] = ()) -> Prometheus:
     """Prometheus on a data folder that survives a restart (backfilled blocks), scraping the live
     target and evaluating the generated rules; limits raised for 5,000 pods' raw baseline queries and
     promtool's rule backfill (a range query per rule over the whole history: at 1,000 pods on a
@@ -30,7 +31,7 @@ def prometheus3(data: Path, live: LiveTarget, step: int, rule_files: Iterable[Pa
     return Prometheus(rule_files=rule_files, scrape_interval=f"{step}s", evaluation_interval=f"{step}s",
                       scrape_configs=[live.scrape_config(step)], data_path=data,
                       extra_args=["--storage.tsdb.retention.time=30d", "--query.max-samples=500000000",
-                                  "--query.timeout=1h"])
+                                  "--query.timeout=1h", *(f"--enable-feature={f}" for f in features)])
 
 
 def victoria_metrics(data: Path, live: LiveTarget, step: int) -> VictoriaMetrics:

@@ -74,6 +74,7 @@ def main() -> None:
     parser.add_argument("--concurrent-rules", action="store_true",
                         help="also watch Prometheus' rule groups with --enable-feature=concurrent-rule-eval")
     parser.add_argument("--no-vm", action="store_true")
+    parser.add_argument("--no-prometheus", action="store_true", help="VictoriaMetrics only")
     parser.add_argument("--no-browser", action="store_true")
     parser.add_argument("--browser-max-pods", type=int, default=1000)
     parser.add_argument("--json", type=Path, help="write the summaries here")
@@ -118,7 +119,8 @@ def main() -> None:
                 plan.start = (int(time.time()) // plan.step) * plan.step - plan.history
                 live = LiveTarget(fleet, plan.start, bundle.job)
                 try:
-                    keep("prometheus", measure_prometheus(fleet, plan, live))
+                    if not args.no_prometheus:
+                        keep("prometheus", measure_prometheus(fleet, plan, live))
                     if not args.no_vm:
                         plan.start = (int(time.time()) // plan.step) * plan.step - plan.history
                         live.start = plan.start

@@ -18,8 +18,6 @@ from support.prom import require_binary
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab.binaries import TESTING_BIN_DIR
 
-pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # the quick benches start Prometheus
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))  # bench/fleet, the fleet bench's parts
 
@@ -47,6 +45,8 @@ def check_row(row: dict[str, Any], source: str, series_per_pod: tuple[float, flo
     assert row["series"] == round(row["series_per_pod"] * 100)
     # The live scrape continues the history's series: the same label sets, not a second copy.
     assert row["series_seen"] == row["series"], (backend, row["series_seen"], row["series"])
+    # ... and the live scrape reached every one of them (a sample after the history's end).
+    assert row["series_live"] == row["series"], (backend, row["series_live"], row["series"])
     # Stored series: the synthesised ones plus the records, alerts' and scrape bookkeeping.
     assert row["head_series"] > row["series"], (row["head_series"], row["series"])
     assert 0 < row["rss_mb"] < 4000
@@ -71,6 +71,8 @@ def check_row(row: dict[str, Any], source: str, series_per_pod: tuple[float, flo
     assert not crowd, (backend, crowd)
 
 
+@pytest.mark.prometheus
+@pytest.mark.server
 def test_quick_fleet_tables_are_sane(tmp_path: Path) -> None:
     summaries = run_quick(tmp_path)
     for backend in ("prometheus", "victoriametrics"):
@@ -78,6 +80,8 @@ def test_quick_fleet_tables_are_sane(tmp_path: Path) -> None:
         check_row(row, "exporter", (40, 200))
 
 
+@pytest.mark.prometheus
+@pytest.mark.server
 def test_quick_direct_bundle_on_prometheus(tmp_path: Path) -> None:
     """The direct bundle reads vLLM's own series: 11 a (model, engine) pair (8 families, 4 positions)."""
     summaries = run_quick(tmp_path, "--source", "direct", "--no-vm")

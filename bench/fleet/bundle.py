@@ -84,8 +84,6 @@ def _job(selector: str) -> str:
     return match.group(1)
 
 
-
-
 # --- Records expanded into raw PromQL ------------------------------------------------------------
 
 

@@ -23,6 +23,9 @@ from vllm_spec_lab.monitoring import http_get_json
 
 @dataclass
 class QueryTime:
+    """One panel target's timing: its own query (fastest of the repeats) and, when it reads a
+    recording rule, the raw baseline's; an error in any repeat is kept."""
+
     dashboard: str
     panel: str
     seconds: float
@@ -31,6 +34,7 @@ class QueryTime:
     error: str = ""
     raw_error: str = ""  # the raw baseline query's error (the panel's own query ran)
     panel_type: str = ""  # timeseries, stat, table, ...: a table lists every server on purpose
+    raw_timings: int = 0  # how many times the raw baseline was timed (fewer than --repeat: RAW_DECIDED)
 
 
 def time_query(url: str, request: grafana_render.GrafanaRequest, expr: str) -> tuple[float, int, str]:
@@ -46,13 +50,19 @@ def time_query(url: str, request: grafana_render.GrafanaRequest, expr: str) -> t
             data = json.loads(response.read())
     except HTTPError as error:  # a rejected query: 400 / 422 with the reason in the body
         data = {"status": "error", "error": f"{error.code} {error.read().decode(errors='replace')}"}
+    except OSError as error:  # a timeout (300 s) or a dropped connection: this query's error, not the run's
+        data = {"status": "error", "error": f"{type(error).__name__}: {error}"}
     elapsed = time.perf_counter() - started
     if data.get("status") != "success":
         return elapsed, 0, str(data.get("error", "failed"))[-300:]  # the reason ends the message
     return elapsed, len(data["data"]["result"]), ""
 
 
-RAW_DECIDED = 3.0  # a raw baseline this many times slower than its panel is timed no more
+# A raw baseline that took at least RAW_DECIDED_SECONDS and RAW_DECIDED times its panel's query of
+# the same round (back to back) is timed no more: the verdict is decided, and at 5,000 pods one raw
+# timing can take minutes. Both conditions: a load burst on one short timing decides nothing.
+RAW_DECIDED = 3.0
+RAW_DECIDED_SECONDS = 10.0
 
 
 def dashboard_load(url: str, end: float, scrape_interval: int, bundle: Bundle, repeat: int = 1) -> list[QueryTime]:
@@ -61,9 +71,8 @@ def dashboard_load(url: str, end: float, scrape_interval: int, bundle: Bundle, r
     Each is timed `repeat` times, the panel's query and its baseline in turn, and the fastest kept:
     one timing on a shared machine measures whatever else ran in that second as much as the query
     (neither server caches results here: Prometheus has no result cache, and the lab starts
-    VictoriaMetrics with -search.disableCache). A baseline already RAW_DECIDED times slower than the
-    panel's fastest is not timed again: the comparison is decided, and at 5,000 pods one raw
-    timing can take minutes."""
+    VictoriaMetrics with -search.disableCache). A baseline far slower than its panel in one round is
+    not timed again (RAW_DECIDED); each row says how many raw timings it kept."""
     exprs = record_exprs(bundle)
     out = []
     for name, model in bundle.dashboards.items():
@@ -72,16 +81,18 @@ def dashboard_load(url: str, end: float, scrape_interval: int, bundle: Bundle, r
                 request = grafana_render.grafana_request(panel, target, end - 3600, end, scrape_interval)
                 raw = expand_records(request.expr, exprs.__getitem__)
                 timed, raw_timed = [], []  # (seconds, series, error) of each repeat
+                decided = raw == request.expr  # no baseline: nothing to time
                 for _ in range(max(1, repeat)):
                     timed.append(time_query(url, request, request.expr))
-                    decided = raw_timed and min(s for s, _, _ in raw_timed) > RAW_DECIDED * min(s for s, _, _ in timed)
-                    if raw != request.expr and not decided:
+                    if not decided:
                         raw_timed.append(time_query(url, request, raw))
+                        (seconds, _, _), (raw_seconds, _, _) = timed[-1], raw_timed[-1]
+                        decided = raw_seconds >= max(RAW_DECIDED_SECONDS, RAW_DECIDED * seconds)
                 error = next((e for _, _, e in timed if e), "")  # any failure stays
                 raw_error = next((e for _, _, e in raw_timed if e), "")
                 raw_seconds = min(s for s, _, _ in raw_timed) if raw_timed and not raw_error else None
                 out.append(QueryTime(name, panel.get("title", ""), min(s for s, _, _ in timed), timed[0][1],
-                                     raw_seconds, error, raw_error, panel.get("type", "")))
+                                     raw_seconds, error, raw_error, panel.get("type", ""), len(raw_timed)))
     return out
 
 

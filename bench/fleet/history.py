@@ -87,11 +87,12 @@ class LiveTarget:
     def scrape_config(self, interval: int) -> dict[str, Any]:
         # Each shard's path is a target label that starts with "__", so it never reaches the
         # series: a visible shard label would make the live series differ from the history's and
-        # double every series (and every rule's work) where the two meet.
+        # double every series (and every rule's work) where the two meet. Each target has its own
+        # instance (its `up` and scrape_* series); honor_labels keeps every pod's own.
         return {"job_name": self.job, "honor_labels": True, "scrape_interval": f"{interval}s",
                 "scrape_timeout": f"{interval}s",
                 "static_configs": [{"targets": [f"127.0.0.1:{self.port}"],
-                                    "labels": {"__metrics_path__": f"/metrics/{s}"}}
+                                    "labels": {"__metrics_path__": f"/metrics/{s}", "instance": f"shard-{s}"}}
                                    for s in self.fleet.per_shard]}
 
     def stop(self) -> None:

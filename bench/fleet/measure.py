@@ -38,6 +38,8 @@ from vllm_spec_lab.victoria import VMAlert
 
 @dataclass
 class Result:
+    """What one (backend, bundle, fleet size) measured. Figures only; `report` shapes them."""
+
     backend: str
     source: str  # the bundle: exporter or direct
     pods: int
@@ -51,11 +53,15 @@ class Result:
     queries: list[QueryTime] = field(default_factory=list)
     draw_seconds: dict[str, float] = field(default_factory=dict)
     series_seen: int = 0  # the fleet's series the server held after its rules were watched
+    series_live: int = 0  # of those, the ones the live scrape had reached (a sample after the history)
+    compaction_seconds: float = 0.0  # Prometheus merging the backfilled blocks (not measured meanwhile)
     rule_groups_concurrent: dict[str, tuple[float, float]] = field(default_factory=dict)  # with concurrent-rule-eval
 
 
 @dataclass
 class Plan:
+    """What to measure: one fleet size on one bundle, and how."""
+
     pods: int
     step: int  # scrape and evaluation interval, seconds
     history: int  # seconds of backfilled history
@@ -110,9 +116,11 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
             shutil.move(str(block), data / block.name)
         prom = prometheus3(data, live, plan.step, plan.bundle.rule_files)
         prom.start(timeout=900)
+        compaction = 0.0
         if plan.settle:
             log("prometheus: restarted with the records; waiting for their blocks to be compacted")
-            log(f"prometheus: compacted in {wait_for_compaction(data, 3600):.0f} s")
+            compaction = wait_for_compaction(data, 3600, lambda: prom.proc is not None and prom.proc.running())
+            log(f"prometheus: compacted in {compaction:.0f} s")
         log("prometheus: watching rule evaluations")
         assert prom.proc is not None
         cpu, wall = cpu_seconds(prom.proc.pid), time.monotonic()
@@ -123,7 +131,9 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
         result = Result("Prometheus 3", plan.bundle.source, fleet.pods, len(fleet.series), fleet.series_per_pod,
                         prom.head_series(), rss_mb(prom.proc.pid), load, cores,
                         {g: (s, intervals[g]) for g, s in worst.items()})
+        result.compaction_seconds = compaction
         result.series_seen = series_seen(prom.url, fleet, plan.bundle.job)
+        result.series_live = series_seen(prom.url, fleet, plan.bundle.job, after=plan.end)
         result.queries = dashboard_load(prom.url, time.time(), plan.step, plan.bundle, plan.repeat)
         if plan.browser:
             log("prometheus: drawing the dashboards in the browser")
@@ -163,14 +173,18 @@ def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget) -> Resul
         urlopen(f"{vm.url}/internal/force_flush", timeout=600).read()
         load = time.perf_counter() - started
         log(f"victoriametrics: history imported in {load:.0f} s; replaying the records")
-        run([str(BIN / "vmalert"), f"-datasource.url={vm.url}", f"-remoteWrite.url={vm.url}",
+        replay = run([str(BIN / "vmalert"), f"-datasource.url={vm.url}", f"-remoteWrite.url={vm.url}",
              f"-rule={expanded_rules_file(work / 'expanded.yaml', plan.bundle)}", f"-evaluationInterval={plan.step}s",
              "-rule.evalDelay=0s", f"-replay.timeFrom={rfc3339(plan.start)}", f"-replay.timeTo={rfc3339(plan.end)}",
              "-replay.disableProgressBar", "-replay.rulesDelay=0s",  # no chained records: all expanded
              # VictoriaMetrics answers the replay's queries and ingests its output at once: at 1,000
-             # pods the default 30 s of send timeout and retries dropped 2 M samples.
+             # pods the default 30 s of send timeout and retries dropped 2 M samples; at 5,000 batches of
+             # 10,000 series x 1,000 samples were refused outright.
              "-remoteWrite.sendTimeout=5m", "-remoteWrite.retryMaxTime=30m", "-remoteWrite.maxQueueSize=5000000",
+             "-remoteWrite.maxBatchSize=1000",  # series a request, each with up to 1,000 replayed samples
              "-loggerLevel=ERROR", "-httpListenAddr=127.0.0.1:0"], timeout=3600)
+        if "dropping" in replay.stderr:  # vmalert logs a lost remote-write batch at ERROR and goes on
+            raise RuntimeError(f"vmalert replay lost records: {replay.stderr[-500:]}")
         urlopen(f"{vm.url}/internal/force_flush", timeout=600).read()
         alert = VMAlert(vm.url, plan.bundle.rule_files, evaluation_interval=f"{plan.step}s",
                         extra_args=["-loggerLevel=ERROR"])
@@ -185,6 +199,7 @@ def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget) -> Resul
                         series, rss_mb(vm.proc.pid) + rss_mb(alert.proc.pid), load, cores,
                         {g: (seconds, intervals[g]) for g, seconds in groups.items()})
         result.series_seen = series_seen(vm.url, fleet, plan.bundle.job)
+        result.series_live = series_seen(vm.url, fleet, plan.bundle.job, after=plan.end)
         result.queries = dashboard_load(vm.url, time.time(), plan.step, plan.bundle, plan.repeat)
         return result
     finally:

@@ -41,7 +41,8 @@ def summary(result: Result) -> dict[str, Any]:
     worst_group = max(result.rule_groups.items(), key=lambda kv: kv[1][0] / kv[1][1], default=("", (0.0, 1.0)))
     return {"backend": result.backend, "source": result.source, "pods": result.pods, "series": result.series,
             "series_per_pod": result.series_per_pod, "head_series": result.head_series, "rss_mb": result.rss_mb,
-            "series_seen": result.series_seen,
+            "series_seen": result.series_seen, "series_live": result.series_live,
+            "compaction_seconds": result.compaction_seconds,
             "load_seconds": result.load_seconds, "cpu_cores": result.cpu_cores,
             "rule_groups": {g: {"seconds": s, "interval": i, "share": s / i}
                             for g, (s, i) in result.rule_groups.items()},
@@ -92,7 +93,6 @@ def print_table(rows: list[dict[str, Any]]) -> None:
                       f"records slower than raw in {d['rec_slower']} of {d['record_queries']} queries (worst "
                       f"×{d['worst_rec_over_raw']:.2f}, {d['worst_rec_over_raw_panel']!r}), "
                       f"{d['raw_errors']} raw baseline errors")
-
 
 
 def load_average() -> str:

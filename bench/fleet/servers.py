@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -42,10 +42,20 @@ def victoria_metrics(data: Path, live: LiveTarget, step: int) -> VictoriaMetrics
 
 
 def overlapping_blocks(data: Path) -> int:
-    """How many of the TSDB's blocks overlap another in time (backfilled blocks do until
-    Prometheus' vertical compaction merges them)."""
-    spans = sorted((meta["minTime"], meta["maxTime"]) for meta in
-                   (json.loads(p.read_text()) for p in data.glob("*/meta.json")))
+    """How many of the TSDB's blocks start inside the span of an earlier one (backfilled blocks do
+    until Prometheus' vertical compaction merges them; maxTime is exclusive). Blocks being written
+    or deleted (`*.tmp-for-creation`, `*.tmp-for-deletion`) are not counted, nor one deleted while
+    this reads."""
+    spans = []
+    for meta in data.glob("*/meta.json"):
+        if ".tmp" in meta.parent.name:
+            continue
+        try:
+            block = json.loads(meta.read_text())
+        except FileNotFoundError:
+            continue
+        spans.append((block["minTime"], block["maxTime"]))
+    spans.sort()
     overlapping, reach = 0, None  # reach: the latest end of the blocks before
     for start, end in spans:
         overlapping += reach is not None and start < reach
@@ -53,13 +63,15 @@ def overlapping_blocks(data: Path) -> int:
     return overlapping
 
 
-def wait_for_compaction(data: Path, limit: float) -> float:
+def wait_for_compaction(data: Path, limit: float, alive: Callable[[], bool]) -> float:
     """Seconds until no backfilled block overlaps another. A real Prometheus holds records and raw
     series in the same compacted blocks; dozens of small overlapping ones (promtool writes one per
     rule) would slow every query that reads records, and merging them costs CPU that must not
-    overlap the measurements. Raises after `limit` seconds."""
+    overlap the measurements. Raises after `limit` seconds, or when the server is gone."""
     started = time.monotonic()
     while (left := overlapping_blocks(data)) and time.monotonic() - started < limit:
+        if not alive():
+            raise RuntimeError("prometheus: exited while compacting the backfilled blocks")
         time.sleep(5)
     if left:
         raise RuntimeError(f"prometheus: {left} blocks still overlap after {limit:.0f} s")
@@ -114,16 +126,20 @@ def run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
     return result
 
 
-
-
-def series_seen(url: str, fleet: Fleet, job: str) -> int:
+def series_seen(url: str, fleet: Fleet, job: str, after: float | None = None) -> int:
     """How many of the fleet's series the server holds now: equal to the synthesised count when
-    the live scrape continues the history's series (a label only the scrape adds would double it)."""
-    names = "|".join(fleet.names())  # [a-z_:] only: nothing to escape
-    query = "count({__name__=~\"" + names + '", job="' + job + '"})'
-    data = http_get_json(f"{url}/api/v1/query?{urlencode({'query': query})}")
-    return int(float(data["data"]["result"][0]["value"][1])) if data["data"]["result"] else 0
+    the live scrape continues the history's series (a label only the scrape adds would double it).
+    With `after` (unix seconds), only those with a sample newer than that: the live scrape's
+    (one query a family: timestamp() drops the name, and both servers refuse a result in which
+    two families' series would then collide)."""
+    def count(query: str) -> int:
+        data = http_get_json(f"{url}/api/v1/query?{urlencode({'query': query})}")
+        return int(float(data["data"]["result"][0]["value"][1])) if data["data"]["result"] else 0
 
+    if after is None:
+        names = "|".join(fleet.names())  # [a-z_:] only: nothing to escape
+        return count("count({__name__=~\"" + names + '", job="' + job + '"})')
+    return sum(count(f'count(timestamp({{__name__="{name}", job="{job}"}}) > {after:.0f})') for name in fleet.names())
 
 
 def watch_rule_groups(read, interval: float, cycles: int) -> dict[str, float]:

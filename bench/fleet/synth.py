@@ -127,7 +127,6 @@ class Fleet:
         return sorted({text.split("{", 1)[0] for text, _, _ in self.series})
 
 
-
 def template_series(bundle: Bundle, models: int, engines: int) -> list[TemplateSeries]:
     """One pod's series for the bundle's source, with `models` x `engines` (model, engine) pairs."""
     return exporter_series(models, engines) if bundle.source == "exporter" else vllm_series(models, engines)

@@ -18,7 +18,6 @@ from urllib.request import urlopen
 from fleet.bundle import Bundle, expand_records, record_exprs
 from fleet.servers import log
 from vllm_spec_lab import grafana_render
-from vllm_spec_lab.monitoring import http_get_json
 
 
 @dataclass
@@ -106,7 +105,8 @@ def browser_draw(url: str, end: float, scrape_interval: int, workdir: Path,
     for name, model in dashboards.items():
         results = {}
         for panel in grafana_render.dashboard_files.iter_panels(model):
-            results[str(panel["id"])] = [_renderer_result(url, panel, t, start, end, scrape_interval)
+            results[str(panel["id"])] = [grafana_render.grafana_query(url, panel, t, start, end, scrape_interval,
+                                                                      timeout=300)
                                          for t in panel["targets"]]
         file_name = name.replace("@", "-at-")
         shots.append(grafana_render.Shot(file_name, model, start, end, results, workdir / f"{file_name}.png"))
@@ -120,20 +120,4 @@ def browser_draw(url: str, end: float, scrape_interval: int, workdir: Path,
         draw_ms = json.loads(report.read_text()).get("drawMs") if report.exists() else None
         out[name] = draw_ms / 1000 if draw_ms is not None else math.inf  # not drawn within 60 s
     return out
-
-
-def _renderer_result(url: str, panel: dict, target: dict, start: float, end: float, scrape: int) -> dict:
-    request = grafana_render.grafana_request(panel, target, start, end, scrape)
-    if request.instant:
-        params = {"query": request.expr, "time": end}
-        data = http_get_json(f"{url}/api/v1/query?{urlencode(params)}", timeout=300)
-    else:
-        params = {"query": request.expr, "start": request.start, "end": request.end, "step": request.step}
-        data = http_get_json(f"{url}/api/v1/query_range?{urlencode(params)}", timeout=300)
-    out = {"refId": target["refId"], "expr": request.expr, "stepSeconds": request.step,
-           "legendFormat": target.get("legendFormat", ""), "format": target.get("format", "time_series")}
-    if data.get("status") != "success":
-        return {**out, "resultType": "vector", "result": [], "error": data.get("error", "query failed")}
-    return {**out, "resultType": data["data"]["resultType"], "result": data["data"]["result"]}
-
 

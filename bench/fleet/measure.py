@@ -32,7 +32,7 @@ from fleet.servers import (
 )
 from fleet.synth import Fleet
 from vllm_spec_lab.binaries import TESTING_BIN_DIR as BIN
-from vllm_spec_lab.monitoring import http_get_json
+from vllm_spec_lab.monitoring import Prometheus, http_get_json
 from vllm_spec_lab.victoria import VMAlert
 
 
@@ -123,14 +123,19 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
             log(f"prometheus: compacted in {compaction:.0f} s")
         log("prometheus: watching rule evaluations")
         assert prom.proc is not None
-        cpu, wall = cpu_seconds(prom.proc.pid), time.monotonic()
         intervals = plan.bundle.group_intervals(plan.step)
-        worst = watch_rule_groups(lambda: rule_times(prom), max(intervals.values()), plan.cycles)
+
+        def watch(server: Prometheus) -> dict[str, tuple[float, float]]:
+            """{group: (worst evaluation s, interval s)} over the plan's cycles."""
+            worst = watch_rule_groups(lambda: rule_times(server), max(intervals.values()), plan.cycles)
+            return {g: (s, intervals[g]) for g, s in worst.items()}
+
+        cpu, wall = cpu_seconds(prom.proc.pid), time.monotonic()
+        rule_groups = watch(prom)
         cores = (cpu_seconds(prom.proc.pid) - cpu) / (time.monotonic() - wall)
         log("prometheus: dashboards")
         result = Result("Prometheus 3", plan.bundle.source, fleet.pods, len(fleet.series), fleet.series_per_pod,
-                        prom.head_series(), rss_mb(prom.proc.pid), load, cores,
-                        {g: (s, intervals[g]) for g, s in worst.items()})
+                        prom.head_series(), rss_mb(prom.proc.pid), load, cores, rule_groups)
         result.compaction_seconds = compaction
         result.series_seen = series_seen(prom.url, fleet, plan.bundle.job)
         result.series_live = series_seen(prom.url, fleet, plan.bundle.job, after=plan.end)
@@ -146,8 +151,7 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
             prom = prometheus3(data, live, plan.step, plan.bundle.rule_files, features=("concurrent-rule-eval",))
             prom.start(timeout=900)
             log("prometheus: restarted with concurrent-rule-eval; watching rule evaluations")
-            worst = watch_rule_groups(lambda: rule_times(prom), max(intervals.values()), plan.cycles)
-            result.rule_groups_concurrent = {g: (s, intervals[g]) for g, s in worst.items()}
+            result.rule_groups_concurrent = watch(prom)
         return result
     finally:
         prom.stop()

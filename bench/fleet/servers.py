@@ -129,17 +129,16 @@ def run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
 def series_seen(url: str, fleet: Fleet, job: str, after: float | None = None) -> int:
     """How many of the fleet's series the server holds now: equal to the synthesised count when
     the live scrape continues the history's series (a label only the scrape adds would double it).
-    With `after` (unix seconds), only those with a sample newer than that: the live scrape's
-    (one query a family: timestamp() drops the name, and both servers refuse a result in which
-    two families' series would then collide)."""
-    def count(query: str) -> int:
-        data = http_get_json(f"{url}/api/v1/query?{urlencode({'query': query})}")
-        return int(float(data["data"]["result"][0]["value"][1])) if data["data"]["result"] else 0
-
-    if after is None:
-        names = "|".join(fleet.names())  # [a-z_:] only: nothing to escape
-        return count("count({__name__=~\"" + names + '", job="' + job + '"})')
-    return sum(count(f'count(timestamp({{__name__="{name}", job="{job}"}}) > {after:.0f})') for name in fleet.names())
+    With `after` (unix seconds), only those with a sample newer than that: the live scrape's.
+    One query a family: timestamp() drops the name, and both servers refuse a result in which two
+    families' series would then collide."""
+    total = 0
+    for name in fleet.names():
+        selector = f'{{__name__="{name}", job="{job}"}}'
+        query = f"count({selector})" if after is None else f"count(timestamp({selector}) > {after:.0f})"
+        result = http_get_json(f"{url}/api/v1/query?{urlencode({'query': query})}")["data"]["result"]
+        total += int(float(result[0]["value"][1])) if result else 0
+    return total
 
 
 def watch_rule_groups(read, interval: float, cycles: int) -> dict[str, float]:

@@ -34,7 +34,7 @@ from vllm_spec_lab import processes
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.fakes.badtarget import BadTarget
 from vllm_spec_lab.grafana_query import expand_variables
-from vllm_spec_lab.monitoring import Prometheus, http_get_json, wait_until
+from vllm_spec_lab.monitoring import LOCAL_API_TIMEOUT_SECONDS, Prometheus, http_get_json, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 RENDERER = REPO / "tools" / "grafana-render"
@@ -124,15 +124,17 @@ def grafana_request(panel: dict, target: dict, start: float, end: float,
                           rate_interval)
 
 
-def grafana_query(prom_url: str, panel: dict, target: dict, start: float, end: float) -> dict[str, Any]:
+def grafana_query(prom_url: str, panel: dict, target: dict, start: float, end: float,
+                  scrape_interval: float = SCRAPE_INTERVAL_SECONDS,
+                  timeout: float = LOCAL_API_TIMEOUT_SECONDS) -> dict[str, Any]:
     """One target's result in the form the renderer reads (tools/grafana-render/src/frames.ts)."""
-    request = grafana_request(panel, target, start, end)
+    request = grafana_request(panel, target, start, end, scrape_interval)
     if request.instant:
         params = {"query": request.expr, "time": end}
-        data = http_get_json(f"{prom_url}/api/v1/query?{urlencode(params)}")
+        data = http_get_json(f"{prom_url}/api/v1/query?{urlencode(params)}", timeout)
     else:
         params = {"query": request.expr, "start": request.start, "end": request.end, "step": request.step}
-        data = http_get_json(f"{prom_url}/api/v1/query_range?{urlencode(params)}")
+        data = http_get_json(f"{prom_url}/api/v1/query_range?{urlencode(params)}", timeout)
     out = {"refId": target["refId"], "expr": request.expr, "stepSeconds": request.step,
            "legendFormat": target.get("legendFormat", ""), "format": target.get("format", "time_series")}
     if data.get("status") != "success":

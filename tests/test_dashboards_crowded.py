@@ -5,7 +5,10 @@ lines per panel at 1,000 pods before)."""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
+from urllib.request import Request, urlopen
 
 import pytest
 import yaml
@@ -14,6 +17,7 @@ from support.prom import require_binary, run_tool
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.promql import Queries
 from vllm_spec_lab.monitoring import PROMTOOL_BIN
+from vllm_spec_lab.victoria import VictoriaMetrics
 
 pytestmark = pytest.mark.prometheus
 
@@ -77,3 +81,27 @@ def _claim_all(tmp_path: Path, cfg: MixinConfig) -> None:
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(test))
     result = run_tool([require_binary(PROMTOOL_BIN), "test", "rules", "test.yaml"], cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.server
+def test_victoriametrics_ranks_records_younger_than_its_default_step() -> None:
+    """On VictoriaMetrics an instant query's subquery defaults to a 5-minute step, aligned: with
+    the series only 2 minutes old at the query time, that one point held nothing, the ranking
+    was empty, and a 5,000-pod fleet's panel drew every server (bench/fleet_scale.py, 5,000 pods).
+    The query as Grafana sends it (instant, no step) must still pick the worst and best few."""
+    cfg = MixinConfig()
+    servers = 60
+    end = (int(time.time()) // 300) * 300 - 150  # 2.5 minutes past a 5-minute boundary, in the past
+    stamps = [(end - 120 + 15 * i) * 1000 for i in range(9)]  # samples from 2 minutes before
+    lines = "".join(json.dumps({"metric": {"__name__": "acceptance", "instance": f"s{i:02d}"},
+                                "values": [i / 100] * len(stamps), "timestamps": stamps}) + "\n"
+                    for i in range(servers))
+    expr = Queries(cfg).crowded(EXPR.replace("$instance", ".+"))
+    with VictoriaMetrics() as vm:
+        urlopen(Request(f"{vm.url}/api/v1/import", data=lines.encode(), method="POST"), timeout=30).read()
+        urlopen(f"{vm.url}/internal/force_flush", timeout=30).read()
+        whole = vm.query("acceptance", at=end)
+        shown = vm.query(expr, at=end)
+    assert len(whole) == servers  # the data is there
+    assert sorted(s["metric"]["instance"] for s in shown) == [
+        f"s{i:02d}" for i in (*range(cfg.panel_worst_k), *range(servers - cfg.panel_best_k, servers))]

@@ -285,10 +285,14 @@ class Queries:
 
         The ranking reads `expr` at the range's end only (`@ end()`: evaluated once per query), so
         the query costs about twice `expr` alone (bench/fleet_scale.py: ranking at every step and
-        counting at every step cost 3-4 times, and picked 44 different servers of 100 in an hour)."""
+        counting at every step cost 3-4 times, and picked 44 different servers of 100 in an hour).
+        The subquery's step is the evaluation interval, explicitly: MetricsQL defaults it to the
+        query's, 5 minutes for an instant query, aligned, so the window held one point that could
+        fall before the latest records, and an empty ranking drew every server (5,000 series)."""
         cfg = self.cfg
         worst, best = ("topk", "bottomk") if high_is_bad else ("bottomk", "topk")
-        latest = f"last_over_time(({expr})[{CROWDED_RANK_WINDOW}:] @ end())"
+        step = cfg.windows.evaluation_interval
+        latest = f"last_over_time(({expr})[{CROWDED_RANK_WINDOW}:{step}] @ end())"
         picked = f"{worst}({cfg.panel_worst_k}, {latest})"
         if cfg.panel_best_k:
             picked += f" or {best}({cfg.panel_best_k}, {latest})"

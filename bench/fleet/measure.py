@@ -86,15 +86,18 @@ class Plan:
 
 def catch_up(load: Callable[[int, int], None], start: int, end: int, step: int) -> int:
     """load(start, end), then load the time that passed meanwhile, until less than two steps are
-    left; returns the end loaded. At 5,000 pods a backfill or a replay takes 10-15 minutes: without
-    this, a dashboard's last hour held that gap (a quarter of the samples missing, only in the
-    records when the replay made it: an unfair comparison with the raw baseline), and a ranking
-    over the last 5 minutes could find no record at all."""
+    left (the 5-minute lookback covers those and the server's start); returns the end loaded. At
+    5,000 pods a backfill or a replay takes 10-15 minutes: without this, a dashboard's last hour
+    held that gap (a quarter of the samples missing, only in the records when the replay made it:
+    an unfair comparison with the raw baseline), and a ranking over the last 5 minutes could find
+    no record at all."""
     while True:
         load(start, end)
         now = int(time.time()) // step * step
         if now - end < 2 * step:
             return end
+        if now - end >= end - start:  # loading runs slower than time passes: it would never end
+            raise RuntimeError(f"loading {end - start} s of history took longer than that; the gap cannot close")
         start, end = end, now
 
 
@@ -158,7 +161,7 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
                         prom.head_series(), rss_mb(prom.proc.pid), load, cores, rule_groups)
         result.compaction_seconds = compaction
         result.series_seen = series_seen(prom.url, fleet, plan.bundle.job)
-        result.series_live = series_seen(prom.url, fleet, plan.bundle.job, after=plan.end)
+        result.series_live = series_seen(prom.url, fleet, plan.bundle.job, after=end)
         result.queries = dashboard_load(prom.url, time.time(), plan.step, plan.bundle, plan.repeat)
         if plan.browser:
             log("prometheus: drawing the dashboards in the browser")

@@ -20,6 +20,7 @@ from vllm_spec_exporter.mixin import (
     alert_rules,
     alertmanager,
     config,
+    fleet_records,
     generate,
     recording_rules,
     rule_files,
@@ -174,7 +175,8 @@ def test_recording_rule_names_and_inputs(root: str) -> None:
     recorded = [r["record"] for g in _groups(root + rule_files.RULES_FILE) for r in g["rules"]]
     assert len(recorded) == len(set(recorded))
     # Per-rate records: the source layer's and the per-server/fleet ones built on it.
-    dashboard_records = {r["record"] for r in (*recording_rules.recording_rules(DEFAULT), *sources.rate_rules(DEFAULT))}
+    dashboard_records = {r["record"] for r in (*recording_rules.recording_rules(DEFAULT), *sources.rate_rules(DEFAULT),
+                                               *fleet_records.fleet_rules(DEFAULT))}
     windows = recording_rules.alert_windows(DEFAULT)
     for name in recorded:
         assert RECORD_NAME.match(name), name
@@ -230,7 +232,8 @@ def test_overrides_change_thresholds_labels_and_links() -> None:
     assert low["annotations"]["dashboard_url"].startswith("https://grafana.example/d/vllm-spec-overview?var-job=")
     assert '{namespace="llm",container="spec"}' in files[rule_files.RULES_FILE]
     assert "cluster_job_model:vllm_spec_decode_accepted_per_draft_tokens:ratio_rate5m" in files[rule_files.RULES_FILE]
-    assert "sum by (cluster, job, model_name)" in files[rule_files.RULES_FILE]
+    # The fleet sums keep the selector's labels too: read back with it, they are still found.
+    assert "sum by (cluster, job, namespace, container, model_name)" in files[rule_files.RULES_FILE]
     am = yaml.safe_load(files[alertmanager.ALERTMANAGER_FILE])
     assert am["route"]["routes"][0] == {"matchers": ['severity="page"'], "receiver": alertmanager.PAGER_RECEIVER}
     assert "`0.6`" not in files[rule_files.README_FILE]  # README documents defaults, not overrides

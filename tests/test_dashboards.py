@@ -124,7 +124,11 @@ def vector_selectors(node) -> Iterator[tuple[promql_parser.VectorSelector, str |
 
 
 def matchers_of(selector: promql_parser.VectorSelector) -> dict[str, str]:
-    return {m.name: m.value for m in selector.matchers.matchers}
+    """The selector's `=` and `=~` matchers, the last of each label (`job="exporter", job=~"$job"`
+    gives `$job`). Negative matchers are left out: a fleet panel's per-server side adds
+    `job!~"$instance"` (promql.Selectors.servers, checked by tests/test_dashboards_fleet_scope.py)."""
+    positive = (promql_parser.MatchOp.Equal, promql_parser.MatchOp.Re)
+    return {m.name: m.value for m in selector.matchers.matchers if m.op in positive}
 
 
 def metric_names(selector: promql_parser.VectorSelector) -> list[str]:
@@ -212,8 +216,8 @@ def test_query_variables_multi_all_refresh_on_time_change(model: dict, name: str
     assert variable["multi"] is True
     assert variable["includeAll"] is True
     # `.*` where the label can be missing: llama.cpp's and TGI's series carry no engine label, a
-    # target never reached has no engine_family yet.
-    assert variable["allValue"] == (".*" if name in ("engine", "engine_family", "model_name") else ".+")
+    # target never reached has no engine_family yet, the fleet records have no instance.
+    assert variable["allValue"] == (".*" if name in ("engine", "engine_family", "instance", "model_name") else ".+")
     assert variable["refresh"] == 2  # template-on-time-change-reload-rule
     match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["query"])
     assert match, variable["query"]
@@ -404,11 +408,12 @@ def test_every_metric_queried_exists(model: dict) -> None:
 
 
 def _is_aggregate_arithmetic(node) -> bool:
-    """True for sums of aggregates: `sum(...)`, `sum(...) + sum(...)`, numbers, or `max(...) + 1`."""
+    """True for sums of aggregates: `sum(...)`, `sum(...) + sum(...)`, numbers, or `max(...) + 1`,
+    and `sum(fleet record) or sum(servers' records)` (promql.Queries.fleet_or_servers)."""
     node = strip_parens(node)
     if isinstance(node, promql_parser.AggregateExpr | promql_parser.NumberLiteral):
         return True
-    if isinstance(node, promql_parser.BinaryExpr) and str(node.op) in {"+", "-", "*"}:
+    if isinstance(node, promql_parser.BinaryExpr) and str(node.op) in {"+", "-", "*", "or"}:
         return _is_aggregate_arithmetic(node.lhs) and _is_aggregate_arithmetic(node.rhs)
     return False
 
@@ -716,10 +721,11 @@ def test_efficiency_covers_the_same_series_on_both_sides(tmp_path: Path) -> None
 
     promtool = require_binary(PROMTOOL_BIN)
     expr = expand_variables(promql.Queries(MixinConfig()).efficiency(), "1m")
-    # The dashboards read the source layer's records: load them first, then the panel's query.
-    from vllm_spec_exporter.mixin import sources
+    # The dashboards read the source layer's records and, at All, the fleet records: load them
+    # first, then the panel's query.
+    from vllm_spec_exporter.mixin import fleet_records, sources
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(
-        {"groups": [{"name": "t", "rules": [*sources.rate_rules(MixinConfig()),
+        {"groups": [{"name": "t", "rules": [*sources.rate_rules(MixinConfig()), *fleet_records.fleet_rules(MixinConfig()),
                                              {"record": "dash:efficiency", "expr": expr}]}]}))
     series = 'job="vllm-spec-exporter",instance="{i}",model_name="m",engine="0"'
     inputs = []

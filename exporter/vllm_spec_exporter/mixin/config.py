@@ -382,6 +382,10 @@ class MixinConfig:
         if not 0 < self.panel_worst_k <= self.panel_all_series_up_to or self.panel_best_k < 0:
             raise ValueError("need 0 < panel_worst_k <= panel_all_series_up_to and panel_best_k >= 0, got "
                              f"{self.panel_worst_k}, {self.panel_all_series_up_to}, {self.panel_best_k}")
+        if self.instance_label == "job":
+            # The dashboards tell "All" from selected servers by `job!~"$instance"` (promql.Selectors).
+            raise ValueError("instance_label must name a label other than job (the dashboards' job variable), "
+                             "e.g. instance or pod")
         if not 0 < self.acceptance_critical_threshold <= self.acceptance_warning_threshold < 1:
             raise ValueError(
                 "need 0 < acceptance_critical_threshold <= acceptance_warning_threshold < 1, got "

@@ -94,7 +94,8 @@ def _show_links_in_top_bar(model: dict) -> None:
 # All = `.+` (a label that is there), except where the label may be missing: llama.cpp's and TGI's
 # series have no `engine` index, llama.cpp's read directly (no sidecar to ask /v1/models) no
 # `model_name`, and a target that was never reached has no `engine_family` yet; `.+` would hide them.
-ALL_VALUES = {"engine": ".*", "engine_family": ".*", "model_name": ".*"}
+# The fleet records have no instance label: at All (`.*`) a panel reads them, not every server's.
+ALL_VALUES = {"engine": ".*", "engine_family": ".*", "instance": ".*", "model_name": ".*"}
 
 
 def _variables(cfg: MixinConfig) -> Iterator[dashboard.QueryVariable | dashboard.DatasourceVariable]:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..names import MetricName
-from . import recording_rules, sources
+from . import fleet_records, recording_rules, sources
 from .config import MixinConfig
 from .recording_rules import (
     ACCEPTANCE,
@@ -95,7 +95,10 @@ class Selectors:
 
     `series` picks the source records (and the exporter's per-(model, engine) gauges); `target`
     the source job's per-target series (health gauges and `up` carry no model/engine labels, and
-    `.+` would not match a missing label); `vllm` picks vLLM's own /metrics for the latency
+    `.+` would not match a missing label); `servers` is `series` that matches nothing at "All"
+    (`job!~"$instance"`: All is `.*`, and no job is named like a server while a selection is a list
+    of servers; MixinConfig.validate rejects instance_label=job), the per-server side of
+    Queries.fleet_or_servers; `vllm` picks vLLM's own /metrics for the latency
     histograms the exporter does not re-expose. With source=exporter, vLLM's scrape job has other
     job/instance values than the sidecar's, so it is narrowed by `vllm_selector` plus model/engine
     instead of the job/instance variables; with source=vllm it is the source job itself.
@@ -103,6 +106,7 @@ class Selectors:
 
     target: str
     series: str
+    servers: str
     vllm: str
 
     @classmethod
@@ -115,6 +119,7 @@ class Selectors:
         return cls(
             target=target,
             series=series,
+            servers=join_matchers(series, 'job!~"$instance"'),
             vllm=series if cfg.direct else join_matchers(cfg.vllm_selector, model_engine),
         )
 
@@ -158,12 +163,32 @@ class Queries:
         # source=vllm: no sidecar, so no advisor, exporter health or target info to show.
         self.direct = cfg.direct
 
-    def counter_rate(self, counter: SourceCounter) -> str:
+    def counter_rate(self, counter: SourceCounter, matchers: str = "") -> str:
         """The source record of one counter's rate, per (server, model, engine), on the variables."""
-        return selector(sources.rate_record(self.cfg, counter), self.sel.series)
+        return selector(sources.rate_record(self.cfg, counter), matchers or self.sel.series)
+
+    def fleet_scope(self, by: tuple[str, ...]) -> bool:
+        """True when a sum `by` these labels can read the fleet records at "All": none of them is
+        a server's, and the instance label is not one the records must keep for the selector."""
+        kept = fleet_records.kept_labels(self.cfg)
+        return (self.cfg.instance_label not in sources.selector_labels(self.cfg)
+                and set(by) <= {*kept, "model_name", "engine", "position"})
+
+    def fleet_or_servers(self, fleet_record: str, per_server: str, by: tuple[str, ...]) -> str:
+        """`sum by (by)` of a fleet record at "All", else of `per_server` on the selected servers.
+
+        The switch lives in the selectors, so only one side reads any series: the fleet records
+        have no instance label, which `=~"$instance"` matches only at All (`.*`), and the servers'
+        side carries `job!~"$instance"`, which matches nothing at All. Prometheus evaluates both
+        operands of `or` whatever the left one holds; an empty selector costs nothing."""
+        return f"({sum_by(by, selector(fleet_record, self.sel.series))} or {sum_by(by, per_server)})"
 
     def sum_rate(self, counter: SourceCounter, by: tuple[str, ...] = ()) -> str:
-        return sum_by(by, self.counter_rate(counter))
+        """One counter's rate summed `by`: from the fleet records where fleet_scope allows."""
+        if not self.fleet_scope(by):
+            return sum_by(by, self.counter_rate(counter))
+        return self.fleet_or_servers(fleet_records.rate_record(self.cfg, counter),
+                                     self.counter_rate(counter, self.sel.servers), by)
 
     def quantity(self, quantity: Quantity, by: tuple[str, ...] = ()) -> str:
         """One of recording_rules.QUANTITIES over the panel's `by`, from the source records."""
@@ -180,12 +205,10 @@ class Queries:
     def mean_acceptance_length(self, by: tuple[str, ...] = ()) -> str:
         return self.quantity(MEAN_ACCEPTANCE_LENGTH, by)
 
-    def k_series(self) -> str:
-        """k per (server, model, engine): the sidecar's gauge, or directly the number of draft
-        positions vLLM exposes (it creates every position series 0..k-1 at start-up)."""
-        if self.direct:
-            return f"count without (position) ({self.counter_rate(ACCEPTED_BY_POSITION)})"
-        return selector(NUM_SPECULATIVE_TOKENS, self.sel.series)
+    def k_series(self, matchers: str = "") -> str:
+        """k per (server, model, engine) on the variables (sources.k_series)."""
+        matchers = matchers or self.sel.series
+        return sources.k_series(self.cfg, self.counter_rate(ACCEPTED_BY_POSITION, matchers), matchers)
 
     def max_acceptance_length(self, by: tuple[str, ...] = ()) -> str:
         """k + 1: the most tokens one verification step can emit (all drafts + the bonus)."""
@@ -195,12 +218,17 @@ class Queries:
         """(drafts + accepted) / (drafts * (k + 1)): tokens emitted / most emittable. Each draft's
         rate is weighted by its own series' k, so servers with different k aggregate correctly.
         Both sides cover exactly the series that have a k: a series whose k is missing (the
-        exporter's first poll, a target just gone down) must not add to the numerator alone."""
-        k = self.k_series()
-        drafts, accepted = self.counter_rate(DRAFTS), self.counter_rate(ACCEPTED)
-        emitted = sum_by(by, f"({drafts} + {accepted}) and {k}")
-        most_emittable = sum_by(by, f"{drafts} * ({k} + 1)")
-        return guarded_ratio(emitted, most_emittable)
+        exporter's first poll, a target just gone down) must not add to the numerator alone
+        (fleet_records.efficiency_terms). At "All" both terms come from the fleet records."""
+        fleet = self.fleet_scope(by)
+        matchers = self.sel.servers if fleet else self.sel.series
+        terms = fleet_records.efficiency_terms(self.counter_rate(DRAFTS, matchers),
+                                               self.counter_rate(ACCEPTED, matchers), self.k_series(matchers))
+        if not fleet:
+            return guarded_ratio(*(sum_by(by, term) for term in terms))
+        emitted, emittable = (self.fleet_or_servers(fleet_records.efficiency_record(self.cfg, name), term, by)
+                              for name, term in zip(fleet_records.EFFICIENCY_TERMS, terms, strict=True))
+        return guarded_ratio(emitted, emittable)
 
     def drafted_efficiency(self, by: tuple[str, ...] = ()) -> str:
         """(drafts + accepted) / (drafts + draft tokens): fair when drafts are shorter than k."""

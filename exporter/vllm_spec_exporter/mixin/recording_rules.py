@@ -3,7 +3,9 @@
 Three layers, each reading only the one before it (the kubernetes-mixin way: queries read records):
 
 1. the *source* records (sources.py, group `vllm-spec-decode.source`): per (server, model, engine)
-   rates of the five counters, read from the sidecar or straight from vLLM (`source` knob);
+   rates of the five counters, read from the sidecar or straight from vLLM (`source` knob); beside
+   it the *fleet* records (fleet_records.py, group `vllm-spec-decode.fleet`), the same rates summed
+   per model and engine across the fleet, from the same counters, for the dashboards at "All";
 2. per server and model (`instance_model`: the data-parallel engines summed): rates and the ratios
    of `QUANTITIES` the runbooks read, and the drafting state the alerts and dashboards read; per
    model across the fleet (`<fleet labels>_model`, default `job_model`): acceptance only;
@@ -38,8 +40,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..names import MetricName
-from . import links, sources
+from . import fleet_records, links, sources
 from .config import MixinConfig
+from .fleet_records import FLEET_GROUP
 from .sources import ACCEPTED, ACCEPTED_BY_POSITION, DRAFT_TOKENS, DRAFTS, GENERATED, SourceCounter, own
 
 __all__ = [
@@ -47,6 +50,7 @@ __all__ = [
     "DRAFTED_EFFICIENCY",
     "DRAFT_OUTPUT_SHARE",
     "EVIDENCE_GROUP",
+    "FLEET_GROUP",
     "MEAN_ACCEPTANCE_LENGTH",
     "MEAN_DRAFT_LENGTH",
     "POSITION_ACCEPTANCE",
@@ -292,7 +296,7 @@ def evidence_meanings(cfg: MixinConfig) -> dict[str, str]:
     for window in alert_windows(cfg):
         e = evidence_names(window)
         meanings |= {sources.increase_record(c, window): f"Source layer, per server and model (engines summed): "
-                                                          f"{_COUNTER_MEANING[c]} over the last {window}."
+                                                          f"{sources.COUNTER_MEANINGS[c]} over the last {window}."
                      for c in sources.EVIDENCE_COUNTERS}
         meanings |= {
             e.drafts: f"Source layer, per server and model (engines summed): drafts over the last {window} "
@@ -310,7 +314,8 @@ def recording_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
     """Per server and model, then per model across the fleet: rates and QUANTITIES' ratios (those read)."""
     n = record_names(cfg)
     fields = dataclasses.asdict(n)
-    by_fleet = ", ".join((*cfg.fleet_labels, "model_name"))
+    # The selector's labels too: `own()` reads these records back with it.
+    by_fleet = ", ".join((*fleet_records.kept_labels(cfg), "model_name"))
     rules: list[dict[str, Any]] = []
 
     def record(name: str, expr: str) -> None:
@@ -387,18 +392,10 @@ def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
     # interval the holds were rounded to, whatever the server's global evaluation_interval is.
     interval = cfg.windows.evaluation_interval
     return [{"name": SOURCE_GROUP, "interval": interval, "rules": sources.rate_rules(cfg)},
+            fleet_records.fleet_group(cfg),
             {"name": RECORDING_GROUP, "interval": interval, "rules": recording_rules(cfg)},
             *({"name": evidence_group_name(window), "interval": interval, "rules": evidence_rules(cfg, window)}
               for window in alert_windows(cfg))]
-
-
-_COUNTER_MEANING = {
-    DRAFTS: "drafts (verification steps with a draft)",
-    DRAFT_TOKENS: "draft tokens proposed",
-    ACCEPTED: "accepted draft tokens",
-    ACCEPTED_BY_POSITION: "accepted draft tokens at each 0-based position",
-    GENERATED: "generated (output) tokens, accepted drafts included",
-}
 
 
 def source_meanings(cfg: MixinConfig) -> dict[str, str]:
@@ -406,7 +403,7 @@ def source_meanings(cfg: MixinConfig) -> dict[str, str]:
     origin = (f"vLLM's own counters (`{cfg.vllm_selector}`, any spelling)" if cfg.direct
               else f"the exporter's counters (`{cfg.exporter_selector}`)")
     return {sources.rate_record(cfg, c): f"Source layer, per server, model and engine, from {origin}: "
-                                          f"{_COUNTER_MEANING[c]} per second."
+                                          f"{sources.COUNTER_MEANINGS[c]} per second."
             for c in sources.COUNTERS}
 
 

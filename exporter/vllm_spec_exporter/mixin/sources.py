@@ -43,6 +43,7 @@ labelset" (until Prometheus' delayed name removal is the default).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..names import MetricName
@@ -52,6 +53,7 @@ __all__ = [
     "ACCEPTED",
     "ACCEPTED_BY_POSITION",
     "COUNTERS",
+    "COUNTER_MEANINGS",
     "DRAFTS",
     "DRAFT_TOKENS",
     "EVIDENCE_COUNTERS",
@@ -64,13 +66,16 @@ __all__ = [
     "drafts_present",
     "increase_record",
     "increase_rules",
+    "k_series",
     "own",
     "rate_record",
     "rate_rules",
     "raw_gauge",
+    "raw_rate",
     "restarts",
     "scrape_up",
     "selector",
+    "selector_labels",
     "vllm_spellings",
 ]
 
@@ -115,6 +120,14 @@ GENERATED = SourceCounter("vllm_generation_tokens", MetricName.GENERATION_TOKENS
                           "llamacpp:tokens_predicted_total")
 
 COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_BY_POSITION, GENERATED)
+# What each counter counts, for the record tables of alerts/README.md.
+COUNTER_MEANINGS = {
+    DRAFTS: "drafts (verification steps with a draft)",
+    DRAFT_TOKENS: "draft tokens proposed",
+    ACCEPTED: "accepted draft tokens",
+    ACCEPTED_BY_POSITION: "accepted draft tokens at each 0-based position",
+    GENERATED: "generated (output) tokens, accepted drafts included",
+}
 # The counters the acceptance evidence needs per alert window (trials, numerator, denominator).
 EVIDENCE_COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED)
 
@@ -146,6 +159,15 @@ def selector(cfg: MixinConfig) -> str:
     return cfg.vllm_selector if cfg.direct else cfg.exporter_selector
 
 
+_MATCHER_LABEL = re.compile(r'([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)\s*"')
+
+
+def selector_labels(cfg: MixinConfig) -> tuple[str, ...]:
+    """The label names the source's selector matches on (`job`, or e.g. `namespace, container`):
+    a record that aggregates servers away must keep them, or `own()` no longer finds it."""
+    return tuple(dict.fromkeys(_MATCHER_LABEL.findall(selector(cfg))))
+
+
 def own(cfg: MixinConfig, record: str) -> str:
     """`record` as this bundle reads it back: with its source's job matcher. Records keep the
     source's target labels, so the sidecar and the direct bundle can run in one Prometheus (a fleet
@@ -172,10 +194,25 @@ def _over_range(cfg: MixinConfig, function: str, counter: SourceCounter, window:
                          for name in direct_names(counter))
 
 
+def raw_rate(cfg: MixinConfig, counter: SourceCounter) -> str:
+    """`counter`'s rate over rate_window straight from the scraped series, one per (server, model,
+    engine[, position]): the expression of its source record, for rules that must not read records
+    (vmalert writes them back asynchronously: sources.py's docstring)."""
+    return _over_range(cfg, "rate", counter, cfg.windows.rate_window)
+
+
+def k_series(cfg: MixinConfig, counter_rate: str, matchers: str) -> str:
+    """k per (server, model, engine): the sidecar's gauge on `matchers`, or directly the number of
+    draft positions vLLM exposes (it creates every position series 0..k-1 at start-up), counted
+    from `counter_rate`, the per-position accepted rate (a record or raw_rate)."""
+    if cfg.direct:
+        return f"count without (position) ({counter_rate})"
+    return f"{MetricName.NUM_SPECULATIVE_TOKENS}{{{matchers}}}"
+
+
 def rate_rules(cfg: MixinConfig) -> list[dict[str, str]]:
     """The source records every panel and the fleet records read: each counter's rate."""
-    window = cfg.windows.rate_window
-    return [{"record": rate_record(cfg, c), "expr": _over_range(cfg, "rate", c, window)} for c in COUNTERS]
+    return [{"record": rate_record(cfg, c), "expr": raw_rate(cfg, c)} for c in COUNTERS]
 
 
 def increase_rules(cfg: MixinConfig, window: str) -> list[dict[str, str]]:

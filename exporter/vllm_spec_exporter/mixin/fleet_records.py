@@ -1,0 +1,103 @@
+"""The fleet records: each counter's rate summed over a fleet's servers, per model and engine.
+
+A panel over the whole fleet (the default "All") reads one series per (fleet, model, engine
+[, position]) from these records instead of summing every server's source record at every step of
+its range: at 5,000 pods "Efficiency by model" read 6,250 series per step and took 20.8 s over an
+hour; from the fleet records it reads a handful (bench/fleet_scale.py, README "Performance").
+
+    <fleet labels>_model_engine[_position]:<metric>:rate<rate_window>     every counter
+    <fleet labels>_model_engine:vllm_spec_decode_emitted_tokens:rate<w>   efficiency's numerator
+    <fleet labels>_model_engine:vllm_spec_decode_emittable_tokens:rate<w> efficiency's denominator
+
+Contract:
+- The records sum `by (kept_labels(cfg), model_name, engine[, position])`: the fleet labels, `job`
+  (the dashboards' job variable) and every label the source's selector matches on (an
+  `exporter_selector` on namespace and container must still find them). They carry no instance
+  label, which is how a panel tells them from the servers' records (promql.Queries.fleet_or_servers).
+- They read the scraped counters (sources.raw_rate), not the source records: vmalert writes
+  records back asynchronously, so a sum of source records could mix two of their evaluations (a
+  per-position acceptance of 1.09 was measured); raw counters give every record of a cycle one
+  consistent set of samples, as the source layer has.
+- Efficiency weights each server's drafts by its own k, so its two terms are summed here per
+  server before the fleet sum (efficiency_terms, which Queries.efficiency also uses per server).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import sources
+from .config import MixinConfig
+from .sources import ACCEPTED, ACCEPTED_BY_POSITION, COUNTER_MEANINGS, COUNTERS, DRAFTS, SourceCounter
+
+__all__ = ["EFFICIENCY_TERMS", "FLEET_GROUP", "efficiency_record", "efficiency_terms", "fleet_group",
+           "fleet_meanings", "fleet_rules", "kept_labels", "level", "rate_record"]
+
+FLEET_GROUP = "vllm-spec-decode.fleet"
+# Efficiency's terms: tokens emitted per second (drafts' bonus tokens plus accepted), and the
+# most one could emit (every draft all k accepted, plus its bonus token).
+EFFICIENCY_TERMS = ("vllm_spec_decode_emitted_tokens", "vllm_spec_decode_emittable_tokens")
+
+
+def kept_labels(cfg: MixinConfig) -> tuple[str, ...]:
+    """The labels a fleet-level sum keeps besides model_name (and engine, position): the fleet
+    labels, `job` and the source selector's labels, each once, never the instance label."""
+    labels = (*cfg.fleet_labels, "job", *sources.selector_labels(cfg))
+    return tuple(label for label in dict.fromkeys(labels) if label != cfg.instance_label)
+
+
+def level(cfg: MixinConfig, position: bool = False) -> str:
+    """The level of the fleet records' names: `job_model_engine` for the default fleet labels."""
+    return "_".join((*cfg.fleet_labels, "model_engine")) + ("_position" if position else "")
+
+
+def rate_record(cfg: MixinConfig, counter: SourceCounter) -> str:
+    """Name of `counter`'s fleet rate record."""
+    return f"{level(cfg, counter.position)}:{counter.metric}:rate{cfg.windows.rate_window}"
+
+
+def efficiency_record(cfg: MixinConfig, term: str) -> str:
+    """Name of one of EFFICIENCY_TERMS' fleet records."""
+    return f"{level(cfg)}:{term}:rate{cfg.windows.rate_window}"
+
+
+def efficiency_terms(drafts: str, accepted: str, k: str) -> tuple[str, str]:
+    """Efficiency's numerator and denominator per (server, model, engine), before any sum: tokens
+    emitted, (drafts + accepted), and the most emittable, drafts x (k + 1). Both cover exactly the
+    series with a k: a series whose k is missing (the exporter's first poll, a target just gone
+    down) must not add to the numerator alone."""
+    return f"({drafts} + {accepted}) and {k}", f"{drafts} * ({k} + 1)"
+
+
+def fleet_rules(cfg: MixinConfig) -> list[dict[str, str]]:
+    """The fleet group's rules: every counter's rate, then efficiency's two terms."""
+    def fleet_sum(inner: str, position: bool = False) -> str:
+        by = ", ".join((*kept_labels(cfg), "model_name", "engine", *(("position",) if position else ())))
+        return f"sum by ({by}) (\n{inner}\n)"
+
+    def raw(counter: SourceCounter) -> str:  # direct: the spellings' `or`, parenthesised on lines of their own
+        return f"(\n{sources.raw_rate(cfg, counter)}\n)" if cfg.direct else sources.raw_rate(cfg, counter)
+
+    rules = [{"record": rate_record(cfg, c), "expr": fleet_sum(sources.raw_rate(cfg, c), c.position)}
+             for c in COUNTERS]
+    k = sources.k_series(cfg, sources.raw_rate(cfg, ACCEPTED_BY_POSITION), sources.selector(cfg))
+    terms = efficiency_terms(raw(DRAFTS), raw(ACCEPTED), f"({k})" if cfg.direct else k)
+    rules += [{"record": efficiency_record(cfg, name), "expr": fleet_sum(term)}
+              for name, term in zip(EFFICIENCY_TERMS, terms, strict=True)]
+    return rules
+
+
+def fleet_group(cfg: MixinConfig) -> dict[str, Any]:
+    return {"name": FLEET_GROUP, "interval": cfg.windows.evaluation_interval, "rules": fleet_rules(cfg)}
+
+
+def fleet_meanings(cfg: MixinConfig) -> dict[str, str]:
+    """Fleet record name -> one-line meaning (alerts/README.md)."""
+    scope = f"Per model and engine across the fleet (labels {', '.join(kept_labels(cfg))}), for the dashboards at All"
+    meanings = {rate_record(cfg, c): f"{scope}: {COUNTER_MEANINGS[c]} per second." for c in COUNTERS}
+    emitted, emittable = (efficiency_record(cfg, term) for term in EFFICIENCY_TERMS)
+    meanings[emitted] = (f"{scope}: tokens emitted per second by verification steps with a draft (each step's "
+                         "bonus token plus its accepted drafts), efficiency's numerator.")
+    meanings[emittable] = (f"{scope}: the most those steps could emit per second, drafts x (k + 1), each server "
+                           "weighted by its own k; efficiency's denominator.")
+    return meanings

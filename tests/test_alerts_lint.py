@@ -303,6 +303,9 @@ def test_invalid_config_is_rejected() -> None:
         DEFAULT.with_overrides({"counter_resets_threshold": 0})
     with pytest.raises(ValueError, match="acceptance_overdispersion"):
         DEFAULT.with_overrides({"acceptance_overdispersion": 0.5})
+    # The dashboards tell All from selected servers by `job!~"$instance"` (promql.Selectors.servers).
+    with pytest.raises(ValueError, match="instance_label must name a label other than job"):
+        DEFAULT.with_overrides({"instance_label": "job"})
 
 
 # --- links into the dashboards ---------------------------------------------------------------

@@ -1,0 +1,222 @@
+"""The fleet records change where a panel reads from, never what it shows.
+
+At "All" a per-model or fleet-wide panel reads the fleet records (mixin/fleet_records.py); with
+servers selected it reads their source records (promql.Queries.fleet_or_servers). Here every
+generated query that reads a fleet record is evaluated by promtool's own PromQL engine next to the
+same panel built without fleet records (`Queries.fleet_scope` patched off, every server's source
+records summed, as before the fleet records existed), on the same synthetic series, under five
+selections (All, one server, two servers, one engine, one model) and four configs: the defaults;
+the sidecar-less bundle with vLLM servers under two spellings and a llama.cpp server whose series
+have no engine or model label; an exporter selector on namespace and container (no job matcher);
+and fleet labels without job (two clusters). The results must be equal. At All the fleet side must
+hold data and the per-server side read no series; with a server selected, the other way round; and
+server a's acceptance, selected, must be its own 0.6.
+
+The series are synthetic (their shape is the exporter's output and vLLM's, as tests/fixtures hold
+them): what is compared is two PromQL forms of the same quantity, not an engine's numbers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+import yaml
+
+from support.prom import run_tool
+from vllm_spec_exporter.mixin import dashboard_files, fleet_records, promql, recording_rules, sources
+from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_lab.grafana_query import expand_variables
+
+pytestmark = pytest.mark.prometheus
+
+RATE_INTERVAL = "1m"
+EVAL_TIME = "10m"
+MINUTES = 12
+# Grafana's form of a selection: a single value as it is, several as `(a|b)`.
+SELECTIONS = {
+    "all": {},
+    "one server": {"instance": "a"},
+    "two servers": {"instance": "(a|c)"},
+    "one engine": {"engine": "1"},
+    "one model": {"model_name": "m2"},
+}
+
+
+class Server(NamedTuple):
+    """One synthetic server: its per-scrape-interval counter increases, per engine."""
+
+    instance: str
+    model: str | None  # None: no model_name label (llama.cpp read directly)
+    engines: tuple[str | None, ...]  # None: no engine label
+    k: int
+    drafts: int
+    accepted_by_position: tuple[int, ...]
+    labels: str = ""  # extra target labels
+    prefix: str = "vllm:"  # direct: the spelling of vLLM's names ("llamacpp:" for llama-server)
+
+
+def servers(extra: dict[str, str] | None = None) -> list[Server]:
+    extra = extra or {}
+    return [
+        # a: acceptance (90 + 70 + 50 + 30) / (4 x 100) = 0.6, two data-parallel engines.
+        Server("a", "m1", ("0", "1"), 4, 100, (90, 70, 50, 30), extra.get("a", "")),
+        Server("b", "m1", ("0",), 4, 60, (40, 20, 10, 5), extra.get("b", ""), "vllm_"),
+        Server("c", "m2", ("0",), 3, 50, (45, 40, 35), extra.get("c", "")),
+    ]
+
+
+LLAMACPP = Server("d", None, (None,), 3, 30, (20, 10, 5), prefix="llamacpp:")
+
+
+class Case(NamedTuple):
+    cfg: MixinConfig
+    servers: list[Server]
+    job: str
+
+
+def _cases() -> dict[str, Case]:
+    default = MixinConfig()
+    direct = default.with_overrides({"source": "vllm"})
+    selector = default.with_overrides({"exporter_selector": 'namespace="llm",container="spec"'})
+    clusters = default.with_overrides({"fleet_labels": ["cluster"]})
+    in_namespace = 'namespace="llm",container="spec"'
+    return {
+        "defaults": Case(default, servers(), "vllm-spec-exporter"),
+        "direct with llama.cpp": Case(direct, [*servers(), LLAMACPP], "vllm"),
+        "selector without job": Case(selector, servers({s: in_namespace for s in "abc"}), "sidecars"),
+        "fleet labels without job": Case(clusters, servers({"a": 'cluster="east"', "b": 'cluster="east"',
+                                                            "c": 'cluster="west"'}), "vllm-spec-exporter"),
+    }
+
+
+CASES = _cases()
+
+
+def input_series(case: Case) -> list[dict[str, str]]:
+    """promtool input series: each server's counters (and the sidecar's k gauge) per engine."""
+    series = []
+
+    def counter(name: str, labels: str, step: int) -> None:
+        series.append({"series": f"{name}{{{labels}}}", "values": f"0+{step}x{MINUTES * 4}"})
+
+    for server in case.servers:
+        for engine in server.engines:
+            labels = ",".join(part for part in (
+                f'job="{case.job}"', f'instance="{server.instance}"', server.labels,
+                f'model_name="{server.model}"' if server.model else "",
+                f'engine="{engine}"' if engine is not None else "") if part)
+            accepted = sum(server.accepted_by_position)
+            totals = {sources.DRAFTS: server.drafts, sources.DRAFT_TOKENS: server.k * server.drafts,
+                      sources.ACCEPTED: accepted, sources.GENERATED: server.drafts + accepted}
+            for source_counter, step in totals.items():
+                counter(_name(case, server, source_counter), labels, step)
+            for position, step in enumerate(server.accepted_by_position):
+                counter(_name(case, server, sources.ACCEPTED_BY_POSITION), f'{labels},position="{position}"', step)
+            if not case.cfg.direct:
+                series.append({"series": f"vllm_spec_decode_num_speculative_tokens{{{labels}}}",
+                               "values": f"{server.k}x{MINUTES * 4}"})
+    return series
+
+
+def _name(case: Case, server: Server, counter: sources.SourceCounter) -> str:
+    if not case.cfg.direct:
+        return str(counter.exporter)
+    if server.prefix == "llamacpp:":
+        return counter.llamacpp
+    return server.prefix + counter.vllm
+
+
+class PanelQuery(NamedTuple):
+    where: str  # dashboard, panel title and target index
+    expr: str  # with fleet records
+    reference: str  # the same panel without them
+
+
+def fleet_queries(cfg: MixinConfig, monkeypatch: pytest.MonkeyPatch) -> list[PanelQuery]:
+    """Every panel query of both dashboards that reads a fleet record, with its reference."""
+    def targets() -> Iterator[tuple[str, str]]:
+        for path, build in dashboard_files.DASHBOARDS.items():
+            for panel in dashboard_files.iter_panels(build(cfg)):
+                for index, target in enumerate(panel.get("targets", [])):
+                    yield f"{Path(path).stem} / {panel['title']} / {index}", target["expr"]
+
+    with_fleet = list(targets())
+    with monkeypatch.context() as patch:
+        patch.setattr(promql.Queries, "fleet_scope", lambda self, by: False)
+        without = list(targets())
+    assert [w for w, _ in with_fleet] == [w for w, _ in without]
+    levels = (fleet_records.level(cfg), fleet_records.level(cfg, position=True))
+    return [PanelQuery(where, expr, reference)
+            for (where, expr), (_, reference) in zip(with_fleet, without, strict=True)
+            if any(f"{level}:" in expr for level in levels) and "@" not in expr]
+
+
+def fleet_selectors(cfg: MixinConfig, expr: str) -> list[str]:
+    """The fleet-record selectors of an expanded query."""
+    levels = "|".join(re.escape(level) for level in (fleet_records.level(cfg), fleet_records.level(cfg, True)))
+    return re.findall(rf"(?<![\w:])(?:{levels}):[\w:]+\{{[^}}]*\}}", expr)
+
+
+def server_selectors(expr: str) -> list[str]:
+    """The per-server side's selectors of a query (those with the `job!~` matcher)."""
+    return re.findall(r'(?<![\w:])[\w:]+\{[^}]*job!~"[^"]*"[^}]*\}', expr)
+
+
+def checks(case: Case, queries: list[PanelQuery]) -> list[dict]:
+    def test(expr: str, value: float, where: str) -> dict:
+        return {"expr": f"# {where}\n{expr}", "eval_time": EVAL_TIME,
+                "exp_samples": [{"labels": "{}", "value": value}]}
+
+    tests = []
+    for selection, values in SELECTIONS.items():
+        for query in queries:
+            expr, reference = (f"({expand_variables(e, RATE_INTERVAL, values)})" for e in (query.expr, query.reference))
+            where = f"{selection}: {query.where}"
+            differing = f"abs({expr} - {reference}) / (abs({reference}) + 1) > 1e-9"
+            tests.append(test(f"(count({differing}) or vector(0)) + (count({expr} unless {reference}) or vector(0))"
+                              f" + (count({reference} unless {expr}) or vector(0))", 0, where))
+            if selection in ("all", "one server"):  # both have data in every config
+                tests.append(test(f"count({expr}) > bool 0", 1, where + " (has data)"))
+            picked = "instance" in values  # servers selected: their records answer, the fleet's match nothing
+            for fleet_side in fleet_selectors(case.cfg, expr):
+                tests.append(test(f"count({fleet_side}) or vector(0)", 0, f"{where}: fleet side") if picked else
+                             test(f"count({fleet_side}) > bool 0", 1, f"{where}: fleet side"))
+            for server_side in server_selectors(expr):
+                tests.append(test(f"count({server_side}) > bool 0", 1, f"{where}: per-server side") if picked else
+                             test(f"count({server_side}) or vector(0)", 0, f"{where}: per-server side"))
+    return tests
+
+
+def acceptance_of_server_a(case: Case) -> dict:
+    """The overview's "Acceptance rate" stat with server a selected: a's own 0.6."""
+    overview = dashboard_files.DASHBOARDS[dashboard_files.OVERVIEW_PATH](case.cfg)
+    panel = next(p for p in dashboard_files.iter_panels(overview) if p["title"] == "Acceptance rate")
+    expr = expand_variables(panel["targets"][0]["expr"], RATE_INTERVAL, {"instance": "a"})
+    return {"expr": f"round(1e9 * {expr})", "eval_time": EVAL_TIME, "exp_samples": [{"labels": "{}", "value": 6e8}]}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_fleet_records_show_what_the_servers_records_show(name: str, promtool: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    case = CASES[name]
+    queries = fleet_queries(case.cfg, monkeypatch)
+    # What must read the fleet records does (a panel per quantity of both dashboards).
+    assert len(queries) >= 15, [q.where for q in queries]
+    for title in ("Acceptance rate by model", "Efficiency by model", "Acceptance by draft position over time"):
+        assert any(f"/ {title} /" in q.where for q in queries), title
+    groups = recording_rules.recording_groups(case.cfg)
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}, sort_keys=False, width=1_000_000))
+    scenario = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "15s",
+        "group_eval_order": [g["name"] for g in groups],
+        "tests": [{"interval": "15s", "input_series": input_series(case),
+                   "promql_expr_test": [*checks(case, queries), acceptance_of_server_a(case)]}],
+    }
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False, width=1_000_000))
+    result = run_tool([promtool, "test", "rules", "test.yaml"], cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]

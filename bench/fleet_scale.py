@@ -31,7 +31,8 @@ vmalert), unpacked under $VLLM_SPEC_EXPORTER_CACHE/debian-testing, run by the la
 (vllm_spec_lab.monitoring.Prometheus, vllm_spec_lab.victoria) on a data folder that survives a
 restart. Everything listens on 127.0.0.1 and is stopped whatever happens.
 
-Usage: python bench/fleet_scale.py [--quick] [--pods 100,1000,5000] [--no-vm] [--no-browser]
+Usage: python bench/fleet_scale.py [--quick] [--pods 100,1000,5000] [--no-vm] [--no-browser] [--no-raw]
+                                  [--dashboards-before REV]
 `--quick`: N = 100, 15 min of history at a 5 s interval, 2 cycles, each query timed once, no browser,
 no wait for compaction (CI: ~2 minutes; it checks the path and the counts, not the timings).
 """
@@ -81,6 +82,9 @@ def main() -> None:
     parser.add_argument("--source", default="exporter",
                         help="bundles to measure, comma-separated: exporter (alerts/, dashboards/: the sidecar's "
                              "series), direct (direct/: vLLM's own series, no sidecar)")
+    parser.add_argument("--no-raw", action="store_true",
+                        help="time no raw baseline (at 5,000 pods it takes most of the run); with --dashboards-before "
+                             "a before/after comparison of the dashboards alone")
     parser.add_argument("--dashboards-before", metavar="REV",
                         help="also measure REV's dashboards (before/after a dashboard change, same run)")
     args = parser.parse_args()
@@ -114,7 +118,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix="fleet-scale-") as tmp:
                 plan = Plan(pods, args.interval, args.history_minutes * 60, args.cycles,
                             not args.no_browser and pods <= args.browser_max_pods, Path(tmp), bundle, args.repeat,
-                            settle=not args.quick, concurrent_rules=args.concurrent_rules)
+                            settle=not args.quick, concurrent_rules=args.concurrent_rules, raw=not args.no_raw)
                 # The history ends now, aligned to the interval; the live target continues from there.
                 plan.start = (int(time.time()) // plan.step) * plan.step - plan.history
                 live = LiveTarget(fleet, plan.start, bundle.job)

@@ -64,14 +64,16 @@ RAW_DECIDED = 3.0
 RAW_DECIDED_SECONDS = 10.0
 
 
-def dashboard_load(url: str, end: float, scrape_interval: int, bundle: Bundle, repeat: int = 1) -> list[QueryTime]:
+def dashboard_load(url: str, end: float, scrape_interval: int, bundle: Bundle, repeat: int = 1,
+                   raw_baseline: bool = True) -> list[QueryTime]:
     """Every panel target of every dashboard, as Grafana sends it over the last hour; for targets
     that read a recording rule, also the same query with the records expanded (the baseline).
     Each is timed `repeat` times, the panel's query and its baseline in turn, and the fastest kept:
     one timing on a shared machine measures whatever else ran in that second as much as the query
     (neither server caches results here: Prometheus has no result cache, and the lab starts
     VictoriaMetrics with -search.disableCache). A baseline far slower than its panel in one round is
-    not timed again (RAW_DECIDED); each row says how many raw timings it kept."""
+    not timed again (RAW_DECIDED); each row says how many raw timings it kept. Without
+    `raw_baseline` no baseline is timed (a before/after comparison of dashboards, --no-raw)."""
     exprs = record_exprs(bundle)
     out = []
     for name, model in bundle.dashboards.items():
@@ -80,7 +82,7 @@ def dashboard_load(url: str, end: float, scrape_interval: int, bundle: Bundle, r
                 request = grafana_render.grafana_request(panel, target, end - 3600, end, scrape_interval)
                 raw = expand_records(request.expr, exprs.__getitem__)
                 timed, raw_timed = [], []  # (seconds, series, error) of each repeat
-                decided = raw == request.expr  # no baseline: nothing to time
+                decided = not raw_baseline or raw == request.expr  # no baseline: nothing to time
                 for _ in range(max(1, repeat)):
                     timed.append(time_query(url, request, request.expr))
                     if not decided:

@@ -71,6 +71,7 @@ class Plan:
     work: Path
     bundle: Bundle
     repeat: int = 1  # each dashboard query timed this many times, the fastest kept
+    raw: bool = True  # also time each record-reading panel with its records expanded (the baseline)
     # Wait for Prometheus to merge the backfilled blocks before measuring (its compaction loop runs
     # once a minute); --quick checks the path, not the figures, and skips the wait.
     settle: bool = True
@@ -162,7 +163,7 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
         result.compaction_seconds = compaction
         result.series_seen = series_seen(prom.url, fleet, plan.bundle.job)
         result.series_live = series_seen(prom.url, fleet, plan.bundle.job, after=end)
-        result.queries = dashboard_load(prom.url, time.time(), plan.step, plan.bundle, plan.repeat)
+        result.queries = dashboard_load(prom.url, time.time(), plan.step, plan.bundle, plan.repeat, plan.raw)
         if plan.browser:
             log("prometheus: drawing the dashboards in the browser")
             try:
@@ -234,7 +235,7 @@ def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget) -> Resul
                         {g: (seconds, intervals[g]) for g, seconds in groups.items()})
         result.series_seen = series_seen(vm.url, fleet, plan.bundle.job)
         result.series_live = series_seen(vm.url, fleet, plan.bundle.job, after=plan.end)
-        result.queries = dashboard_load(vm.url, time.time(), plan.step, plan.bundle, plan.repeat)
+        result.queries = dashboard_load(vm.url, time.time(), plan.step, plan.bundle, plan.repeat, plan.raw)
         return result
     finally:
         if alert is not None:

@@ -1,10 +1,10 @@
 """What every dashboard of the bundle shares: the frame around its panels.
 
 Tags, read-only, refresh and time range; the datasource, job, instance, model and engine
-variables, and the hidden rankings of the crowded panels; the restart and alert annotations; the links to the other dashboard, the runbooks and
-the vLLM dashboards dropdown. `build(...)` takes a dashboard's title, uid, description and its
-rows (functions that add panels to one Layout, top to bottom) and returns the dashboard's JSON
-model, panels numbered in reading order.
+variables and the hidden rankings of the crowded panels; the restart and alert annotations; the
+links to the other dashboard, the runbooks and the vLLM dashboards dropdown. `build(...)` takes a
+dashboard's title, uid, description and its rows (functions that add panels to one Layout, top to
+bottom) and returns the dashboard's JSON model, panels numbered in reading order.
 """
 
 from __future__ import annotations

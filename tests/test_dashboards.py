@@ -276,7 +276,7 @@ def test_crowd_variables_are_hidden_rankings_at_the_range_end(model: dict, cfg: 
         parse(ranking)
         step = cfg.windows.evaluation_interval
         subqueries = re.findall(r"\)\[(\w+):(\w*)\]", ranking)
-        assert subqueries and all(s == step for _, s in subqueries) or name == "crowd_restarts", (name, subqueries)
+        assert (subqueries and all(s == step for _, s in subqueries)) or name == "crowd_restarts", (name, subqueries)
         read = set(re.findall(r"\$(\w+)", ranking)) - {"__range"}
         assert read <= {"job", "engine_family", "instance", "model_name", "engine"}, (name, read)
         assert all(names.index(other) < names.index(name) for other in read), name

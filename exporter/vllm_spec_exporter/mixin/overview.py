@@ -151,7 +151,7 @@ def acceptance_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "Acceptance rate by engine",
         "Accepted / drafted tokens per data-parallel engine of each server. " + threshold_note(cfg)
         + " Engines of one server share model and config, so they should agree." + crowd_note(cfg),
-        [Query(q.crowded("acceptance_by_engine", q.acceptance((*by_instance, "engine"))),
+        [Query(q.crowded("acceptance_by_engine", q.acceptance((*by_instance, "engine")), several=True),
                legend_label(cfg.instance_label) + " engine {{engine}}")],
     ), 12, 8)
     layout.add(ratio_series(
@@ -183,7 +183,7 @@ def acceptance_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "read 0 %). Stopped: no drafts at a batch where it"
         f" drafted before: {alert_rules.DRAFTS_STOPPED} after {cfg.spec_decode_stopped_for}. Good: "
         "drafting, or paused only at peak load." + crowd_note(cfg),
-        [Query(q.crowded("drafting", q.drafting_state(), high_is_bad=True),
+        [Query(q.crowded("drafting", q.drafting_state(), high_is_bad=True, several=True),
                legend_label(cfg.instance_label) + " {{model_name}}",
                instant=True)],
         mappings=drafting_state_mappings(),
@@ -349,7 +349,8 @@ def context_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "Share of the KV cache in use, per server and model (highest engine). Good: below ~90 %; "
         "near 100 % vLLM preempts requests, and draft tokens also need cache blocks." + crowd_note(cfg),
         [Query(q.crowded("kv_cache", q.load_gauge(MetricName.KV_CACHE_USAGE_RATIO, (*by_instance, "model_name"),
-                                                  op="max"), high_is_bad=True), instance_legend + " {{model_name}}")],
+                                                  op="max"), high_is_bad=True, several=True),
+               instance_legend + " {{model_name}}")],
     ), 8, 8)
     layout.add(timeseries_panel(
         "Inter-token latency",
@@ -511,8 +512,8 @@ def acceptance_with_bound_by_instance(cfg: MixinConfig, q: Queries):
         f"we are {conf} sure acceptance is below it; a wide band = little traffic, little evidence."
         + crowd_note(cfg),
         [Query(crowd.read(q.acceptance((cfg.instance_label,))), legend_label(cfg.instance_label)),
-         Query(crowd.read(selector(evidence.upper, server_model)), bound_legend + "upper bound"),
-         Query(crowd.read(selector(evidence.lower, server_model)), bound_legend + "lower bound")],
+         Query(crowd.read(selector(evidence.upper, server_model), several=True), bound_legend + "upper bound"),
+         Query(crowd.read(selector(evidence.lower, server_model), several=True), bound_legend + "lower bound")],
     ).override_by_regexp(".* (upper|lower) bound$", [
         dashboard_models.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [4, 4]}),
         dashboard_models.DynamicConfigValue(id_val="custom.fillOpacity", value=0),

@@ -141,11 +141,12 @@ class Crowd:
     the end of the range (Grafana's query_result, with `regex` extracting the value). At All
     Grafana substitutes every option, regex-escaped, as `(a|b|...)`; `read` narrows a panel's
     query to them, so its range query reads the picked servers only instead of ranking every
-    server at every step."""
+    server at every step, and keeps it readable where a server has several series (`limit`)."""
 
     variable: str
     ranking: str
     instance_label: str
+    limit: SeriesLimit
 
     @property
     def query(self) -> str:
@@ -156,12 +157,43 @@ class Crowd:
         """The server in query_result's text of one row, `{instance="a"} 1 1700000000000`."""
         return f'/^\\{{{self.instance_label}="(.*)"\\}} /'
 
-    def read(self, expr: str) -> str:
+    def narrow(self, expr: str) -> str:
         """`expr` on the picked servers: each selector matching `$instance` also matches the variable."""
         selected = f'{self.instance_label}=~"$instance"'
         if selected not in expr:
             raise ValueError(f"a crowded query must select servers by {selected}: {expr}")
         return expr.replace(selected, f'{selected}, {self.instance_label}=~"${{{self.variable}}}"')
+
+    def read(self, expr: str, several: bool = False) -> str:
+        """`expr` on the picked servers; with `several` series a server (one per model or engine),
+        at most `limit.all_up_to` of them (the worst and best few beyond)."""
+        return self.limit.apply(self.narrow(expr)) if several else self.narrow(expr)
+
+
+@dataclass(frozen=True)
+class SeriesLimit:
+    """At most `all_up_to` series, else the `worst_k` worst and `best_k` best by their value at
+    the end of the range (read once, `@ end()`); every series while none has a value then (a
+    selected server that went quiet). On a ranking's few servers this costs little."""
+
+    all_up_to: int
+    worst_k: int
+    best_k: int
+    high_is_bad: bool
+    window: str
+    step: str
+
+    def latest(self, expr: str) -> str:
+        return f"last_over_time(({expr})[{self.window}:{self.step}] @ end())"
+
+    def apply(self, expr: str) -> str:
+        worst, best = ("topk", "bottomk") if self.high_is_bad else ("bottomk", "topk")
+        latest = self.latest(expr)
+        picked = f"{worst}({self.worst_k}, {latest})"
+        if self.best_k:
+            picked += f" or {best}({self.best_k}, {latest})"
+        few = f"(count({latest}) <= {self.all_up_to} or absent({latest}))"
+        return f"({expr}) and on () {few} or ({expr}) and ({picked})"
 
 
 def selector(metric: str, matchers: str) -> str:
@@ -346,42 +378,40 @@ class Queries:
     def crowd(self, name: str, expr: str, high_is_bad: bool = False, latest: str = "") -> Crowd:
         """The ranking of one crowded per-server panel, a hidden variable `crowd_<name>` (Crowd).
 
-        It ranks `expr` by each series' `latest` value (by default its last value in the last
-        CROWDED_RANK_EVALUATIONS evaluation intervals) at the end of the range and holds the servers
-        of: the cfg.panel_worst_k worst and cfg.panel_best_k best series, and while at most
-        cfg.panel_all_series_up_to series have a value (or none has), also every one of them and
-        every selected server seen in the range if there are at most that many (a selected server
-        shows everything about it, also while it has no value now).
+        It holds every selected server seen in the range while they are at most
+        cfg.panel_all_series_up_to (the instance variable's options: a selected server shows
+        everything about it, also after it went quiet), else the servers of the cfg.panel_worst_k
+        worst and cfg.panel_best_k best series of `expr` by their `latest` value at the end of the
+        range (by default the last in CROWDED_RANK_EVALUATIONS evaluation intervals), so the same
+        few servers are drawn across the whole range. A fleet with no value at the end has none.
 
         The subquery's step is the evaluation interval, explicitly: MetricsQL defaults it to the
         query's, 5 minutes for an instant query, aligned, so the window held one point that could
         fall before the latest records, and an empty ranking drew every server (5,000 series). The
         window is a few evaluations, not 5 minutes: the ranking evaluates `expr` once per subquery
-        step and reads it four times (worst, best, the count and the few), and at 5,000 pods one
-        evaluation of a per-engine acceptance costs tens of milliseconds."""
+        step for the worst and once for the best, over every selected server."""
         cfg = self.cfg
         step = cfg.windows.evaluation_interval
         window = format_duration(CROWDED_RANK_EVALUATIONS * seconds(step))
+        limit = SeriesLimit(cfg.panel_all_series_up_to, cfg.panel_worst_k, cfg.panel_best_k, high_is_bad, window, step)
         latest = latest or f"last_over_time(({expr})[{window}:{step}])"
         worst, best = ("topk", "bottomk") if high_is_bad else ("bottomk", "topk")
         picked = f"{worst}({cfg.panel_worst_k}, {latest})"
         if cfg.panel_best_k:
             picked += f" or {best}({cfg.panel_best_k}, {latest})"
-        limit = cfg.panel_all_series_up_to
         seen = self.servers_seen()
-        few = f"((count({latest}) or vector(0)) <= {limit})"
-        every = f"(({latest}) or ({seen} and on () (count({seen}) <= {limit}))) and on () {few}"
+        every = f"{seen} and on () (count({seen}) <= {limit.all_up_to})"
         ranking = sum_by((cfg.instance_label,), f"{picked} or {every}", op="group")
         if RATE_INTERVAL in ranking:  # Grafana sets $__rate_interval for panel queries only
             raise ValueError(f"ranking {name} reads {RATE_INTERVAL}: give it a `latest` on a fixed window")
-        crowd = Crowd(CROWD_VARIABLE_PREFIX + name, ranking, cfg.instance_label)
+        crowd = Crowd(CROWD_VARIABLE_PREFIX + name, ranking, cfg.instance_label, limit)
         if self.crowds.setdefault(crowd.variable, crowd) != crowd:
             raise ValueError(f"two rankings named {crowd.variable}")
         return crowd
 
-    def crowded(self, name: str, expr: str, high_is_bad: bool = False, latest: str = "") -> str:
-        """`expr` on the servers its own ranking picks (crowd)."""
-        return self.crowd(name, expr, high_is_bad, latest).read(expr)
+    def crowded(self, name: str, expr: str, high_is_bad: bool = False, latest: str = "", several: bool = False) -> str:
+        """`expr` on the servers its own ranking picks (crowd; Crowd.read for `several`)."""
+        return self.crowd(name, expr, high_is_bad, latest).read(expr, several)
 
     def servers_seen(self) -> str:
         """Every selected server seen in the range, one series each (the instance variable's

@@ -132,9 +132,9 @@ def firing_alerts_table(cfg: MixinConfig, q: Queries) -> table.Panel:
 def crowd_note(cfg: MixinConfig) -> str:
     """What a panel built on a Queries.crowd ranking draws over a large fleet."""
     best = f" and the best {cfg.panel_best_k}" if cfg.panel_best_k else ""
-    return (f" Over more than {cfg.panel_all_series_up_to} series (All over a fleet) it draws the servers of the "
-            f"worst {cfg.panel_worst_k}{best} at the end of the range (ranked once when the dashboard loads); "
-            "pick servers in the instance variable to see all of them.")
+    return (f" Over more than {cfg.panel_all_series_up_to} servers (All over a fleet) it draws those of the worst "
+            f"{cfg.panel_worst_k}{best} series at the end of the range (ranked once when the dashboard loads), and at "
+            f"most {cfg.panel_all_series_up_to} series; pick servers in the instance variable to see all of them.")
 
 
 def threshold_note(cfg: MixinConfig) -> str:

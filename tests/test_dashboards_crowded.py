@@ -47,10 +47,11 @@ def server(i: int) -> str:
 Sample = tuple[str, dict, float, int]
 
 
-def fleet_samples(servers: int, end: int, quiet: frozenset[int] = frozenset()) -> Iterator[Sample]:
-    """(name, labels, value, timestamp) of every sample: the source records the acceptance panel
-    reads, the evidence bounds, the poll timestamps and target_info; servers in `quiet` stop
-    drafting QUIET seconds before `end` (their target_info goes on)."""
+def fleet_samples(servers: int, end: int, quiet: frozenset[int] = frozenset(), engines: int = 1) -> Iterator[Sample]:
+    """(name, labels, value, timestamp) of every sample: the source records the acceptance panels
+    read (engine e of server i accepts i / 100 + e / 1000), the evidence bounds, the poll
+    timestamps and target_info; servers in `quiet` stop drafting QUIET seconds before `end` (their
+    target_info goes on)."""
     evidence = recording_rules.evidence_names(CFG.windows.fast_long)
     accepted, drafted = (sources.rate_record(CFG, c) for c in (sources.ACCEPTED, sources.DRAFT_TOKENS))
     for i in range(servers):
@@ -61,8 +62,9 @@ def fleet_samples(servers: int, end: int, quiet: frozenset[int] = frozenset()) -
             yield MetricName.LAST_SUCCESS_TIMESTAMP_SECONDS, target, t - 10 * i, t
             if i in quiet and t > end - QUIET:
                 continue
-            yield accepted, series, i / 10, t
-            yield drafted, series, 10.0, t
+            for engine in range(engines):
+                yield accepted, {**series, "engine": str(engine)}, i / 10 + engine / 100, t
+                yield drafted, {**series, "engine": str(engine)}, 10.0, t
             for bound, shift in ((evidence.upper, 0.05), (evidence.lower, -0.05)):
                 yield bound, {**target, "model_name": "m", "confidence": CFG.confidence_label}, i / 100 + shift, t
 
@@ -212,6 +214,23 @@ def test_few_servers_are_all_shown(tmp_path: Path, model: dict, backend: str) ->
         # A quiet small fleet: nothing ranks at the end, and every server seen in the range is drawn.
         picked, results = load(url, model, ACCEPTANCE_PANEL, end + QUIET)
         assert picked == drawn(results[0]) == sorted(server(i) for i in range(servers))
+
+
+@pytest.mark.prometheus
+@pytest.mark.server
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_servers_with_several_series_keep_the_panel_readable(tmp_path: Path, model: dict, backend: str) -> None:
+    """Eight selected servers of four engines each: 32 series, more than panel_all_series_up_to,
+    so the per-engine panel keeps the worst and best few series of those servers."""
+    end = recent_end()
+    selected = [server(i) for i in range(8)]
+    with BACKENDS[backend](tmp_path, fleet_samples(12, end, engines=4)) as url:
+        picked, (result,) = load(url, model, "Acceptance rate by engine", end, {"instance": multi_value(selected)})
+    assert picked == sorted(selected)
+    shown = sorted((row["metric"]["instance"], row["metric"]["engine"]) for row in result["result"])
+    by_value = sorted(((i, e) for i in range(8) for e in range(4)), key=lambda p: p[0] / 100 + p[1] / 1000)
+    kept = (*by_value[:CFG.panel_worst_k], *by_value[-CFG.panel_best_k:])
+    assert shown == sorted((server(i), str(e)) for i, e in kept)
 
 
 @pytest.mark.prometheus

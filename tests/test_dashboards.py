@@ -255,11 +255,19 @@ def crowd_variables(model: dict) -> dict[str, dict]:
     return {v["name"]: v for v in model["templating"]["list"] if v["name"].startswith(promql.CROWD_VARIABLE_PREFIX)}
 
 
-def test_crowd_variables_are_hidden_rankings_at_the_range_end(model: dict, cfg: MixinConfig) -> None:
+@pytest.fixture(scope="module", params=["exporter", "vllm"])
+def any_source(request: pytest.FixtureRequest, dashboard_file: str) -> tuple[dict, MixinConfig]:
+    """The dashboard and its config for each source (the sidecar's, or vLLM's own series)."""
+    cfg = MixinConfig().with_overrides({"source": request.param})
+    return dashboard_files.DASHBOARDS[dashboard_file](cfg), cfg
+
+
+def test_crowd_variables_are_hidden_rankings_at_the_range_end(any_source: tuple[dict, MixinConfig]) -> None:
     """Each crowded panel's ranking is a hidden query_result variable refreshed with the range,
     multi-value with All and no custom all value (All is every option, `(a|b)`), after the
     variables it reads; its query ranks with an explicit subquery step (MetricsQL's default is 5
     minutes, test_dashboards_crowded.py) and reads nothing Grafana leaves unset for a variable."""
+    model, cfg = any_source
     variables = crowd_variables(model)
     assert variables, "no crowded panel?"
     names = [v["name"] for v in model["templating"]["list"]]
@@ -290,10 +298,11 @@ def expand_regex(pattern: str) -> re.Pattern:
     return js_regex(pattern)
 
 
-def test_per_server_panels_read_only_their_ranked_servers(model: dict, cfg: MixinConfig) -> None:
+def test_per_server_panels_read_only_their_ranked_servers(any_source: tuple[dict, MixinConfig]) -> None:
     """A panel drawing one series per server (legend by instance, not a table listing every server)
     narrows every selector to its ranking's servers; every ranking is read by a panel and every
     ranking a panel reads is a variable of the dashboard."""
+    model, cfg = any_source
     variables = crowd_variables(model)
     read: set[str] = set()
     problems = []

@@ -98,8 +98,9 @@ def all_targets(model: dict) -> Iterator[tuple[dict, int, dict]]:
 
 
 def parse(expr: str) -> promql_parser.Expr:
-    values = {name: VARIABLE_SENTINEL.format(name) for name in ("job", "instance", "model_name", "engine")}
-    return promql_parser.parse(expand_variables(expr, RATE_INTERVAL_SENTINEL, values))
+    names = ("job", "instance", "model_name", "engine", "engine_family", *re.findall(r"\$\{?(crowd_\w+)", expr))
+    values = {name: VARIABLE_SENTINEL.format(name) for name in names}
+    return promql_parser.parse(expand_variables(expr, RATE_INTERVAL_SENTINEL, values, range_seconds=3600))
 
 
 def walk(node, parent_call: str | None = None) -> Iterator[tuple[object, str | None]]:
@@ -124,11 +125,26 @@ def vector_selectors(node) -> Iterator[tuple[promql_parser.VectorSelector, str |
 
 
 def matchers_of(selector: promql_parser.VectorSelector) -> dict[str, str]:
-    """The selector's `=` and `=~` matchers, the last of each label (`job="exporter", job=~"$job"`
-    gives `$job`). Negative matchers are left out: a fleet panel's per-server side adds
-    `job!~"$instance"` (promql.Selectors.servers, checked by tests/test_dashboards_fleet_scope.py)."""
+    """The selector's `=` and `=~` matchers, the first variable or else the last value of each
+    label (`job="exporter", job=~"$job"` gives `$job`; `instance=~"$instance",
+    instance=~"${crowd_x}"` gives `$instance`: all_matchers has both). Negative matchers are left
+    out: a fleet panel's per-server side adds `job!~"$instance"` (promql.Selectors.servers, checked
+    by tests/test_dashboards_fleet_scope.py)."""
+    out = {}
+    for name, values in all_matchers(selector).items():
+        variables = [v for v in values if re.fullmatch(VARIABLE_SENTINEL.format(r"\w+"), v)]
+        out[name] = variables[0] if variables else values[-1]
+    return out
+
+
+def all_matchers(selector: promql_parser.VectorSelector) -> dict[str, list[str]]:
+    """Every `=` and `=~` matcher's value of each label, in order."""
     positive = (promql_parser.MatchOp.Equal, promql_parser.MatchOp.Re)
-    return {m.name: m.value for m in selector.matchers.matchers if m.op in positive}
+    out: dict[str, list[str]] = {}
+    for m in selector.matchers.matchers:
+        if m.op in positive:
+            out.setdefault(m.name, []).append(m.value)
+    return out
 
 
 def metric_names(selector: promql_parser.VectorSelector) -> list[str]:
@@ -233,6 +249,84 @@ def test_variables_are_chained_in_order(model: dict) -> None:
     assert '$job' in variables["instance"]
     assert {'$job', '$instance'} <= set(re.findall(r"\$\w+", variables["model_name"]))
     assert {'$job', '$instance', '$model_name'} <= set(re.findall(r"\$\w+", variables["engine"]))
+
+
+def crowd_variables(model: dict) -> dict[str, dict]:
+    return {v["name"]: v for v in model["templating"]["list"] if v["name"].startswith(promql.CROWD_VARIABLE_PREFIX)}
+
+
+@pytest.fixture(scope="module", params=["exporter", "vllm"])
+def any_source(request: pytest.FixtureRequest, dashboard_file: str) -> tuple[dict, MixinConfig]:
+    """The dashboard and its config for each source (the sidecar's, or vLLM's own series)."""
+    cfg = MixinConfig().with_overrides({"source": request.param})
+    return dashboard_files.DASHBOARDS[dashboard_file](cfg), cfg
+
+
+def test_crowd_variables_are_hidden_rankings_at_the_range_end(any_source: tuple[dict, MixinConfig]) -> None:
+    """Each crowded panel's ranking is a hidden query_result variable refreshed with the range,
+    multi-value with All and no custom all value (All is every option, `(a|b)`), after the
+    variables it reads; its query ranks with an explicit subquery step (MetricsQL's default is 5
+    minutes, test_dashboards_crowded.py) and reads nothing Grafana leaves unset for a variable."""
+    model, cfg = any_source
+    variables = crowd_variables(model)
+    assert variables, "no crowded panel?"
+    names = [v["name"] for v in model["templating"]["list"]]
+    for name, variable in variables.items():
+        assert variable["type"] == "query" and variable["hide"] == 2, name
+        assert variable["datasource"]["uid"] == "${datasource}"
+        assert variable["refresh"] == 2 and variable["multi"] is True and variable["includeAll"] is True
+        assert "allValue" not in variable or not variable["allValue"], name
+        assert variable["current"]["value"] == "$__all"
+        match = re.fullmatch(r"query_result\((.+)\)", variable["query"], re.DOTALL)
+        assert match, variable["query"]
+        ranking = match.group(1)
+        assert "$__rate_interval" not in ranking, name
+        parse(ranking)
+        step = cfg.windows.evaluation_interval
+        subqueries = re.findall(r"\)\[(\w+):(\w*)\]", ranking)
+        assert (subqueries and all(s == step for _, s in subqueries)) or name == "crowd_restarts", (name, subqueries)
+        read = set(re.findall(r"\$(\w+)", ranking)) - {"__range"}
+        assert read <= {"job", "engine_family", "instance", "model_name", "engine"}, (name, read)
+        assert all(names.index(other) < names.index(name) for other in read), name
+        row = f'{{{cfg.instance_label}="10.0.0.1:8000"}} 1 1700000000000'
+        assert expand_regex(variable["regex"]).search(row).group(1) == "10.0.0.1:8000"
+
+
+def expand_regex(pattern: str) -> re.Pattern:
+    from vllm_spec_lab.grafana_query import js_regex
+
+    return js_regex(pattern)
+
+
+def test_per_server_panels_read_only_their_ranked_servers(any_source: tuple[dict, MixinConfig]) -> None:
+    """A panel drawing one series per server (legend by instance, not a table listing every server)
+    narrows every selector to its ranking's servers; every ranking is read by a panel and every
+    ranking a panel reads is a variable of the dashboard."""
+    model, cfg = any_source
+    variables = crowd_variables(model)
+    read: set[str] = set()
+    problems = []
+    for panel, index, target in all_targets(model):
+        crowds = set(re.findall(r"\$\{(crowd_\w+)\}", target["expr"]))
+        read |= crowds
+        per_server = legend_label(cfg.instance_label) in target.get("legendFormat", "") and panel["type"] != "table"
+        if not per_server:
+            assert not crowds, (panel["title"], crowds)
+            continue
+        if len(crowds) != 1:
+            problems.append(f"{panel['title']} {index}: reads {crowds or 'no ranking'}")
+            continue
+        (crowd,) = crowds
+        for selector, _ in vector_selectors(parse(target["expr"])):
+            values = all_matchers(selector).get(cfg.instance_label, [])
+            if VARIABLE_SENTINEL.format(crowd) not in values or VARIABLE_SENTINEL.format("instance") not in values:
+                problems.append(f"{panel['title']} {index}: {selector.name} not narrowed to ${crowd} and $instance")
+    assert not problems, "\n".join(problems)
+    assert read == set(variables), (read, set(variables))
+
+
+def legend_label(label: str) -> str:
+    return promql.legend_label(label)
 
 
 def test_panel_ids_unique_and_grid_does_not_overlap(model: dict) -> None:

@@ -45,7 +45,7 @@ from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab.binaries import VICTORIA_METRICS_BIN, VMALERT_BIN
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.fakes.vllm import FakeVllm, _per_position_counts
-from vllm_spec_lab.grafana_query import expand_variables
+from vllm_spec_lab.grafana_query import expand_variables, multi_value, resolve_variables
 from vllm_spec_lab.httpd import LoopbackServer
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, PromQueryApi, http_get_json, wait_until
 from vllm_spec_lab.ports import free_port
@@ -452,13 +452,26 @@ def test_variables_offer_the_scraped_values(stack: dict, model: dict) -> None:
     expected = {"job": ["vllm-spec-exporter"], "engine_family": ["vllm"], "instance": [stack["exporter_instance"]],
                 "model_name": sorted(MODELS), "engine": sorted(ENGINES)}
     for variable in model["templating"]["list"]:
-        if variable["type"] != "query":
+        if variable["type"] != "query" or variable["name"].startswith(promql.CROWD_VARIABLE_PREFIX):
             continue
         inner = variable["query"][len("label_values("):-1]
         selector, label = inner.rsplit(", ", 1)
         params = urlencode({"match[]": expand_variables(selector, RATE_INTERVAL)})
         data = http_get_json(f"{prom.url}/api/v1/label/{label}/values?{params}")
         assert sorted(data["data"]) == expected[variable["name"]], variable["name"]
+
+
+def test_ranking_variables_hold_the_one_server(stack: dict, model: dict) -> None:
+    """Each crowded panel's hidden ranking, refreshed as Grafana does (query_result at the end of
+    the last hour): one server is few, so every ranking holds it, regex-escaped for the panels."""
+    prom: PromQueryApi = stack["prom"]
+    now = time.time()
+    variables = resolve_variables(prom.url, model, now - 3600, now)
+    assert variables.queries and not [q for q in variables.queries if q.error], variables.queries
+    rankings = [name for name in variables.values if name.startswith(promql.CROWD_VARIABLE_PREFIX)]
+    assert rankings and {q.name: q.options for q in variables.queries} == {
+        name: (stack["exporter_instance"],) for name in rankings}
+    assert set(variables.values.values()) == {multi_value([stack["exporter_instance"]])}
 
 
 def test_variable_selection_narrows_every_query(stack: dict, model: dict) -> None:

@@ -60,6 +60,14 @@ def check_row(row: dict[str, Any], source: str, series_per_pod: tuple[float, flo
         assert 0 < dashboard["slowest"] <= dashboard["total"]
         # The panels read records (issue 21): each has its raw baseline measured beside it.
         assert dashboard["record_queries"] > 10, (backend, name, dashboard["record_queries"])
+    # The ranking variables ran first, each once a dashboard, and are part of its load: the worst
+    # and best few servers. Directly, the servers seen come from `up`, which the bench's live
+    # targets (one per shard of pods) add one instance to, a selection of one beside the ranking.
+    variables = [q for q in row["queries"] if q["panel_type"] == "variable"]
+    assert {q["panel"] for q in variables} >= {"variable crowd_acceptance_by_instance"}, variables
+    shard = source == "direct"
+    assert all(q["series"] == cfg.panel_worst_k + cfg.panel_best_k + shard for q in variables
+               if q["panel"] == "variable crowd_acceptance_by_instance"), variables
     # 100 pods, All selected: the per-server acceptance panels keep the worst and best few.
     crowded = [q for q in row["queries"] if q["panel"] in ("Acceptance rate by instance", "Acceptance by server")]
     assert crowded and all(0 < q["series"] <= cfg.panel_worst_k + cfg.panel_best_k for q in crowded[:1]), crowded
@@ -90,6 +98,11 @@ def test_quick_direct_bundle_on_prometheus(tmp_path: Path) -> None:
     check_row(row, "direct", (11, 11 * 3))
 
 
+def no_variables(url: str, model: dict, end: float, repeat: int) -> tuple[dict[str, str], list]:
+    """The dashboards' ranking variables left at every server, none timed (no server here)."""
+    return {}, []
+
+
 def test_each_query_and_its_baseline_keep_the_fastest_of_repeat(monkeypatch: pytest.MonkeyPatch) -> None:
     """`--repeat N`: every panel query and its raw baseline are timed N times, in turn, and the
     fastest of each is kept (timings here: a clock that only ever gets faster, per expression)."""
@@ -104,6 +117,7 @@ def test_each_query_and_its_baseline_keep_the_fastest_of_repeat(monkeypatch: pyt
         return 1.0 / timed.count(expr), 2, ""
 
     monkeypatch.setattr(dashboards, "time_query", fake_time_query)
+    monkeypatch.setattr(dashboards, "load_variables", no_variables)
     once = dashboards.dashboard_load("http://127.0.0.1:9", 2e9, 15, bundle, repeat=1)
     calls_once = len(timed)
     timed.clear()
@@ -135,6 +149,7 @@ def test_a_baseline_far_slower_than_its_panel_is_timed_once(monkeypatch: pytest.
         return (10.0 if baseline else 1.0), 2, ""
 
     monkeypatch.setattr(dashboards, "time_query", fake_time_query)
+    monkeypatch.setattr(dashboards, "load_variables", no_variables)
     rows = dashboards.dashboard_load("http://127.0.0.1:9", 2e9, 15, bundle, repeat=3)
     with_baseline = [row for row in rows if row.raw_seconds is not None]
     assert with_baseline and all(row.raw_seconds == 10.0 for row in with_baseline)

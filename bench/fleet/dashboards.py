@@ -1,6 +1,8 @@
 """Every dashboard's load as Grafana sends it (vllm_spec_lab.grafana_render.grafana_request: 1 h
-range, the step of each panel's width, variables at All), each record-reading query beside its
-raw baseline, fastest of `repeat` timings; and each dashboard drawn by Grafana's own components in
+range, the step of each panel's width, variables at All; first the hidden ranking variables'
+queries, whose servers the crowded panels then read: each a row `variable crowd_<name>`, counted
+in the dashboard's total), each record-reading query beside its raw baseline, fastest of `repeat`
+timings; and each dashboard drawn by Grafana's own components in
 headless Chromium (tools/grafana-render), time to a settled page."""
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ import json
 import math
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.error import HTTPError
 from urllib.parse import urlencode
@@ -18,6 +20,7 @@ from urllib.request import urlopen
 from fleet.bundle import Bundle, expand_records, record_exprs
 from fleet.servers import log
 from vllm_spec_lab import grafana_render
+from vllm_spec_lab.grafana_query import VariableQuery, resolve_variables
 
 
 @dataclass
@@ -66,8 +69,9 @@ RAW_DECIDED_SECONDS = 10.0
 
 def dashboard_load(url: str, end: float, scrape_interval: int, bundle: Bundle, repeat: int = 1,
                    raw_baseline: bool = True) -> list[QueryTime]:
-    """Every panel target of every dashboard, as Grafana sends it over the last hour; for targets
-    that read a recording rule, also the same query with the records expanded (the baseline).
+    """Every query of every dashboard, as Grafana sends it over the last hour: the ranking
+    variables' (load_variables, no baseline), then every panel target's; for targets that read a
+    recording rule, also the same query with the records expanded (the baseline).
     Each is timed `repeat` times, the panel's query and its baseline in turn, and the fastest kept:
     one timing on a shared machine measures whatever else ran in that second as much as the query
     (neither server caches results here: Prometheus has no result cache, and the lab starts
@@ -77,9 +81,12 @@ def dashboard_load(url: str, end: float, scrape_interval: int, bundle: Bundle, r
     exprs = record_exprs(bundle)
     out = []
     for name, model in bundle.dashboards.items():
+        variables, rows = load_variables(url, model, end, repeat)
+        out += [QueryTime(name, f"variable {v.name}", v.seconds, len(v.options), error=v.error, panel_type="variable")
+                for v in rows]
         for panel in grafana_render.dashboard_files.iter_panels(model):
             for target in panel.get("targets", []):
-                request = grafana_render.grafana_request(panel, target, end - 3600, end, scrape_interval)
+                request = grafana_render.grafana_request(panel, target, end - 3600, end, scrape_interval, variables)
                 raw = expand_records(request.expr, exprs.__getitem__)
                 timed, raw_timed = [], []  # (seconds, series, error) of each repeat
                 decided = not raw_baseline or raw == request.expr  # no baseline: nothing to time
@@ -97,6 +104,17 @@ def dashboard_load(url: str, end: float, scrape_interval: int, bundle: Bundle, r
     return out
 
 
+def load_variables(url: str, model: dict, end: float, repeat: int) -> tuple[dict[str, str], list[VariableQuery]]:
+    """The dashboard's query_result variables (the crowded panels' rankings) refreshed as Grafana
+    does before its panels run, `repeat` times: the values of the first refresh (the panels' queries
+    read them) and each variable's query with the fastest of its timings (an error in any stays)."""
+    refreshes = [resolve_variables(url, model, end - 3600, end, timeout=300) for _ in range(max(1, repeat))]
+    fastest = [min(timings, key=lambda v: v.seconds) for timings in zip(*(r.queries for r in refreshes), strict=True)]
+    errors = [next((v.error for v in timings if v.error), "") for timings in zip(*(r.queries for r in refreshes),
+                                                                                  strict=True)]
+    return refreshes[0].values, [replace(v, error=e) for v, e in zip(fastest, errors, strict=True)]
+
+
 def browser_draw(url: str, end: float, scrape_interval: int, workdir: Path,
                  dashboards: dict[str, dict]) -> dict[str, float]:
     """Seconds from opening each dashboard to a settled page in headless Chromium (the renderer)."""
@@ -105,11 +123,7 @@ def browser_draw(url: str, end: float, scrape_interval: int, workdir: Path,
     dist = grafana_render.build(workdir / "dist")
     shots, start = [], end - 3600
     for name, model in dashboards.items():
-        results = {}
-        for panel in grafana_render.dashboard_files.iter_panels(model):
-            results[str(panel["id"])] = [grafana_render.grafana_query(url, panel, t, start, end, scrape_interval,
-                                                                      timeout=300)
-                                         for t in panel["targets"]]
+        results = grafana_render.dashboard_results(url, model, start, end, scrape_interval, timeout=300)
         file_name = name.replace("@", "-at-")
         shots.append(grafana_render.Shot(file_name, model, start, end, results, workdir / f"{file_name}.png"))
     try:

@@ -5,10 +5,10 @@ Data path (every piece real except the clock of the traffic):
   0 % accepted, ≈88 % again, idle), replayed on its own schedule by `BadTarget` →
   the real exporter (`vllm-spec-exporter serve`) → a real Prometheus scraping the exporter and
   the replayed vLLM (`job="vllm"`, for the latency panels) → every panel target as Grafana's
-  Prometheus data source would send it (`grafana_query`: variables, `$__rate_interval`, step,
-  range alignment) → `tools/grafana-render` (@grafana/ui + @grafana/data, bundled by esbuild) in
-  Debian's headless Chromium driven by playwright-core → one PNG and one DOM report per dashboard
-  and moment.
+  Prometheus data source would send it (`grafana_query`: the hidden ranking variables refreshed
+  first, then variables, `$__rate_interval`, step, range alignment) → `tools/grafana-render`
+  (@grafana/ui + @grafana/data, bundled by esbuild; it resolves no variable itself) in Debian's
+  headless Chromium driven by playwright-core → one PNG and one DOM report per dashboard and moment.
 
 `Replay.run()` plays the capture once (≈ 100 s); `Replay.moments` are the instants worth looking
 at (healthy, degraded, recovered, idle). `render()` draws any dashboard at any of them.
@@ -33,7 +33,7 @@ from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab import processes
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.fakes.badtarget import BadTarget
-from vllm_spec_lab.grafana_query import expand_variables
+from vllm_spec_lab.grafana_query import expand_variables, resolve_variables
 from vllm_spec_lab.monitoring import LOCAL_API_TIMEOUT_SECONDS, Prometheus, http_get_json, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,11 +114,13 @@ class GrafanaRequest:
 
 
 def grafana_request(panel: dict, target: dict, start: float, end: float,
-                    scrape_interval: float = SCRAPE_INTERVAL_SECONDS) -> GrafanaRequest:
+                    scrape_interval: float = SCRAPE_INTERVAL_SECONDS,
+                    variables: dict[str, str] | None = None) -> GrafanaRequest:
+    """`variables`: formatted values (grafana_query.resolve_variables), All for the others."""
     interval_ms = max(round_interval((end - start) * 1000 / panel_width_px(panel)), scrape_interval * 1000)
     step = interval_ms / 1000
     rate_interval = format_duration(max(step + scrape_interval, 4 * scrape_interval))
-    expr = expand_variables(target["expr"], rate_interval)
+    expr = expand_variables(target["expr"], rate_interval, variables)
     instant = bool(target.get("instant")) and not target.get("range")
     return GrafanaRequest(expr, instant, math.floor(start / step) * step, math.floor(end / step) * step, step,
                           rate_interval)
@@ -126,9 +128,10 @@ def grafana_request(panel: dict, target: dict, start: float, end: float,
 
 def grafana_query(prom_url: str, panel: dict, target: dict, start: float, end: float,
                   scrape_interval: float = SCRAPE_INTERVAL_SECONDS,
-                  timeout: float = LOCAL_API_TIMEOUT_SECONDS) -> dict[str, Any]:
+                  timeout: float = LOCAL_API_TIMEOUT_SECONDS,
+                  variables: dict[str, str] | None = None) -> dict[str, Any]:
     """One target's result in the form the renderer reads (tools/grafana-render/src/frames.ts)."""
-    request = grafana_request(panel, target, start, end, scrape_interval)
+    request = grafana_request(panel, target, start, end, scrape_interval, variables)
     if request.instant:
         params = {"query": request.expr, "time": end}
         data = http_get_json(f"{prom_url}/api/v1/query?{urlencode(params)}", timeout)
@@ -142,9 +145,14 @@ def grafana_query(prom_url: str, panel: dict, target: dict, start: float, end: f
     return {**out, "resultType": data["data"]["resultType"], "result": data["data"]["result"]}
 
 
-def dashboard_results(prom_url: str, model: dict, start: float, end: float) -> dict[str, list[dict[str, Any]]]:
-    """Every target of every panel: {panel id: [target result, ...]}."""
-    return {str(panel["id"]): [grafana_query(prom_url, panel, target, start, end) for target in panel["targets"]]
+def dashboard_results(prom_url: str, model: dict, start: float, end: float,
+                      scrape_interval: float = SCRAPE_INTERVAL_SECONDS,
+                      timeout: float = LOCAL_API_TIMEOUT_SECONDS) -> dict[str, list[dict[str, Any]]]:
+    """Every target of every panel, after the dashboard's variables refreshed: {panel id: [target
+    result, ...]}."""
+    variables = resolve_variables(prom_url, model, start, end, timeout=timeout).values
+    return {str(panel["id"]): [grafana_query(prom_url, panel, target, start, end, scrape_interval, timeout, variables)
+                               for target in panel["targets"]]
             for panel in dashboard_files.iter_panels(model)}
 
 

@@ -15,7 +15,7 @@ import yaml
 
 from . import fleet, links, overview
 from .config import MixinConfig
-from .promql import VLLM_METRICS_QUERIED, vllm_name_pattern
+from .promql import CROWD_VARIABLE_PREFIX, VLLM_METRICS_QUERIED, vllm_name_pattern
 from .templates import fill
 
 __all__ = ["CONFIGMAP_PATH", "DASHBOARDS", "FLEET_PATH", "LINT_PATH", "OVERVIEW_PATH", "README_PATH",
@@ -147,9 +147,12 @@ def readme_markdown(cfg: MixinConfig, models: dict[str, dict]) -> str:
     overview_model, fleet_model = models[OVERVIEW_PATH], models[FLEET_PATH]
     variable_rows = [
         f"| `{variable['name']}` | `{_markdown_cell(variable['query'])}` | multi-select, All = "
-        "`.+`, refreshed on time-range change |"
-        for variable in overview_model["templating"]["list"] if variable["type"] == "query"
+        f"`{variable['allValue']}`, refreshed on time-range change |"
+        for variable in overview_model["templating"]["list"]
+        if variable["type"] == "query" and not variable["name"].startswith(CROWD_VARIABLE_PREFIX)
     ]
+    crowds = {v["name"]: v for m in models.values() for v in m["templating"]["list"]
+              if v["name"].startswith(CROWD_VARIABLE_PREFIX)}
     return fill("dashboards-README.md", dict(
         overview_title=overview_model["title"],
         fleet_title=fleet_model["title"],
@@ -163,6 +166,8 @@ def readme_markdown(cfg: MixinConfig, models: dict[str, dict]) -> str:
         raise_k=links.percent(cfg.acceptance_raise_k_threshold),
         vllm_selector=cfg.vllm_selector,
         variable_rows="\n".join(variable_rows),
+        crowd_variables=", ".join(f"`{name}`" for name in crowds),
+        worst_k=cfg.panel_worst_k, best_k=cfg.panel_best_k, all_up_to=cfg.panel_all_series_up_to,
         overview_panels="\n".join(_panel_tables(overview_model, "Top row (always visible)")).strip("\n"),
         fleet_panels="\n".join(_panel_tables(fleet_model, "Top row (always visible)")).strip("\n"),
     ))

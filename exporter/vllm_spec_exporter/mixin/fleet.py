@@ -44,6 +44,7 @@ from .promql import (
 from .shared_panels import (
     acceptance_by_instance,
     acceptance_by_model,
+    acceptance_crowd,
     acceptance_stat,
     crowd_note,
     firing_alerts_stat,
@@ -162,7 +163,8 @@ def servers_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "server's draft model, k or traffic; every bar short is the model or the prompt mix."
         + crowd_note(cfg),
         RATIO,
-        [Query(q.worst_first(q.crowded(q.acceptance((instance,)))), legend_label(instance), instant=True)],
+        [Query(q.worst_first(acceptance_crowd(cfg, q).read(q.acceptance((instance,)))), legend_label(instance),
+               instant=True)],
         thresholds_config=acceptance_thresholds(cfg),
         no_value=NO_TRAFFIC,
     ), 8, 8)

@@ -1,10 +1,10 @@
 """What every dashboard of the bundle shares: the frame around its panels.
 
 Tags, read-only, refresh and time range; the datasource, job, instance, model and engine
-variables; the restart and alert annotations; the links to the other dashboard, the runbooks and
-the vLLM dashboards dropdown. `build(...)` takes a dashboard's title, uid, description and its
-rows (functions that add panels to one Layout, top to bottom) and returns the dashboard's JSON
-model, panels numbered in reading order.
+variables and the hidden rankings of the crowded panels; the restart and alert annotations; the
+links to the other dashboard, the runbooks and the vLLM dashboards dropdown. `build(...)` takes a
+dashboard's title, uid, description and its rows (functions that add panels to one Layout, top to
+bottom) and returns the dashboard's JSON model, panels numbered in reading order.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def build(cfg: MixinConfig, title: str, uid: str, description: str, rows: Sequen
             .keep_time(True)
         )
     )
-    for variable in _variables(cfg):
+    for variable in [*_variables(cfg), *_crowd_variables(q)]:
         builder = builder.with_variable(variable)
     for annotation in _annotations(cfg, q):
         builder = builder.annotation(annotation)
@@ -139,6 +139,28 @@ def _variables(cfg: MixinConfig) -> Iterator[dashboard.QueryVariable | dashboard
             .multi(True)
             .include_all(True)
             .all_value(ALL_VALUES.get(name, ".+"))
+            .current(dashboard_models.VariableOption(selected=True, text="All", value="$__all"))
+        )
+
+
+def _crowd_variables(q: Queries) -> Iterator[dashboard.QueryVariable]:
+    """One hidden variable per ranking of the crowded panels (promql.Crowd), after the variables
+    its query reads: the servers it picks at the end of the range, refreshed with the range. No
+    custom all value: at All, Grafana's Prometheus data source substitutes every option,
+    regex-escaped, as `(a|b|...)`, and `()` (no server) when the ranking is empty."""
+    for crowd in q.crowds.values():
+        yield (
+            dashboard.QueryVariable(crowd.variable)
+            .label(crowd.variable)
+            .hide(dashboard_models.VariableHide.HIDE_VARIABLE)
+            .datasource(DATASOURCE)
+            .query(crowd.query)
+            .regex(crowd.regex)
+            .refresh(dashboard_models.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(dashboard_models.VariableSort.DISABLED)
+            .allow_custom_value(False)
+            .multi(True)
+            .include_all(True)
             .current(dashboard_models.VariableOption(selected=True, text="All", value="$__all"))
         )
 

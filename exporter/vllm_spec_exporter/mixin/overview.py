@@ -46,6 +46,7 @@ from .promql import (
     DRAFT_TOKENS,
     GENERATED,
     LATENCY_QUANTILES,
+    RANGE,
     SPEC_DECODE_ENABLED,
     TARGET_UP,
     VLLM_INTER_TOKEN_LATENCY,
@@ -58,6 +59,7 @@ from .promql import (
 )
 from .shared_panels import (
     acceptance_by_model,
+    acceptance_crowd,
     acceptance_series,
     acceptance_stat,
     crowd_note,
@@ -149,7 +151,7 @@ def acceptance_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "Acceptance rate by engine",
         "Accepted / drafted tokens per data-parallel engine of each server. " + threshold_note(cfg)
         + " Engines of one server share model and config, so they should agree." + crowd_note(cfg),
-        [Query(q.crowded(q.acceptance((*by_instance, "engine"))),
+        [Query(q.crowded("acceptance_by_engine", q.acceptance((*by_instance, "engine")), several=True),
                legend_label(cfg.instance_label) + " engine {{engine}}")],
     ), 12, 8)
     layout.add(ratio_series(
@@ -181,7 +183,8 @@ def acceptance_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "read 0 %). Stopped: no drafts at a batch where it"
         f" drafted before: {alert_rules.DRAFTS_STOPPED} after {cfg.spec_decode_stopped_for}. Good: "
         "drafting, or paused only at peak load." + crowd_note(cfg),
-        [Query(q.crowded(q.drafting_state(), high_is_bad=True), legend_label(cfg.instance_label) + " {{model_name}}",
+        [Query(q.crowded("drafting", q.drafting_state(), high_is_bad=True, several=True),
+               legend_label(cfg.instance_label) + " {{model_name}}",
                instant=True)],
         mappings=drafting_state_mappings(),
         color_mode=BACKGROUND,
@@ -328,23 +331,26 @@ def context_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "engine; the job/instance variables pick the exporter's targets and do not apply here."
     ) if not q.direct else f"From vLLM's own /metrics ({cfg.vllm_selector})."
     layout.row("Load and latency: why did acceptance change?")
+    running = q.load_gauge(MetricName.REQUESTS_RUNNING, by_instance)
+    waiting = q.load_gauge(MetricName.REQUESTS_WAITING, by_instance)
+    # Both lines of the same servers: the most requests in them, running or waiting.
+    requests = q.crowd("requests", f"{running} + {waiting}", high_is_bad=True)
     layout.add(timeseries_panel(
         "Requests running and waiting",
         "Requests in the running batch and waiting in the queue, per server. Speculation pays "
         "best at small batches: acceptance or speed dropping while running requests climb "
         "points at load, not at the draft. Good: waiting stays near 0." + crowd_note(cfg),
         NUMBER,
-        [Query(q.crowded(q.load_gauge(MetricName.REQUESTS_RUNNING, by_instance), high_is_bad=True),
-               f"{instance_legend} running"),
-         Query(q.crowded(q.load_gauge(MetricName.REQUESTS_WAITING, by_instance), high_is_bad=True),
-               f"{instance_legend} waiting")],
+        [Query(requests.read(running), f"{instance_legend} running"),
+         Query(requests.read(waiting), f"{instance_legend} waiting")],
     ), 8, 8)
     layout.add(ratio_series(
         "KV-cache usage",
         "Share of the KV cache in use, per server and model (highest engine). Good: below ~90 %; "
         "near 100 % vLLM preempts requests, and draft tokens also need cache blocks." + crowd_note(cfg),
-        [Query(q.crowded(q.load_gauge(MetricName.KV_CACHE_USAGE_RATIO, (*by_instance, "model_name"), op="max"),
-                         high_is_bad=True), instance_legend + " {{model_name}}")],
+        [Query(q.crowded("kv_cache", q.load_gauge(MetricName.KV_CACHE_USAGE_RATIO, (*by_instance, "model_name"),
+                                                  op="max"), high_is_bad=True, several=True),
+               instance_legend + " {{model_name}}")],
     ), 8, 8)
     layout.add(timeseries_panel(
         "Inter-token latency",
@@ -388,8 +394,8 @@ def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "'exporter scraped' is Prometheus' own up for the exporter. Good: both 1. Exporter "
         "scraped but vLLM unreadable: check vLLM and the scrape errors panel." + crowd_note(cfg),
         NUMBER,
-        [Query(q.crowded(q.per_target(TARGET_UP)), f"{instance_legend} vLLM readable"),
-         Query(q.crowded(q.per_target("up")), f"{instance_legend} exporter scraped")],
+        [Query(q.crowded("vllm_readable", q.per_target(TARGET_UP)), f"{instance_legend} vLLM readable"),
+         Query(q.crowded("exporter_scraped", q.per_target("up")), f"{instance_legend} exporter scraped")],
         max_value=1,
         legend_calcs=("min", "lastNotNull"),
     ).links(runbook_links(cfg, alert_rules.VLLM_UNREACHABLE, alert_rules.EXPORTER_DOWN)), 8, 8)
@@ -408,7 +414,7 @@ def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "per server per interval. Good: 0. Repeated resets are a crash loop; acceptance right "
         "after a restart covers little traffic." + crowd_note(cfg),
         NUMBER,
-        [Query(q.crowded(q.counter_resets(), high_is_bad=True), instance_legend)],
+        [Query(restarts_crowded(q), instance_legend)],
         bars=True,
         legend_calcs=("sum", "max"),
     ).links(runbook_links(cfg, alert_rules.VLLM_RESTARTING)), 8, 8)
@@ -417,15 +423,15 @@ def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "Seconds since the exporter last read vLLM successfully, per server. Good: about one "
         "poll interval. Growing means the values on this dashboard are stale." + crowd_note(cfg),
         SECONDS,
-        [Query(q.crowded(q.poll_age(), high_is_bad=True), instance_legend)],
+        [Query(q.crowded("poll_age", q.poll_age(), high_is_bad=True), instance_legend)],
     ), 8, 8)
     layout.add(timeseries_panel(
         "Poll duration",
         "Duration of the exporter's last poll of vLLM (fetch + parse + derive), per server. Good: "
         "well below the poll interval; close to the timeout means timeouts are next." + crowd_note(cfg),
         SECONDS,
-        [Query(q.crowded(q.per_target(MetricName.SCRAPE_DURATION_SECONDS, op="max"), high_is_bad=True),
-               instance_legend)],
+        [Query(q.crowded("poll_duration", q.per_target(MetricName.SCRAPE_DURATION_SECONDS, op="max"),
+                         high_is_bad=True), instance_legend)],
     ), 8, 8)
     layout.add(table_panel(
         "Detected schema and spec decoding",
@@ -454,7 +460,8 @@ def direct_health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         f"Prometheus' own up for each vLLM server ({cfg.vllm_selector}): 1 when its last scrape of "
         "/metrics succeeded. Good: 1." + crowd_note(cfg),
         NUMBER,
-        [Query(q.crowded(sum_by((cfg.instance_label,), q.scrape_up(), op="min")), f"{instance_legend} vLLM scraped")],
+        [Query(q.crowded("vllm_scraped", sum_by((cfg.instance_label,), q.scrape_up(), op="min")),
+               f"{instance_legend} vLLM scraped")],
         max_value=1,
         legend_calcs=("min", "lastNotNull"),
     ).links(runbook_links(cfg, alert_rules.VLLM_UNREACHABLE)), 8, 8)
@@ -464,7 +471,7 @@ def direct_health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "0. Repeated resets are a crash loop; acceptance right after a restart covers little traffic."
         + crowd_note(cfg),
         NUMBER,
-        [Query(q.crowded(q.counter_resets(), high_is_bad=True), instance_legend)],
+        [Query(restarts_crowded(q), instance_legend)],
         bars=True,
         legend_calcs=("sum", "max"),
     ).links(runbook_links(cfg, alert_rules.VLLM_RESTARTING)), 8, 8)
@@ -481,6 +488,11 @@ def direct_health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
     layout.add(firing_alerts_table(cfg, q), 24, 5)
 
 
+def restarts_crowded(q: Queries) -> str:
+    """Restarts per interval of the servers with the most restarts over the range."""
+    return q.crowded("restarts", q.counter_resets(), high_is_bad=True, latest=q.counter_resets(RANGE))
+
+
 def acceptance_with_bound_by_instance(cfg: MixinConfig, q: Queries):
     """The fleet's per-server acceptance panel plus the Wilson bounds the acceptance alerts read
     (fast tier's evidence window), per server and model: the page fires when the dashed upper
@@ -489,6 +501,7 @@ def acceptance_with_bound_by_instance(cfg: MixinConfig, q: Queries):
     server_model = join_matchers(q.sel.target, 'model_name=~"$model_name"')
     bound_legend = legend_label(cfg.instance_label) + " {{model_name}} "
     conf = cfg.confidence_label
+    crowd = acceptance_crowd(cfg, q)  # the bounds of the servers whose acceptance is drawn
     return acceptance_series(
         cfg,
         "Acceptance rate by instance",
@@ -498,9 +511,9 @@ def acceptance_with_bound_by_instance(cfg: MixinConfig, q: Queries):
         f"server and model, the bound the acceptance alerts use. Upper line under a threshold line = "
         f"we are {conf} sure acceptance is below it; a wide band = little traffic, little evidence."
         + crowd_note(cfg),
-        [Query(q.crowded(q.acceptance((cfg.instance_label,))), legend_label(cfg.instance_label)),
-         Query(q.crowded(selector(evidence.upper, server_model)), bound_legend + "upper bound"),
-         Query(q.crowded(selector(evidence.lower, server_model)), bound_legend + "lower bound")],
+        [Query(crowd.read(q.acceptance((cfg.instance_label,))), legend_label(cfg.instance_label)),
+         Query(crowd.read(selector(evidence.upper, server_model), several=True), bound_legend + "upper bound"),
+         Query(crowd.read(selector(evidence.lower, server_model), several=True), bound_legend + "lower bound")],
     ).override_by_regexp(".* (upper|lower) bound$", [
         dashboard_models.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [4, 4]}),
         dashboard_models.DynamicConfigValue(id_val="custom.fillOpacity", value=0),

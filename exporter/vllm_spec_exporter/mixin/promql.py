@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..durations import format_duration, seconds
 from ..names import MetricName
 from . import fleet_records, recording_rules, sources
 from .config import MixinConfig
@@ -30,6 +31,8 @@ from .recording_rules import (
 from .sources import SourceCounter
 
 RATE_INTERVAL = "$__rate_interval"
+# The dashboard's time range (Grafana sets it for variable queries too).
+RANGE = "$__range"
 # Alerts are matched by name prefix: every spec-decode alert the mixin generates starts with it.
 ALERT_NAME_REGEX = "SpecDecode.*"
 
@@ -63,6 +66,7 @@ ACCEPTED_BY_POSITION = sources.ACCEPTED_BY_POSITION
 GENERATED = sources.GENERATED
 NUM_SPECULATIVE_TOKENS = MetricName.NUM_SPECULATIVE_TOKENS
 TARGET_UP = MetricName.TARGET_UP
+TARGET_INFO = MetricName.TARGET_INFO
 SPEC_DECODE_ENABLED = MetricName.SPEC_DECODE_ENABLED
 TARGET_RESTARTS = MetricName.TARGET_RESTARTS_TOTAL
 
@@ -124,8 +128,72 @@ class Selectors:
         )
 
 
-# How far back Queries.crowded looks for each series' latest value when ranking them.
-CROWDED_RANK_WINDOW = "5m"
+# How many evaluation intervals back Queries.crowd looks for each series' latest value.
+CROWDED_RANK_EVALUATIONS = 4
+# The hidden variables of the crowded panels' rankings are named with this prefix.
+CROWD_VARIABLE_PREFIX = "crowd_"
+
+
+@dataclass(frozen=True)
+class Crowd:
+    """A crowded per-server panel's ranking: the hidden dashboard variable `variable`, whose
+    options are the servers (values of `instance_label`) the instant query `ranking` returns at
+    the end of the range (Grafana's query_result, with `regex` extracting the value). At All
+    Grafana substitutes every option, regex-escaped, as `(a|b|...)`; `read` narrows a panel's
+    query to them, so its range query reads the picked servers only instead of ranking every
+    server at every step, and keeps it readable where a server has several series (`limit`)."""
+
+    variable: str
+    ranking: str
+    instance_label: str
+    limit: SeriesLimit
+
+    @property
+    def query(self) -> str:
+        return f"query_result({self.ranking})"
+
+    @property
+    def regex(self) -> str:
+        """The server in query_result's text of one row, `{instance="a"} 1 1700000000000`."""
+        return f'/^\\{{{self.instance_label}="(.*)"\\}} /'
+
+    def narrow(self, expr: str) -> str:
+        """`expr` on the picked servers: each selector matching `$instance` also matches the variable."""
+        selected = f'{self.instance_label}=~"$instance"'
+        if selected not in expr:
+            raise ValueError(f"a crowded query must select servers by {selected}: {expr}")
+        return expr.replace(selected, f'{selected}, {self.instance_label}=~"${{{self.variable}}}"')
+
+    def read(self, expr: str, several: bool = False) -> str:
+        """`expr` on the picked servers; with `several` series a server (one per model or engine),
+        at most `limit.all_up_to` of them (the worst and best few beyond)."""
+        return self.limit.apply(self.narrow(expr)) if several else self.narrow(expr)
+
+
+@dataclass(frozen=True)
+class SeriesLimit:
+    """At most `all_up_to` series, else the `worst_k` worst and `best_k` best by their value at
+    the end of the range (read once, `@ end()`); every series while none has a value then (a
+    selected server that went quiet). On a ranking's few servers this costs little."""
+
+    all_up_to: int
+    worst_k: int
+    best_k: int
+    high_is_bad: bool
+    window: str
+    step: str
+
+    def latest(self, expr: str) -> str:
+        return f"last_over_time(({expr})[{self.window}:{self.step}] @ end())"
+
+    def apply(self, expr: str) -> str:
+        worst, best = ("topk", "bottomk") if self.high_is_bad else ("bottomk", "topk")
+        latest = self.latest(expr)
+        picked = f"{worst}({self.worst_k}, {latest})"
+        if self.best_k:
+            picked += f" or {best}({self.best_k}, {latest})"
+        few = f"(count({latest}) <= {self.all_up_to} or absent({latest}))"
+        return f"({expr}) and on () {few} or ({expr}) and ({picked})"
 
 
 def selector(metric: str, matchers: str) -> str:
@@ -162,6 +230,8 @@ class Queries:
         self.sel = Selectors.from_config(cfg)
         # source=vllm: no sidecar, so no advisor, exporter health or target info to show.
         self.direct = cfg.direct
+        # The rankings of the crowded panels built so far, by variable: the frame adds the variables.
+        self.crowds: dict[str, Crowd] = {}
 
     def counter_rate(self, counter: SourceCounter, matchers: str = "") -> str:
         """The source record of one counter's rate, per (server, model, engine), on the variables."""
@@ -305,27 +375,54 @@ class Queries:
         """An instant query's rows sorted ascending: the lowest value on top."""
         return f"sort({expr})"
 
-    def crowded(self, expr: str, high_is_bad: bool = False) -> str:
-        """`expr` whole while at most cfg.panel_all_series_up_to series have a value at the end of
-        the range (a selected server shows everything about it, also while it has none); beyond (All
-        over a fleet), the cfg.panel_worst_k worst and cfg.panel_best_k best by that latest value,
-        so a panel never draws 1,000 lines and the same few are drawn across the whole range.
+    def crowd(self, name: str, expr: str, high_is_bad: bool = False, latest: str = "") -> Crowd:
+        """The ranking of one crowded per-server panel, a hidden variable `crowd_<name>` (Crowd).
 
-        The ranking reads `expr` at the range's end only (`@ end()`: evaluated once per query), so
-        the query costs about twice `expr` alone (bench/fleet_scale.py: ranking at every step and
-        counting at every step cost 3-4 times, and picked 44 different servers of 100 in an hour).
+        It holds every selected server seen in the range while they are at most
+        cfg.panel_all_series_up_to (the instance variable's options: a selected server shows
+        everything about it, also after it went quiet), else the servers of the cfg.panel_worst_k
+        worst and cfg.panel_best_k best series of `expr` by their `latest` value at the end of the
+        range (by default the last in CROWDED_RANK_EVALUATIONS evaluation intervals), so the same
+        few servers are drawn across the whole range. A fleet with no value at the end has none.
+
         The subquery's step is the evaluation interval, explicitly: MetricsQL defaults it to the
         query's, 5 minutes for an instant query, aligned, so the window held one point that could
-        fall before the latest records, and an empty ranking drew every server (5,000 series)."""
+        fall before the latest records, and an empty ranking drew every server (5,000 series). The
+        window is a few evaluations, not 5 minutes: the ranking evaluates `expr` once per subquery
+        step for the worst and once for the best, over every selected server."""
         cfg = self.cfg
-        worst, best = ("topk", "bottomk") if high_is_bad else ("bottomk", "topk")
         step = cfg.windows.evaluation_interval
-        latest = f"last_over_time(({expr})[{CROWDED_RANK_WINDOW}:{step}] @ end())"
+        window = format_duration(CROWDED_RANK_EVALUATIONS * seconds(step))
+        limit = SeriesLimit(cfg.panel_all_series_up_to, cfg.panel_worst_k, cfg.panel_best_k, high_is_bad, window, step)
+        latest = latest or f"last_over_time(({expr})[{window}:{step}])"
+        worst, best = ("topk", "bottomk") if high_is_bad else ("bottomk", "topk")
         picked = f"{worst}({cfg.panel_worst_k}, {latest})"
         if cfg.panel_best_k:
             picked += f" or {best}({cfg.panel_best_k}, {latest})"
-        few = f"(count({latest}) <= {cfg.panel_all_series_up_to} or absent({latest}))"
-        return f"({expr}) and on () {few} or ({expr}) and ({picked})"
+        seen = self.servers_seen()
+        every = f"{seen} and on () (count({seen}) <= {limit.all_up_to})"
+        ranking = sum_by((cfg.instance_label,), f"{picked} or {every}", op="group")
+        if RATE_INTERVAL in ranking:  # Grafana sets $__rate_interval for panel queries only
+            raise ValueError(f"ranking {name} reads {RATE_INTERVAL}: give it a `latest` on a fixed window")
+        crowd = Crowd(CROWD_VARIABLE_PREFIX + name, ranking, cfg.instance_label, limit)
+        if self.crowds.setdefault(crowd.variable, crowd) != crowd:
+            raise ValueError(f"two rankings named {crowd.variable}")
+        return crowd
+
+    def crowded(self, name: str, expr: str, high_is_bad: bool = False, latest: str = "", several: bool = False) -> str:
+        """`expr` on the servers its own ranking picks (crowd; Crowd.read for `several`)."""
+        return self.crowd(name, expr, high_is_bad, latest).read(expr, several)
+
+    def servers_seen(self) -> str:
+        """Every selected server seen in the range, one series each (the instance variable's
+        source: the sidecar's target_info, or directly `up`)."""
+        matchers = join_matchers('job=~"$job"', f'{self.cfg.instance_label}=~"$instance"')
+        if self.direct:
+            seen = sources.scrape_up(self.cfg, matchers)
+        else:
+            seen = selector(TARGET_INFO, join_matchers(sources.selector(self.cfg), matchers,
+                                                      'engine_family=~"$engine_family"'))
+        return sum_by((self.cfg.instance_label,), f"last_over_time({seen}[{RANGE}])", op="group")
 
     def servers_per_model(self) -> str:
         """Servers exposing a k for each model: the servers speculating it."""
@@ -433,11 +530,11 @@ class Queries:
     def scrape_errors_by_reason(self) -> str:
         return sum_rate(MetricName.SCRAPE_ERRORS_TOTAL, self.sel.target, ("reason",))
 
-    def counter_resets(self) -> str:
+    def counter_resets(self, window: str = RATE_INTERVAL) -> str:
         """vLLM restarts per server per interval (sidecar: polls in which its counters reset;
-        source=vllm: resets of vLLM's generation counter)."""
+        source=vllm: resets of vLLM's generation counter); over `window`."""
         matchers = join_matchers('job=~"$job"', f'{self.cfg.instance_label}=~"$instance"')
-        return sum_by((self.cfg.instance_label,), sources.restarts(self.cfg, RATE_INTERVAL, matchers))
+        return sum_by((self.cfg.instance_label,), sources.restarts(self.cfg, window, matchers))
 
     def poll_age(self) -> str:
         """Seconds since each exporter last read vLLM successfully (0 before the first success)."""

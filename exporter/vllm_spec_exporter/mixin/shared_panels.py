@@ -12,11 +12,12 @@ from . import alert_rules, links
 from .config import MixinConfig
 from .panels import NUMBER, SPEEDUP, Query, acceptance_thresholds, link, table_panel, thresholds
 from .presets import BACKGROUND, NO_EXPORTER, NO_TARGET, count_stat, ratio_series, ratio_stat, traffic_stat
-from .promql import ALERT_NAME_REGEX, Queries, legend_label
+from .promql import ALERT_NAME_REGEX, Crowd, Queries, legend_label
 
 __all__ = [
     "acceptance_by_instance",
     "acceptance_by_model",
+    "acceptance_crowd",
     "acceptance_series",
     "acceptance_stat",
     "crowd_note",
@@ -129,10 +130,11 @@ def firing_alerts_table(cfg: MixinConfig, q: Queries) -> table.Panel:
 
 
 def crowd_note(cfg: MixinConfig) -> str:
-    """What a panel built on Queries.crowded draws over a large fleet."""
+    """What a panel built on a Queries.crowd ranking draws over a large fleet."""
     best = f" and the best {cfg.panel_best_k}" if cfg.panel_best_k else ""
-    return (f" Over more than {cfg.panel_all_series_up_to} series (All over a fleet) it draws the worst "
-            f"{cfg.panel_worst_k}{best} at each moment; pick servers in the instance variable to see all of them.")
+    return (f" Over more than {cfg.panel_all_series_up_to} servers (All over a fleet) it draws those of the worst "
+            f"{cfg.panel_worst_k}{best} series at the end of the range (ranked once when the dashboard loads), and at "
+            f"most {cfg.panel_all_series_up_to} series; pick servers in the instance variable to see all of them.")
 
 
 def threshold_note(cfg: MixinConfig) -> str:
@@ -174,5 +176,10 @@ def acceptance_by_instance(cfg: MixinConfig, q: Queries) -> timeseries.Panel:
         "Accepted / drafted tokens per vLLM server. " + threshold_note(cfg)
         + " One server below the others points at its config (draft model, k) or its traffic."
         + crowd_note(cfg),
-        [Query(q.crowded(q.acceptance((cfg.instance_label,))), legend_label(cfg.instance_label))],
+        [Query(acceptance_crowd(cfg, q).read(q.acceptance((cfg.instance_label,))), legend_label(cfg.instance_label))],
     )
+
+
+def acceptance_crowd(cfg: MixinConfig, q: Queries) -> Crowd:
+    """The servers with the lowest and highest acceptance: the per-server acceptance panels' ranking."""
+    return q.crowd("acceptance_by_instance", q.acceptance((cfg.instance_label,)))

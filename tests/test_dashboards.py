@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from vllm_spec_exporter import schema
-from vllm_spec_exporter.mixin import alert_rules, dashboard_files, links, promql, recording_rules
+from vllm_spec_exporter.mixin import alert_rules, crowd, dashboard_files, links, promql, recording_rules
 from vllm_spec_exporter.mixin import fleet as fleet_dashboard
 from vllm_spec_exporter.mixin import overview as overview_dashboard
 from vllm_spec_exporter.mixin.config import MixinConfig
@@ -252,7 +252,7 @@ def test_variables_are_chained_in_order(model: dict) -> None:
 
 
 def crowd_variables(model: dict) -> dict[str, dict]:
-    return {v["name"]: v for v in model["templating"]["list"] if v["name"].startswith(promql.CROWD_VARIABLE_PREFIX)}
+    return {v["name"]: v for v in model["templating"]["list"] if v["name"].startswith(crowd.CROWD_VARIABLE_PREFIX)}
 
 
 @pytest.fixture(scope="module", params=["exporter", "vllm"])

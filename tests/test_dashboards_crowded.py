@@ -1,5 +1,5 @@
 """The crowded per-server panels on real Prometheus and VictoriaMetrics, loaded the way Grafana
-loads them (vllm_spec_lab.grafana_query): each panel's hidden ranking variable (promql.Crowd) is
+loads them (vllm_spec_lab.grafana_query): each panel's hidden ranking variable (crowd.Crowd) is
 refreshed first, an instant query at the end of the range, and the panel's range query then reads
 only the servers it picked. Over few servers every server is drawn; over a fleet the worst
 cfg.panel_worst_k and best cfg.panel_best_k; a selected server shows everything about it, also
@@ -12,7 +12,6 @@ whose acceptance is i / 100 and whose last poll is i * 10 s old, with their targ
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.promql import Queries
 from vllm_spec_exporter.names import MetricName
 from vllm_spec_lab import grafana_render
-from vllm_spec_lab.grafana_query import CROWD_ALL, multi_value, options, regex_escape, resolve_variables
+from vllm_spec_lab.grafana_query import CROWD_ALL, multi_value, options, regex_escape, resolve_variables, row_text
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, PROMTOOL_BIN, Prometheus
 from vllm_spec_lab.victoria import VictoriaMetrics
 
@@ -47,26 +46,32 @@ def server(i: int) -> str:
 Sample = tuple[str, dict, float, int]
 
 
-def fleet_samples(servers: int, end: int, quiet: frozenset[int] = frozenset(), engines: int = 1) -> Iterator[Sample]:
+def fleet_samples(servers: int, end: int, quiet: frozenset[int] = frozenset(), engines: int = 1,
+                  second_model: frozenset[int] = frozenset()) -> Iterator[Sample]:
     """(name, labels, value, timestamp) of every sample: the source records the acceptance panels
     read (engine e of server i accepts i / 100 + e / 1000), the evidence bounds, the poll
-    timestamps and target_info; servers in `quiet` stop drafting QUIET seconds before `end` (their
-    target_info goes on)."""
+    timestamps, target_info and the running requests (what the model variable reads); servers in
+    `quiet` stop drafting QUIET seconds before `end` (their gauges go on); servers in
+    `second_model` serve model "m2", the others "m"."""
     evidence = recording_rules.evidence_names(CFG.windows.fast_long)
     accepted, drafted = (sources.rate_record(CFG, c) for c in (sources.ACCEPTED, sources.DRAFT_TOKENS))
     for i in range(servers):
         target = {"job": JOB, "instance": server(i)}
-        series = {"model_name": "m", "engine": "0", **target}
+        model_name = "m2" if i in second_model else "m"
+        series = {"model_name": model_name, "engine": "0", **target}
         for t in range(end - HISTORY, end + 1, STEP):
             yield MetricName.TARGET_INFO, {**target, "engine_family": "vllm", "schema": "v1", "version": "0"}, 1, t
             yield MetricName.LAST_SUCCESS_TIMESTAMP_SECONDS, target, t - 10 * i, t
+            for engine in range(engines):
+                yield MetricName.REQUESTS_RUNNING, {**series, "engine": str(engine)}, 1, t
             if i in quiet and t > end - QUIET:
                 continue
             for engine in range(engines):
                 yield accepted, {**series, "engine": str(engine)}, i / 10 + engine / 100, t
                 yield drafted, {**series, "engine": str(engine)}, 10.0, t
             for bound, shift in ((evidence.upper, 0.05), (evidence.lower, -0.05)):
-                yield bound, {**target, "model_name": "m", "confidence": CFG.confidence_label}, i / 100 + shift, t
+                labels = {**target, "model_name": model_name, "confidence": CFG.confidence_label}
+                yield bound, labels, i / 100 + shift, t
 
 
 class PrometheusFleet:
@@ -219,6 +224,20 @@ def test_few_servers_are_all_shown(tmp_path: Path, model: dict, backend: str) ->
 @pytest.mark.prometheus
 @pytest.mark.server
 @pytest.mark.parametrize("backend", list(BACKENDS))
+def test_a_selected_model_on_few_servers_shows_them_all(tmp_path: Path, model: dict, backend: str) -> None:
+    """40 servers, 10 of them on model m2: with m2 selected the few are its 10 servers, all drawn
+    (counting every server of the fleet would keep only the worst and best few of them)."""
+    end = recent_end()
+    on_m2 = frozenset(range(0, 40, 4))
+    with BACKENDS[backend](tmp_path, fleet_samples(40, end, second_model=on_m2)) as url:
+        picked, results = load(url, model, ACCEPTANCE_PANEL, end, {"model_name": "m2"})
+    assert len(on_m2) > CFG.panel_worst_k + CFG.panel_best_k
+    assert picked == drawn(results[0]) == sorted(server(i) for i in on_m2)
+
+
+@pytest.mark.prometheus
+@pytest.mark.server
+@pytest.mark.parametrize("backend", list(BACKENDS))
 def test_servers_with_several_series_keep_the_panel_readable(tmp_path: Path, model: dict, backend: str) -> None:
     """Eight selected servers of four engines each: 32 series, more than panel_all_series_up_to,
     so the per-engine panel keeps the worst and best few series of those servers."""
@@ -278,4 +297,7 @@ def test_grafana_formats_a_ranking_as_its_prometheus_data_source_does() -> None:
     assert regex_escape("10.0.0.1:8000") == "10\\\\.0\\\\.0\\\\.1:8000"
     assert regex_escape("a\\b(c)") == "a\\\\\\\\b\\\\(c\\\\)"
     assert multi_value(["a.b", "c"]) == "(a\\\\.b|c)" and multi_value(["a"]) == "a" and multi_value([]) == "()"
-    assert math.isclose(float(rows[0]["value"][0]), 1700000000.5)
+    # The row's text as Grafana writes it: labels, the value, the time in whole milliseconds.
+    assert row_text(rows[0]) == f'{{instance="{server(2)}"}} 1 1700000000500'
+    named = {"metric": {"__name__": "up", "job": "j"}, "value": [1700000000, "0.5"]}
+    assert row_text(named) == 'up{job="j"} 0.5 1700000000000'

@@ -5,9 +5,10 @@ servers selected it reads their source records (promql.Queries.fleet_or_servers)
 generated query that reads a fleet record is evaluated by promtool's own PromQL engine next to the
 same panel built without fleet records (`Queries.fleet_scope` patched off, every server's source
 records summed, as before the fleet records existed), on the same synthetic series, under five
-selections (All, one server, two servers, one engine, one model) and four configs: the defaults;
+selections (All, one server, two servers, one engine, one model) and five configs: the defaults;
 the sidecar-less bundle with vLLM servers under two spellings and a llama.cpp server whose series
-have no engine or model label; an exporter selector on namespace and container (no job matcher);
+have no engine or model label; an exporter selector on namespace and container (no job matcher),
+and the same in single quotes;
 and fleet labels without job (two clusters). The results must be equal. At All the fleet side must
 hold data and the per-server side read no series; with a server selected, the other way round; and
 server a's acceptance, selected, must be its own 0.6.
@@ -82,12 +83,14 @@ def _cases() -> dict[str, Case]:
     default = MixinConfig()
     direct = default.with_overrides({"source": "vllm"})
     selector = default.with_overrides({"exporter_selector": 'namespace="llm",container="spec"'})
+    single_quoted = default.with_overrides({"exporter_selector": "namespace='llm',container='spec'"})
     clusters = default.with_overrides({"fleet_labels": ["cluster"]})
     in_namespace = 'namespace="llm",container="spec"'
     return {
         "defaults": Case(default, servers(), "vllm-spec-exporter"),
         "direct with llama.cpp": Case(direct, [*servers(), LLAMACPP], "vllm"),
         "selector without job": Case(selector, servers({s: in_namespace for s in "abc"}), "sidecars"),
+        "single-quoted selector": Case(single_quoted, servers({s: in_namespace for s in "abc"}), "sidecars"),
         "fleet labels without job": Case(clusters, servers({"a": 'cluster="east"', "b": 'cluster="east"',
                                                             "c": 'cluster="west"'}), "vllm-spec-exporter"),
     }
@@ -208,6 +211,8 @@ def test_fleet_records_show_what_the_servers_records_show(name: str, promtool: s
     assert len(queries) >= 15, [q.where for q in queries]
     for title in ("Acceptance rate by model", "Efficiency by model", "Acceptance by draft position over time"):
         assert any(f"/ {title} /" in q.where for q in queries), title
+    # Each has a per-server side that matches nothing at All (without it `or` would hide a double read).
+    assert all(server_selectors(q.expr) for q in queries), [q.where for q in queries if not server_selectors(q.expr)]
     groups = recording_rules.recording_groups(case.cfg)
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}, sort_keys=False, width=1_000_000))
     scenario = {

@@ -40,7 +40,7 @@ from prometheus_client import generate_latest
 
 from support.escaping import escape_sample_names
 from support.prom import require_binary
-from vllm_spec_exporter.mixin import dashboard_files, fleet, overview, promql, recording_rules, rule_files
+from vllm_spec_exporter.mixin import crowd, dashboard_files, fleet, overview, promql, recording_rules, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab.binaries import VICTORIA_METRICS_BIN, VMALERT_BIN
 from vllm_spec_lab.exporter_process import ExporterProcess
@@ -452,7 +452,7 @@ def test_variables_offer_the_scraped_values(stack: dict, model: dict) -> None:
     expected = {"job": ["vllm-spec-exporter"], "engine_family": ["vllm"], "instance": [stack["exporter_instance"]],
                 "model_name": sorted(MODELS), "engine": sorted(ENGINES)}
     for variable in model["templating"]["list"]:
-        if variable["type"] != "query" or variable["name"].startswith(promql.CROWD_VARIABLE_PREFIX):
+        if variable["type"] != "query" or variable["name"].startswith(crowd.CROWD_VARIABLE_PREFIX):
             continue
         inner = variable["query"][len("label_values("):-1]
         selector, label = inner.rsplit(", ", 1)
@@ -468,7 +468,7 @@ def test_ranking_variables_hold_the_one_server(stack: dict, model: dict) -> None
     now = time.time()
     variables = resolve_variables(prom.url, model, now - 3600, now)
     assert variables.queries and not [q for q in variables.queries if q.error], variables.queries
-    rankings = [name for name in variables.values if name.startswith(promql.CROWD_VARIABLE_PREFIX)]
+    rankings = [name for name in variables.values if name.startswith(crowd.CROWD_VARIABLE_PREFIX)]
     assert rankings and {q.name: q.options for q in variables.queries} == {
         name: (stack["exporter_instance"],) for name in rankings}
     assert set(variables.values.values()) == {multi_value([stack["exporter_instance"]])}

@@ -4,7 +4,7 @@ Grafana 13 (Scenes, the Prometheus data source in packages/grafana-prometheus) t
 
 1. The dashboard's query variables refresh with the time range, each after the variables it reads.
    The `label_values` ones (job, instance, model, engine) stay at All here: their allValue. The
-   `query_result(<query>)` ones, the crowded panels' hidden rankings (promql.Crowd), run `<query>`
+   `query_result(<query>)` ones, the crowded panels' hidden rankings (crowd.Crowd), run `<query>`
    with the variables it reads and `$__range` (the range in whole seconds + "s"; Grafana sets no
    `$__rate_interval` for variable queries) substituted, as an instant query at the end of the
    range (metric_find_query.ts queryResultQuery: `time` = the range's end rounded up to a second).
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from urllib.error import HTTPError
 from urllib.parse import urlencode
 
+from vllm_spec_exporter.mixin.crowd import CROWD_VARIABLE_PREFIX
 from vllm_spec_exporter.mixin.frame import ALL_VALUES
-from vllm_spec_exporter.mixin.promql import CROWD_VARIABLE_PREFIX
 from vllm_spec_lab.monitoring import LOCAL_API_TIMEOUT_SECONDS, http_get_json
 
 # Without a server to rank them, a crowded panel's ranking stands for every server: what it picks

@@ -13,9 +13,10 @@ from collections.abc import Callable, Iterator, Sequence
 
 import yaml
 
-from . import fleet, links, overview
+from . import fleet, fleet_records, links, overview
 from .config import MixinConfig
-from .promql import CROWD_VARIABLE_PREFIX, VLLM_METRICS_QUERIED, vllm_name_pattern
+from .crowd import CROWD_VARIABLE_PREFIX
+from .promql import VLLM_METRICS_QUERIED, vllm_name_pattern
 from .templates import fill
 
 __all__ = ["CONFIGMAP_PATH", "DASHBOARDS", "FLEET_PATH", "LINT_PATH", "OVERVIEW_PATH", "README_PATH",
@@ -165,6 +166,7 @@ def readme_markdown(cfg: MixinConfig, models: dict[str, dict]) -> str:
         crit=links.percent(cfg.acceptance_critical_threshold),
         raise_k=links.percent(cfg.acceptance_raise_k_threshold),
         vllm_selector=cfg.vllm_selector,
+        fleet_group=fleet_records.FLEET_GROUP,
         variable_rows="\n".join(variable_rows),
         crowd_variables=", ".join(f"`{name}`" for name in crowds),
         worst_k=cfg.panel_worst_k, best_k=cfg.panel_best_k, all_up_to=cfg.panel_all_series_up_to,

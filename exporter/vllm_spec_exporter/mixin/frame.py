@@ -144,7 +144,7 @@ def _variables(cfg: MixinConfig) -> Iterator[dashboard.QueryVariable | dashboard
 
 
 def _crowd_variables(q: Queries) -> Iterator[dashboard.QueryVariable]:
-    """One hidden variable per ranking of the crowded panels (promql.Crowd), after the variables
+    """One hidden variable per ranking of the crowded panels (crowd.Crowd), after the variables
     its query reads: the servers it picks at the end of the range, refreshed with the range. No
     custom all value: at All, Grafana's Prometheus data source substitutes every option,
     regex-escaped, as `(a|b|...)`, and `()` (no server) when the ranking is empty."""

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..durations import format_duration, seconds
 from ..names import MetricName
-from . import fleet_records, recording_rules, sources
+from . import crowd, fleet_records, recording_rules, sources
 from .config import MixinConfig
+from .crowd import Crowd
 from .recording_rules import (
     ACCEPTANCE,
     DRAFT_OUTPUT_SHARE,
@@ -66,7 +66,6 @@ ACCEPTED_BY_POSITION = sources.ACCEPTED_BY_POSITION
 GENERATED = sources.GENERATED
 NUM_SPECULATIVE_TOKENS = MetricName.NUM_SPECULATIVE_TOKENS
 TARGET_UP = MetricName.TARGET_UP
-TARGET_INFO = MetricName.TARGET_INFO
 SPEC_DECODE_ENABLED = MetricName.SPEC_DECODE_ENABLED
 TARGET_RESTARTS = MetricName.TARGET_RESTARTS_TOTAL
 
@@ -126,74 +125,6 @@ class Selectors:
             servers=join_matchers(series, 'job!~"$instance"'),
             vllm=series if cfg.direct else join_matchers(cfg.vllm_selector, model_engine),
         )
-
-
-# How many evaluation intervals back Queries.crowd looks for each series' latest value.
-CROWDED_RANK_EVALUATIONS = 4
-# The hidden variables of the crowded panels' rankings are named with this prefix.
-CROWD_VARIABLE_PREFIX = "crowd_"
-
-
-@dataclass(frozen=True)
-class Crowd:
-    """A crowded per-server panel's ranking: the hidden dashboard variable `variable`, whose
-    options are the servers (values of `instance_label`) the instant query `ranking` returns at
-    the end of the range (Grafana's query_result, with `regex` extracting the value). At All
-    Grafana substitutes every option, regex-escaped, as `(a|b|...)`; `read` narrows a panel's
-    query to them, so its range query reads the picked servers only instead of ranking every
-    server at every step, and keeps it readable where a server has several series (`limit`)."""
-
-    variable: str
-    ranking: str
-    instance_label: str
-    limit: SeriesLimit
-
-    @property
-    def query(self) -> str:
-        return f"query_result({self.ranking})"
-
-    @property
-    def regex(self) -> str:
-        """The server in query_result's text of one row, `{instance="a"} 1 1700000000000`."""
-        return f'/^\\{{{self.instance_label}="(.*)"\\}} /'
-
-    def narrow(self, expr: str) -> str:
-        """`expr` on the picked servers: each selector matching `$instance` also matches the variable."""
-        selected = f'{self.instance_label}=~"$instance"'
-        if selected not in expr:
-            raise ValueError(f"a crowded query must select servers by {selected}: {expr}")
-        return expr.replace(selected, f'{selected}, {self.instance_label}=~"${{{self.variable}}}"')
-
-    def read(self, expr: str, several: bool = False) -> str:
-        """`expr` on the picked servers; with `several` series a server (one per model or engine),
-        at most `limit.all_up_to` of them (the worst and best few beyond)."""
-        return self.limit.apply(self.narrow(expr)) if several else self.narrow(expr)
-
-
-@dataclass(frozen=True)
-class SeriesLimit:
-    """At most `all_up_to` series, else the `worst_k` worst and `best_k` best by their value at
-    the end of the range (read once, `@ end()`); every series while none has a value then (a
-    selected server that went quiet). On a ranking's few servers this costs little."""
-
-    all_up_to: int
-    worst_k: int
-    best_k: int
-    high_is_bad: bool
-    window: str
-    step: str
-
-    def latest(self, expr: str) -> str:
-        return f"last_over_time(({expr})[{self.window}:{self.step}] @ end())"
-
-    def apply(self, expr: str) -> str:
-        worst, best = ("topk", "bottomk") if self.high_is_bad else ("bottomk", "topk")
-        latest = self.latest(expr)
-        picked = f"{worst}({self.worst_k}, {latest})"
-        if self.best_k:
-            picked += f" or {best}({self.best_k}, {latest})"
-        few = f"(count({latest}) <= {self.all_up_to} or absent({latest}))"
-        return f"({expr}) and on () {few} or ({expr}) and ({picked})"
 
 
 def selector(metric: str, matchers: str) -> str:
@@ -261,7 +192,8 @@ class Queries:
                                      self.counter_rate(counter, self.sel.servers), by)
 
     def quantity(self, quantity: Quantity, by: tuple[str, ...] = ()) -> str:
-        """One of recording_rules.QUANTITIES over the panel's `by`, from the source records."""
+        """One of recording_rules.QUANTITIES over the panel's `by`, from the source records (at
+        All, where fleet_scope allows, the fleet records)."""
         def read(counter: SourceCounter) -> str:
             return self.sum_rate(counter, (*by, "position") if counter.position else by)
         matching = ""
@@ -376,52 +308,22 @@ class Queries:
         return f"sort({expr})"
 
     def crowd(self, name: str, expr: str, high_is_bad: bool = False, latest: str = "") -> Crowd:
-        """The ranking of one crowded per-server panel, a hidden variable `crowd_<name>` (Crowd).
-
-        It holds every selected server seen in the range while they are at most
-        cfg.panel_all_series_up_to (the instance variable's options: a selected server shows
-        everything about it, also after it went quiet), else the servers of the cfg.panel_worst_k
-        worst and cfg.panel_best_k best series of `expr` by their `latest` value at the end of the
-        range (by default the last in CROWDED_RANK_EVALUATIONS evaluation intervals), so the same
-        few servers are drawn across the whole range. A fleet with no value at the end has none.
-
-        The subquery's step is the evaluation interval, explicitly: MetricsQL defaults it to the
-        query's, 5 minutes for an instant query, aligned, so the window held one point that could
-        fall before the latest records, and an empty ranking drew every server (5,000 series). The
-        window is a few evaluations, not 5 minutes: the ranking evaluates `expr` once per subquery
-        step for the worst and once for the best, over every selected server."""
-        cfg = self.cfg
-        step = cfg.windows.evaluation_interval
-        window = format_duration(CROWDED_RANK_EVALUATIONS * seconds(step))
-        limit = SeriesLimit(cfg.panel_all_series_up_to, cfg.panel_worst_k, cfg.panel_best_k, high_is_bad, window, step)
-        latest = latest or f"last_over_time(({expr})[{window}:{step}])"
-        worst, best = ("topk", "bottomk") if high_is_bad else ("bottomk", "topk")
-        picked = f"{worst}({cfg.panel_worst_k}, {latest})"
-        if cfg.panel_best_k:
-            picked += f" or {best}({cfg.panel_best_k}, {latest})"
-        seen = self.servers_seen()
-        every = f"{seen} and on () (count({seen}) <= {limit.all_up_to})"
-        ranking = sum_by((cfg.instance_label,), f"{picked} or {every}", op="group")
-        if RATE_INTERVAL in ranking:  # Grafana sets $__rate_interval for panel queries only
-            raise ValueError(f"ranking {name} reads {RATE_INTERVAL}: give it a `latest` on a fixed window")
-        crowd = Crowd(CROWD_VARIABLE_PREFIX + name, ranking, cfg.instance_label, limit)
-        if self.crowds.setdefault(crowd.variable, crowd) != crowd:
-            raise ValueError(f"two rankings named {crowd.variable}")
-        return crowd
+        """The ranking of one crowded per-server panel, a hidden variable `crowd_<name>`
+        (crowd.ranking: the worst and best few servers by `latest`, or every server seen)."""
+        made = crowd.ranking(self.cfg, name, expr, self.servers_seen(), high_is_bad, latest)
+        if self.crowds.setdefault(made.variable, made) != made:
+            raise ValueError(f"two rankings named {made.variable}")
+        return made
 
     def crowded(self, name: str, expr: str, high_is_bad: bool = False, latest: str = "", several: bool = False) -> str:
         """`expr` on the servers its own ranking picks (crowd; Crowd.read for `several`)."""
         return self.crowd(name, expr, high_is_bad, latest).read(expr, several)
 
     def servers_seen(self) -> str:
-        """Every selected server seen in the range, one series each (the instance variable's
-        source: the sidecar's target_info, or directly `up`)."""
-        matchers = join_matchers('job=~"$job"', f'{self.cfg.instance_label}=~"$instance"')
-        if self.direct:
-            seen = sources.scrape_up(self.cfg, matchers)
-        else:
-            seen = selector(TARGET_INFO, join_matchers(sources.selector(self.cfg), matchers,
-                                                      'engine_family=~"$engine_family"'))
+        """Every selected server seen in the range, one series each, on every variable: the series
+        the model and engine variables read (frame), the sidecar's running requests or directly the
+        generation rate record, so a selected model or engine counts only its own servers."""
+        seen = self.counter_rate(GENERATED) if self.direct else selector(MetricName.REQUESTS_RUNNING, self.sel.series)
         return sum_by((self.cfg.instance_label,), f"last_over_time({seen}[{RANGE}])", op="group")
 
     def servers_per_model(self) -> str:

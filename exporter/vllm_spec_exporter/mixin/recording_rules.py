@@ -315,7 +315,8 @@ def recording_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
     n = record_names(cfg)
     fields = dataclasses.asdict(n)
     # The selector's labels too: `own()` reads these records back with it.
-    by_fleet = ", ".join((*fleet_records.kept_labels(cfg), "model_name"))
+    kept = dict.fromkeys((*cfg.fleet_labels, *sources.selector_labels(cfg)))
+    by_fleet = ", ".join((*(label for label in kept if label != cfg.instance_label), "model_name"))
     rules: list[dict[str, Any]] = []
 
     def record(name: str, expr: str) -> None:

@@ -10,9 +10,10 @@ from grafana_foundation_sdk.builders import dashboard, stat, table, timeseries
 
 from . import alert_rules, links
 from .config import MixinConfig
+from .crowd import Crowd
 from .panels import NUMBER, SPEEDUP, Query, acceptance_thresholds, link, table_panel, thresholds
 from .presets import BACKGROUND, NO_EXPORTER, NO_TARGET, count_stat, ratio_series, ratio_stat, traffic_stat
-from .promql import ALERT_NAME_REGEX, Crowd, Queries, legend_label
+from .promql import ALERT_NAME_REGEX, Queries, legend_label
 
 __all__ = [
     "acceptance_by_instance",

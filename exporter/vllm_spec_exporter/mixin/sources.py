@@ -159,7 +159,8 @@ def selector(cfg: MixinConfig) -> str:
     return cfg.vllm_selector if cfg.direct else cfg.exporter_selector
 
 
-_MATCHER_LABEL = re.compile(r'([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)\s*"')
+# A matcher's label name; PromQL quotes its value with ", ' or `.
+_MATCHER_LABEL = re.compile(r'([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)\s*["\'`]')
 
 
 def selector_labels(cfg: MixinConfig) -> tuple[str, ...]:

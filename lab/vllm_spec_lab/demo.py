@@ -39,7 +39,7 @@ from .verdict import COLLAPSE as COLLAPSED
 from .verdict import HEALTHY as HEALTHY_INTENT
 
 # (name, traffic, intent) — temperature 0 makes the tiny model loop (n-gram acceptance ~90 %),
-# partly looping greedy prompts give ~43 % (between the critical and warning thresholds: the
+# partly looping greedy prompts give ~42 % (between the critical and warning thresholds: the
 # warning fires, the critical must not), 1.2 makes its output noise (~0 %).
 PHASES: tuple[tuple[str, TrafficMix, str], ...] = (
     ("healthy", HEALTHY, HEALTHY_INTENT), ("warning band", WARNING_BAND, BAND),

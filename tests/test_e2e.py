@@ -231,7 +231,13 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path, real_vllm: VllmS
                     for name in (low, critical)}
             return [found[0] for found in done.values() if found] if all(done.values()) else []
 
-        resolved = wait_until(resolutions, 150, interval=1.0, what=f"{low} and {critical} both resolved",
+        # Resolved on the pager and in Prometheus for both sources: the sidecar's alerts resolve a
+        # hop (its poll, then its scrape) after the direct ones, whose group may resolve first.
+        def all_resolved() -> list[dict]:
+            done = resolutions()
+            return done if done and not prom.firing(low) and not prom.firing(critical) else []
+
+        resolved = wait_until(all_resolved, 150, interval=1.0, what=f"{low} and {critical} both resolved",
                               failure=lambda: f"alerts: {stack.firing_alerts()}")
         last_resolved = max(n["time"] for n in resolved)
         time_to_resolve = last_resolved - recovered_at

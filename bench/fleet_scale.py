@@ -87,6 +87,9 @@ def main() -> None:
                              "a before/after comparison of the dashboards alone")
     parser.add_argument("--dashboards-before", metavar="REV",
                         help="also measure REV's dashboards (before/after a dashboard change, same run)")
+    parser.add_argument("--rules-before", metavar="REV",
+                        help="also watch REV's rule groups on the same Prometheus, after everything else "
+                             "(before/after a rule change, same run)")
     args = parser.parse_args()
     if args.quick:  # CI: the whole path once, small (the browser has its own tests)
         args.pods, args.history_minutes, args.interval, args.cycles, args.no_browser = "100", 15, 5, 2, True
@@ -119,6 +122,9 @@ def main() -> None:
                 plan = Plan(pods, args.interval, args.history_minutes * 60, args.cycles,
                             not args.no_browser and pods <= args.browser_max_pods, Path(tmp), bundle, args.repeat,
                             settle=not args.quick, concurrent_rules=args.concurrent_rules, raw=not args.no_raw)
+                if args.rules_before:
+                    plan.rules_before = (args.rules_before,
+                                         bundle.rule_files_at(args.rules_before, plan.work / "rules-before"))
                 # The history ends now, aligned to the interval; the live target continues from there.
                 plan.start = (int(time.time()) // plan.step) * plan.step - plan.history
                 live = LiveTarget(fleet, plan.start, bundle.job)

@@ -67,13 +67,31 @@ class Bundle:
             if shown.returncode == 0:
                 self.dashboards[f"{path.stem.removeprefix('vllm-spec-decode-')}@{rev}"] = json.loads(shown.stdout)
 
+    def rule_files_at(self, rev: str, folder: Path) -> tuple[Path, ...]:
+        """REV's committed rule files of this bundle, written into `folder` (--rules-before)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        written = []
+        for path in self.rule_files:
+            relative = path.relative_to(ROOT).as_posix()
+            shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{relative}"], capture_output=True,
+                                   text=True)
+            if shown.returncode != 0:
+                raise SystemExit(f"--rules-before: {rev} has no {relative}: {shown.stderr.strip()}")
+            written.append(folder / path.name)
+            written[-1].write_text(shown.stdout)
+        return tuple(written)
+
     def rules(self) -> list[dict[str, Any]]:
         return [yaml.safe_load(p.read_text()) for p in self.rule_files]
 
     def group_intervals(self, default: float) -> dict[str, float]:
-        """Each rule group's evaluation interval, seconds (the group's own, else the global)."""
-        return {g["name"]: durations.seconds(g["interval"]) if "interval" in g else default
-                for f in self.rules() for g in f["groups"]}
+        return rule_group_intervals(self.rule_files, default)
+
+
+def rule_group_intervals(files: tuple[Path, ...], default: float) -> dict[str, float]:
+    """Each rule group's evaluation interval, seconds (the group's own, else the global)."""
+    return {g["name"]: durations.seconds(g["interval"]) if "interval" in g else default
+            for path in files for g in yaml.safe_load(path.read_text())["groups"]}
 
 
 def _job(selector: str) -> str:

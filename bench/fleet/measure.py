@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.request import urlopen
 
-from fleet.bundle import Bundle, expanded_rules_file
+from fleet.bundle import Bundle, expanded_rules_file, rule_group_intervals
 from fleet.dashboards import QueryTime, browser_draw, dashboard_load
 from fleet.history import SLICE_SAMPLES, LiveTarget, vm_import_lines, write_openmetrics
 from fleet.servers import (
+    RuleWatch,
     cpu_seconds,
     log,
     prometheus3,
@@ -57,6 +58,11 @@ class Result:
     series_live: int = 0  # of those, the ones the live scrape had reached (a sample after the history)
     compaction_seconds: float = 0.0  # Prometheus merging the backfilled blocks (not measured meanwhile)
     rule_groups_concurrent: dict[str, tuple[float, float]] = field(default_factory=dict)  # with concurrent-rule-eval
+    rule_costs: dict[str, dict[str, float]] = field(default_factory=dict)  # group: {rule: median s}
+    # Another revision's rules on the same server, watched after everything else (--rules-before)
+    rules_before: str = ""
+    rule_groups_before: dict[str, tuple[float, float]] = field(default_factory=dict)
+    rule_costs_before: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -78,6 +84,9 @@ class Plan:
     # Also watch the rule groups with Prometheus' concurrent rule evaluation (a feature flag in 3.x:
     # rules of a group that read no other rule of it run in parallel), after everything else.
     concurrent_rules: bool = False
+    # Also watch these rule files (another revision's, --rules-before) on the same server, after
+    # everything else: rule groups before/after a rule change, in the same run.
+    rules_before: tuple[str, tuple[Path, ...]] | None = None
     start: int = 0  # the history's first second (unix)
 
     @property
@@ -149,18 +158,23 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
         assert prom.proc is not None
         intervals = plan.bundle.group_intervals(plan.step)
 
-        def watch(server: Prometheus) -> dict[str, tuple[float, float]]:
-            """{group: (worst evaluation s, interval s)} over the plan's cycles."""
-            worst = watch_rule_groups(lambda: rule_times(server), max(intervals.values()), plan.cycles)
-            return {g: (s, intervals[g]) for g, s in worst.items()}
+        def watch(server: Prometheus, intervals: dict[str, float] = intervals) -> RuleWatch:
+            """{group: worst evaluation s} and each rule's median over the plan's cycles."""
+            return watch_rule_groups(lambda: rule_times(server), max(intervals.values()), plan.cycles)
+
+        def with_intervals(watched: RuleWatch,
+                           intervals: dict[str, float] = intervals) -> dict[str, tuple[float, float]]:
+            return {g: (s, intervals[g]) for g, s in watched.worst.items()}
 
         cpu, wall = cpu_seconds(prom.proc.pid), time.monotonic()
-        rule_groups = watch(prom)
+        watched = watch(prom)
+        rule_groups = with_intervals(watched)
         cores = (cpu_seconds(prom.proc.pid) - cpu) / (time.monotonic() - wall)
         log("prometheus: dashboards")
         result = Result("Prometheus 3", plan.bundle.source, fleet.pods, len(fleet.series), fleet.series_per_pod,
                         prom.head_series(), rss_mb(prom.proc.pid), load, cores, rule_groups)
         result.compaction_seconds = compaction
+        result.rule_costs = watched.rules
         result.series_seen = series_seen(prom.url, fleet, plan.bundle.job)
         result.series_live = series_seen(prom.url, fleet, plan.bundle.job, after=end)
         result.queries = dashboard_load(prom.url, time.time(), plan.step, plan.bundle, plan.repeat, plan.raw)
@@ -175,7 +189,18 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
             prom = prometheus3(data, live, plan.step, plan.bundle.rule_files, features=("concurrent-rule-eval",))
             prom.start(timeout=900)
             log("prometheus: restarted with concurrent-rule-eval; watching rule evaluations")
-            result.rule_groups_concurrent = watch(prom)
+            result.rule_groups_concurrent = with_intervals(watch(prom))
+        if plan.rules_before:
+            rev, files = plan.rules_before
+            prom.stop()
+            prom = prometheus3(data, live, plan.step, files)
+            prom.start(timeout=900)
+            log(f"prometheus: restarted with the rules of {rev}; watching rule evaluations")
+            before_intervals = rule_group_intervals(files, plan.step)
+            before = watch(prom, before_intervals)
+            result.rules_before = rev
+            result.rule_groups_before = with_intervals(before, before_intervals)
+            result.rule_costs_before = before.rules
         return result
     finally:
         prom.stop()

@@ -49,8 +49,15 @@ def summary(result: Result) -> dict[str, Any]:
             "rules_total_share": sum(s / i for s, i in result.rule_groups.values()),
             "rule_groups_concurrent": {g: {"seconds": s, "interval": i, "share": s / i}
                                        for g, (s, i) in result.rule_groups_concurrent.items()},
+            "rule_costs": result.rule_costs, "rules_before": result.rules_before,
+            "rule_groups_before": {g: {"seconds": s, "interval": i, "share": s / i}
+                                   for g, (s, i) in result.rule_groups_before.items()},
+            "rule_costs_before": result.rule_costs_before,
             "worst_group": worst_group[0], "dashboards": dashboards,
             "queries": [vars(q) for q in result.queries]}
+
+
+COSTLIEST_RULES = 3  # rules shown per group
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
@@ -84,6 +91,20 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             shares = (f"{g.removeprefix('vllm-spec-decode')} {v['seconds']:.3f}s ({v['share'] * 100:.2f}%)"
                       for g, v in groups)
             print(f"  {r['pods']:>6} pods, concurrent-rule-eval: " + ", ".join(shares))
+    for r in rows:
+        if r.get("rule_groups_before"):
+            groups = sorted(r["rule_groups_before"].items())
+            shares = (f"{g.removeprefix('vllm-spec-decode')} {v['seconds']:.3f}s ({v['share'] * 100:.2f}%)"
+                      for g, v in groups)
+            print(f"  {r['pods']:>6} pods, rules of {r['rules_before']}: " + ", ".join(shares))
+    print(f"costliest rules (median evaluation; the {COSTLIEST_RULES} of each group):")
+    for r in rows:
+        runs = (("", r.get("rule_costs", {})), (f" @{r.get('rules_before')}", r.get("rule_costs_before", {})))
+        for label, costs in runs:
+            for group, rules in sorted(costs.items()):
+                top = sorted(rules.items(), key=lambda kv: -kv[1])[:COSTLIEST_RULES]
+                print(f"  {r['pods']:>6} pods{label} {group.removeprefix('vllm-spec-decode')}: "
+                      + ", ".join(f"{name} {seconds:.3f}s" for name, seconds in top))
     print("slowest panel / most series per dashboard:")
     for r in rows:
         for name, d in sorted(r["dashboards"].items()):

@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlencode
 from urllib.request import urlopen
 
@@ -78,9 +79,15 @@ def wait_for_compaction(data: Path, limit: float, alive: Callable[[], bool]) -> 
     return time.monotonic() - started
 
 
-def rule_times(prom: Prometheus) -> dict[str, tuple[float, float, str]]:
-    """{group: (evaluation seconds, interval seconds, last evaluation)} from Prometheus' /api/v1/rules."""
-    return {g["name"]: (g["evaluationTime"], g["interval"], g["lastEvaluation"]) for g in prom.rule_groups()}
+def rule_times(prom: Prometheus) -> dict[str, tuple[float, float, str, dict[str, float]]]:
+    """{group: (evaluation seconds, interval seconds, last evaluation, {rule: its seconds})} from
+    Prometheus' /api/v1/rules; a rule is named by its record or alert and its own labels."""
+    def name(rule: dict[str, Any]) -> str:
+        labels = ",".join(f"{k}={v}" for k, v in sorted((rule.get("labels") or {}).items()))
+        return rule["name"] + (f"{{{labels}}}" if labels else "")
+    return {g["name"]: (g["evaluationTime"], g["interval"], g["lastEvaluation"],
+                        {name(r): r.get("evaluationTime", 0.0) for r in g["rules"]})
+            for g in prom.rule_groups()}
 
 
 def vmalert_iteration_seconds(alert: VMAlert) -> dict[str, tuple[float, int]]:
@@ -141,23 +148,36 @@ def series_seen(url: str, fleet: Fleet, job: str, after: float | None = None) ->
     return total
 
 
-def watch_rule_groups(read, interval: float, cycles: int) -> dict[str, float]:
-    """The worst evaluation time of each group over `cycles` fresh evaluations."""
+class RuleWatch(NamedTuple):
+    """What watching a server's rule groups measured: each group's worst evaluation, and each
+    rule's median one (which rules make a group slow)."""
+
+    worst: dict[str, float]  # group: worst evaluation seconds
+    rules: dict[str, dict[str, float]]  # group: {rule: median evaluation seconds}
+
+
+def watch_rule_groups(read, interval: float, cycles: int) -> RuleWatch:
+    """The worst evaluation time of each group, and the median of each of its rules, over `cycles`
+    fresh evaluations (the first after a (re)start is not counted: it warms caches)."""
     worst: dict[str, float] = {}
+    per_rule: dict[str, dict[str, list[float]]] = {}
     seen: dict[str, set[str]] = {}
     deadline = time.monotonic() + interval * (cycles + 3) + 60
     while time.monotonic() < deadline:
-        for group, (seconds, _, last) in read().items():
+        for group, (seconds, _, last, rules) in read().items():
             if last.startswith("0001"):
                 continue  # not evaluated yet
             if last not in seen.setdefault(group, set()):
                 seen[group].add(last)
-                if len(seen[group]) > 1:  # the first evaluation after a (re)start warms caches
+                if len(seen[group]) > 1:
                     worst[group] = max(worst.get(group, 0.0), seconds)
+                    for rule, rule_seconds in rules.items():
+                        per_rule.setdefault(group, {}).setdefault(rule, []).append(rule_seconds)
         if seen and all(len(s) > cycles for s in seen.values()):
             break
         time.sleep(1)
-    return worst
+    return RuleWatch(worst, {g: {r: statistics.median(times) for r, times in rules.items()}
+                             for g, rules in per_rule.items()})
 
 
 def watch_vmalert(alert: VMAlert, names: list[str], interval: float, cycles: int) -> dict[str, float]:

@@ -201,8 +201,10 @@ def test_ratios_divide_by_guarded_denominators() -> None:
     guarded = {r["record"] for g in _groups(rule_files.RULES_FILE) for r in g["rules"] if r["expr"].endswith("> 0")}
     for rule in (r for g in _groups(rule_files.RULES_FILE) for r in g["rules"]):
         if ":confidence_" in rule["record"]:
-            # Wilson bounds divide by the drafts record only, itself filtered with `> 0`.
-            divisors = set(re.findall(r"/ ([a-z_:0-9]+)", rule["expr"]))
+            # Wilson bounds divide by the drafts record plus a positive constant only, the record
+            # itself filtered with `> 0`.
+            divisors = set(re.findall(r"/\n\(([a-z_:0-9]+)\{[^}]*\} \+ [0-9.]+\)", rule["expr"]))
+            assert rule["expr"].count("/") == len(re.findall(r"/\n\(", rule["expr"])), rule["record"]
             assert divisors and divisors <= guarded, (rule["record"], divisors - guarded)
             continue
         if "/" in rule["expr"]:

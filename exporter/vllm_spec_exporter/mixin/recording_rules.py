@@ -9,8 +9,8 @@ Three layers, each reading only the one before it (the kubernetes-mixin way: que
 2. per server and model (`instance_model`: the data-parallel engines summed): rates and the ratios
    of `QUANTITIES` the runbooks read, and the drafting state the alerts and dashboards read; per
    model across the fleet (`<fleet labels>_model`, default `job_model`): acceptance only;
-3. the *evidence* records of the acceptance alerts, one group per alert window: the source
-   increases (per server and model) of drafts (the trials), draft tokens and accepted tokens, then
+3. the *evidence* records of the acceptance alerts, one group per alert window: per server and
+   model, the drafts (the trials) and the acceptance over the window, both from the counters, then
    the Wilson score bounds of acceptance `:confidence_upper_<w>` / `:confidence_lower_<w>` with a
    `confidence` label (GitLab metrics-catalog style). An alert fires when the upper bound is below
    its threshold in a long and a short window of one tier, i.e. when the counters prove it.
@@ -215,9 +215,8 @@ class EvidenceNames:
     """Evidence records of one window `w` (per server and model)."""
 
     window: str
-    drafts: str  # drafts in the window (the trials; absent without drafts); a source record
-    draft_tokens: str  # proposed draft tokens in the window; a source record
-    accepted: str  # accepted draft tokens in the window; a source record
+    drafts: str  # drafts in the window (the trials; absent without drafts)
+    acceptance: str  # the window's acceptance, accepted / draft tokens (absent without draft tokens)
     upper: str  # Wilson upper bound of acceptance (label confidence)
     lower: str  # Wilson lower bound (recorded for lower_bound_windows only)
 
@@ -226,8 +225,7 @@ def evidence_names(window: str) -> EvidenceNames:
     return EvidenceNames(
         window=window,
         drafts=sources.increase_record(DRAFTS, window),
-        draft_tokens=sources.increase_record(DRAFT_TOKENS, window),
-        accepted=sources.increase_record(ACCEPTED, window),
+        acceptance=f"instance_model:vllm_spec_decode_accepted_per_draft_tokens:ratio_increase{window}",
         upper=f"instance_model:vllm_spec_decode_acceptance:confidence_upper_{window}",
         lower=f"instance_model:vllm_spec_decode_acceptance:confidence_lower_{window}",
     )
@@ -249,22 +247,23 @@ def lower_bound_windows(cfg: MixinConfig) -> tuple[str, ...]:
 def wilson_bound(cfg: MixinConfig, e: EvidenceNames, side: str) -> str:
     """PromQL for the Wilson score bound of acceptance over `e.window` (side "+" upper, "-" lower).
 
-    With p the ratio, n = drafts / acceptance_overdispersion the effective trials and z the
-    one-sided quantile of acceptance_confidence:
+    With p the window's acceptance, n = drafts / acceptance_overdispersion the effective trials and
+    z the one-sided quantile of acceptance_confidence:
         bound = (p + z²/2n ± z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n)
-    Written over the raw drafts D (n = D/φ) so every constant is folded in at generation time:
-        bound = (p + (z²φ/2)/D ± z·sqrt(φ·p(1-p)/D + (z²φ²/4)/D²)) / (1 + (z²φ)/D)
-    Only `sqrt`, `^` and arithmetic: valid on every Prometheus (and Thanos/Mimir ruler).
-    p is ACCEPTANCE written over the source increases, not read from a ratio record: a bound one
-    record away from the counters pages no later on vmalert (sources.py says why).
+    Multiplied through by the raw drafts D (n = D/φ), so every constant is folded in at generation
+    time and p and D are each read three times (a rule cannot name a subexpression, and at 5,000
+    pods every read of a window's records costs):
+        bound = (p·D + z²φ/2 ± z·sqrt(φ·p(1-p)·D + z²φ²/4)) / (D + z²φ)
+    Only `sqrt` and arithmetic: valid on every Prometheus (and Thanos/Mimir ruler).
+    p and D are records of the same group computed straight from the counters (evidence_rules):
+    a bound one record away from the counters pages no later on vmalert (sources.py says why).
     """
     z, phi = cfg.confidence_z, cfg.acceptance_overdispersion
     z2 = z * z
-    reads = {ACCEPTED: own(cfg, e.accepted), DRAFT_TOKENS: own(cfg, e.draft_tokens)}
-    p, d = f"({ACCEPTANCE.expr(reads.__getitem__, separator=' ')})", own(cfg, e.drafts)
-    bound = (f"(\n  {p}\n  + {z2 * phi / 2:.10g} / {d}\n"
-             f"  {side} {z:.10g} * sqrt({phi:g} * {p} * (1 - {p}) / {d} + {z2 * phi * phi / 4:.10g} / {d} ^ 2)\n)\n"
-             f"/\n(1 + {z2 * phi:.10g} / {d})")
+    p, d = own(cfg, e.acceptance), own(cfg, e.drafts)
+    bound = (f"(\n  {p} * {d}\n  + {z2 * phi / 2:.10g}\n"
+             f"  {side} {z:.10g} * sqrt({phi:g} * {p} * (1 - {p}) * {d} + {z2 * phi * phi / 4:.10g})\n)\n"
+             f"/\n({d} + {z2 * phi:.10g})")
     # Mathematically within [0, 1]; the clamp only removes float rounding (-1e-12 at p = 0).
     return f"clamp_min(\n{bound},\n0\n)" if side == "-" else f"clamp_max(\n{bound},\n1\n)"
 
@@ -274,16 +273,22 @@ def evidence_group_name(window: str) -> str:
 
 
 def evidence_rules(cfg: MixinConfig, window: str) -> list[dict[str, Any]]:
-    """The source increases and the Wilson bounds of one alert window, per server and model (the
-    lower bound only where read: lower_bound_windows)."""
+    """The drafts and the acceptance of one alert window, per server and model, then its Wilson
+    bounds (the lower one only where read: lower_bound_windows)."""
     confidence = {"confidence": cfg.confidence_label}
     e = evidence_names(window)
     lower = window in lower_bound_windows(cfg)
 
+    def increase(counter: SourceCounter) -> str:
+        return sources.increase_sum(cfg, counter, window)
+
     # increase(), not rate(): the bound needs counts. The drafts record keeps only windows with
     # drafts, so an idle server has no bound at all (no evidence never fires) instead of a NaN.
+    # The acceptance is ACCEPTANCE over the window's increases, from the counters (not from two
+    # more records): the bounds then read two records, not three, and stay one from the counters.
     return [
-        *sources.increase_rules(cfg, window),
+        {"record": e.drafts, "expr": f"{increase(DRAFTS)} > 0"},
+        {"record": e.acceptance, "expr": ACCEPTANCE.expr(increase)},
         {"record": e.upper, "expr": wilson_bound(cfg, e, "+"), "labels": dict(confidence)},
         *([{"record": e.lower, "expr": wilson_bound(cfg, e, "-"), "labels": dict(confidence)}] if lower else []),
     ]
@@ -295,12 +300,11 @@ def evidence_meanings(cfg: MixinConfig) -> dict[str, str]:
     meanings: dict[str, str] = {}
     for window in alert_windows(cfg):
         e = evidence_names(window)
-        meanings |= {sources.increase_record(c, window): f"Source layer, per server and model (engines summed): "
-                                                          f"{sources.COUNTER_MEANINGS[c]} over the last {window}."
-                     for c in sources.EVIDENCE_COUNTERS}
         meanings |= {
-            e.drafts: f"Source layer, per server and model (engines summed): drafts over the last {window} "
+            e.drafts: f"Per server and model (engines summed): drafts over the last {window} "
                       "(the trials behind the bound); absent without drafts.",
+            e.acceptance: f"Per server and model (engines summed): acceptance over the last {window}, "
+                          "accepted / proposed draft tokens; absent without draft tokens.",
             e.upper: f"Per server and model. Upper Wilson bound of acceptance over {window}, label "
                      f"confidence=\"{conf}\": acceptance is below it with {conf} confidence.",
         }

@@ -19,16 +19,14 @@ This module turns either into the *source records*, one per (server, model, engi
 target label kept and the metric name replaced:
 
     instance_model_engine[_position]:<metric>:rate<rate_window>     every counter (dashboards, alerts)
-    instance_model:<metric>:increase<w>                             drafts, draft tokens, accepted,
-                                                                    engines summed, for every alert
-                                                                    window w (evidence)
 
-The increases are summed over data-parallel engines here, not one layer later: the Wilson bounds
-the alerts read are then one record away from the counters, as they were before this layer
-existed. vmalert writes records back asynchronously, so a record read by the next rule of its own
-group is the previous evaluation's (its docs: do not rely on chaining); every extra layer between
-counters and bounds would page one evaluation later on vmalert. Per-engine increases would only
-be summed again (and cost series at fleet scale).
+and gives the evidence records (recording_rules.evidence_rules) their terms, `increase_sum`: a
+counter's increase over an alert window, summed over the data-parallel engines in the same
+expression, not one layer later: the Wilson bounds the alerts read are then one record away from
+the counters, as they were before this layer existed. vmalert writes records back asynchronously,
+so a record read by the next rule of its own group is the previous evaluation's (its docs: do not
+rely on chaining); every extra layer between counters and bounds would page one evaluation later
+on vmalert. Per-engine increases would only be summed again (and cost series at fleet scale).
 
 Everything downstream (recording_rules, alert_rules, promql) reads those records, so both sources
 give the same evidence, pages and panels. The few raw series that are not counters of a quantity
@@ -56,7 +54,6 @@ __all__ = [
     "COUNTER_MEANINGS",
     "DRAFTS",
     "DRAFT_TOKENS",
-    "EVIDENCE_COUNTERS",
     "GENERATED",
     "LLAMACPP_GAUGES",
     "VLLM_GAUGES",
@@ -65,7 +62,7 @@ __all__ = [
     "direct_names",
     "drafts_present",
     "increase_record",
-    "increase_rules",
+    "increase_sum",
     "k_series",
     "own",
     "rate_record",
@@ -129,7 +126,6 @@ COUNTER_MEANINGS = {
     GENERATED: "generated (output) tokens, accepted drafts included",
 }
 # The counters the acceptance evidence needs per alert window (trials, numerator, denominator).
-EVIDENCE_COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED)
 
 # vLLM's own names of what the sidecar serves as load gauges (direct dashboards read them).
 VLLM_GAUGES = {
@@ -216,16 +212,11 @@ def rate_rules(cfg: MixinConfig) -> list[dict[str, str]]:
     return [{"record": rate_record(cfg, c), "expr": raw_rate(cfg, c)} for c in COUNTERS]
 
 
-def increase_rules(cfg: MixinConfig, window: str) -> list[dict[str, str]]:
-    """The source records of one alert window, per server and model: increases of drafts, draft
-    tokens and accepted tokens. Drafts, the bound's trials, keep only windows that drafted, so an
-    idle server has no evidence at all (never a bound from zero trials)."""
+def increase_sum(cfg: MixinConfig, counter: SourceCounter, window: str) -> str:
+    """`counter`'s increase over `window` straight from the scraped series, summed over the
+    data-parallel engines: one series per (server, model). The evidence records' terms."""
     spelled_out = "\n" if cfg.direct else ""  # the four spellings' `or` on lines of their own
-
-    def summed(counter: SourceCounter) -> str:
-        total = f"sum without (engine) ({spelled_out}{_over_range(cfg, 'increase', counter, window)}{spelled_out})"
-        return f"{total} > 0" if counter is DRAFTS else total
-    return [{"record": increase_record(c, window), "expr": summed(c)} for c in EVIDENCE_COUNTERS]
+    return f"sum without (engine) ({spelled_out}{_over_range(cfg, 'increase', counter, window)}{spelled_out})"
 
 
 def drafts_present(cfg: MixinConfig) -> str:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
-from . import alert_rules, frame, links
+from . import alert_rules, fleet_counts, frame, links
 from .config import MixinConfig
+from .fleet_counts import Band
 from .layout import Layout
 from .panels import (
     NUMBER,
@@ -72,13 +73,14 @@ def build(cfg: MixinConfig) -> dict:
     )
 
 
-def acceptance_bands(cfg: MixinConfig) -> list[tuple[str, float | None, float | None, str]]:
-    """(legend, low, high, colour) of the three acceptance bands, thresholds from the config."""
+def acceptance_bands(cfg: MixinConfig) -> list[tuple[str, Band, str]]:
+    """(legend, band, colour) of the three acceptance bands (fleet_counts), thresholds from the config."""
     warn, crit = cfg.acceptance_warning_threshold, cfg.acceptance_critical_threshold
+    ok, low, critical = fleet_counts.acceptance_bands(cfg)
     return [
-        (f"at or above {links.percent(warn)}", warn, None, "green"),
-        (f"{links.percent(crit)} to {links.percent(warn)}", crit, warn, "orange"),
-        (f"below {links.percent(crit)}", None, crit, "red"),
+        (f"at or above {links.percent(warn)}", ok, "green"),
+        (f"{links.percent(crit)} to {links.percent(warn)}", low, "orange"),
+        (f"below {links.percent(crit)}", critical, "red"),
     ]
 
 
@@ -95,12 +97,12 @@ def top_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         f"{alert_rules.ACCEPTANCE_CRITICAL}), each server's acceptance summed over its models and "
         "engines before dividing. Good: every server in the first band, the other two 0. "
         "'No traffic' means no server proposed draft tokens in the window.",
-        [Query(q.servers_in_band(low, high), legend, instant=True) for legend, low, high, _ in bands],
+        [Query(q.servers_in_band(band), legend, instant=True) for legend, band, _ in bands],
         decimals=0,
         color_mode=BACKGROUND,
     ).links(runbook_links(cfg, alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL))
-    for legend, _, high, color in bands:
-        band_thresholds = count_thresholds(color) if high is not None else thresholds(color)
+    for legend, band, color in bands:
+        band_thresholds = count_thresholds(color) if band.high is not None else thresholds(color)
         servers = servers.override_by_name(legend, [dashboard_models.DynamicConfigValue(
             id_val="thresholds", value=as_json(band_thresholds))])
     layout.add(servers, 7, 5)
@@ -176,11 +178,11 @@ def servers_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "all green. Many servers turning orange at once points at a shared cause (model, "
         "prompt mix, a release); one server at a time at that server.",
         NUMBER,
-        [Query(q.servers_in_band(low, high), legend) for legend, low, high, _ in bands],
+        [Query(q.servers_in_band(band), legend) for legend, band, _ in bands],
         stacked=True,
         bars=True,
         legend_calcs=("max", "lastNotNull"),
-        colors={legend: color for legend, _, _, color in bands},
+        colors={legend: color for legend, _, color in bands},
     ), 8, 8)
     layout.add(acceptance_by_instance(cfg, q), 8, 8)
 

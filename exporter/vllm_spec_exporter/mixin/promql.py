@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..names import MetricName
-from . import crowd, fleet_records, recording_rules, sources
+from . import crowd, fleet_counts, fleet_records, recording_rules, sources
 from .config import MixinConfig
 from .crowd import Crowd
+from .fleet_counts import Band
 from .recording_rules import (
     ACCEPTANCE,
     DRAFT_OUTPUT_SHARE,
@@ -343,21 +344,27 @@ class Queries:
             sum_by(by, self.vllm_rate(histogram + "_count")),
         )
 
-    def acceptance_band(self, by: tuple[str, ...], low: float | None, high: float | None) -> str:
-        """Per-`by` acceptance kept only where low <= acceptance < high (comparison filters)."""
-        expr = f"({self.acceptance(by)})"
-        if high is not None:
-            expr += f" < {high}"
-        if low is not None:
-            expr += f" >= {low}"
-        return expr
-
-    def servers_in_band(self, low: float | None, high: float | None) -> str:
-        """Servers whose acceptance lies in [low, high). 0 while some server has traffic, empty
-        (shown as "No traffic") while none has: an idle fleet is not a healthy one."""
+    def servers_in_band(self, band: Band) -> str:
+        """Servers whose acceptance (models and engines summed) lies in the band. 0 while some
+        server has traffic, empty (shown as "No traffic") while none has: an idle fleet is not a
+        healthy one. At All the fleet count (fleet_counts.py); with servers, models or engines
+        selected it is counted from those servers' source records (the band record has none of
+        those labels, so a selection matches none of it, and each per-server branch matches
+        nothing unless its variable is set: Queries.fleet_or_servers says how)."""
         by_instance = (self.cfg.instance_label,)
-        return (f"count({self.acceptance_band(by_instance, low, high)}) "
-                f"or (0 * count({self.acceptance(by_instance)}))")
+
+        def counted(matchers: str) -> str:
+            acceptance = ACCEPTANCE.expr(lambda c: sum_by(by_instance, self.counter_rate(c, matchers)), separator=" ")
+            drafting = f"{sum_by(by_instance, self.counter_rate(DRAFT_TOKENS, matchers))} > 0"
+            return f"count({fleet_counts.in_band(acceptance, band)}) or (0 * count({drafting}))"
+
+        if not self.fleet_scope(()):
+            return counted(self.sel.series)
+        fleet = selector(fleet_counts.band_record(self.cfg),
+                         join_matchers(self.sel.series, f'{fleet_counts.BAND_LABEL}="{band.name}"'))
+        unless_all = ('job!~"$instance"', 'job!~"$model_name"', 'job!~"$engine"')
+        branches = [f"({counted(join_matchers(self.sel.series, matcher))})" for matcher in unless_all]
+        return " or ".join((f"sum({fleet})", *branches))
 
     def drafting_state(self) -> str:
         """Per server and model while it drafts or generates: 0 drafting, 1 paused by design (no
@@ -429,7 +436,14 @@ class Queries:
         return f"count({self.firing_alerts()}) or vector(0)"
 
     def scrape_errors_by_reason(self) -> str:
-        return sum_rate(MetricName.SCRAPE_ERRORS_TOTAL, self.sel.target, ("reason",))
+        """The sidecars' failed polls per second by reason: the fleet count at All (fleet_counts.py),
+        else the selected servers' counters."""
+        by = ("reason",)
+        if not self.fleet_scope(()):  # the record keeps `reason` besides the fleet's labels
+            return sum_rate(MetricName.SCRAPE_ERRORS_TOTAL, self.sel.target, by)
+        fleet = selector(fleet_counts.scrape_errors_record(self.cfg), self.sel.target)
+        servers = rate(MetricName.SCRAPE_ERRORS_TOTAL, join_matchers(self.sel.target, 'job!~"$instance"'))
+        return f"({sum_by(by, fleet)} or {sum_by(by, servers)})"
 
     def counter_resets(self, window: str = RATE_INTERVAL) -> str:
         """vLLM restarts per server per interval (sidecar: polls in which its counters reset;

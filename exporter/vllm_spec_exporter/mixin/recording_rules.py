@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..names import MetricName
-from . import fleet_records, links, sources
+from . import fleet_counts, fleet_records, links, sources
 from .config import MixinConfig
 from .fleet_records import FLEET_GROUP
 from .sources import ACCEPTED, ACCEPTED_BY_POSITION, DRAFT_TOKENS, DRAFTS, GENERATED, SourceCounter, own
@@ -399,8 +399,20 @@ def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
     return [{"name": SOURCE_GROUP, "interval": interval, "rules": sources.rate_rules(cfg)},
             fleet_records.fleet_group(cfg),
             {"name": RECORDING_GROUP, "interval": interval, "rules": recording_rules(cfg)},
+            fleet_counts_group(cfg),
             *({"name": evidence_group_name(window), "interval": interval, "rules": evidence_rules(cfg, window)}
               for window in alert_windows(cfg))]
+
+
+def fleet_counts_group(cfg: MixinConfig) -> dict[str, Any]:
+    """The fleet counts (fleet_counts.py), each server's acceptance read from this module's
+    per-server records (engines summed), its models summed before dividing."""
+    fields = dataclasses.asdict(record_names(cfg))
+    by = ", ".join((*fleet_records.kept_labels(cfg), cfg.instance_label))
+    acceptance = ACCEPTANCE.expr(lambda counter: f"sum by ({by}) ({own(cfg, fields[_RATE_FIELD[counter]])})",
+                                 separator=" ")
+    drafting = f"{own(cfg, fields['draft_tokens_rate'])} > 0"
+    return fleet_counts.fleet_counts_group(cfg, acceptance, drafting)
 
 
 def source_meanings(cfg: MixinConfig) -> dict[str, str]:

@@ -20,6 +20,7 @@ from vllm_spec_exporter.mixin import (
     alert_rules,
     alertmanager,
     config,
+    fleet_counts,
     fleet_records,
     generate,
     recording_rules,
@@ -172,15 +173,21 @@ def test_acceptance_descriptions_humanize_the_ratio() -> None:
 
 @pytest.mark.parametrize("root", ["", generate.DIRECT_ROOT])
 def test_recording_rule_names_and_inputs(root: str) -> None:
-    recorded = [r["record"] for g in _groups(root + rule_files.RULES_FILE) for r in g["rules"]]
-    assert len(recorded) == len(set(recorded))
+    rules = [r for g in _groups(root + rule_files.RULES_FILE) for r in g["rules"]]
+    # A name is one rule, or several told apart by their static labels (the acceptance bands).
+    variants = [(r["record"], tuple(sorted(r.get("labels", {}).items()))) for r in rules]
+    assert len(variants) == len(set(variants))
+    recorded = sorted({r["record"] for r in rules})
     # Per-rate records: the source layer's and the per-server/fleet ones built on it.
     dashboard_records = {r["record"] for r in (*recording_rules.recording_rules(DEFAULT), *sources.rate_rules(DEFAULT),
-                                               *fleet_records.fleet_rules(DEFAULT))}
+                                               *fleet_records.fleet_rules(DEFAULT),
+                                               *fleet_counts.scrape_error_rules(DEFAULT))}
     windows = recording_rules.alert_windows(DEFAULT)
     for name in recorded:
         assert RECORD_NAME.match(name), name
-        if name in dashboard_records:
+        if name == fleet_counts.band_record(DEFAULT):
+            assert name.endswith(":count"), name  # a count of servers now, no window
+        elif name in dashboard_records:
             assert name.endswith(DEFAULT.windows.rate_window), name  # every record has the one window
         else:  # evidence records name their alert window
             assert any(name.endswith(f"increase{w}") or name.endswith(f"_{w}") for w in windows), name

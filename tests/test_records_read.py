@@ -54,8 +54,14 @@ def reached(rules: dict[str, str], texts: list[str], public: tuple[str, ...]) ->
 def live_records(cfg: MixinConfig) -> tuple[dict[str, str], set[str]]:
     """{record: expression} of every recording rule, and the records something reads."""
     groups = recording_rules.recording_groups(cfg)
-    rules = {r["record"]: r["expr"] for g in groups for r in g["rules"]}
-    assert len(rules) == sum(len(g["rules"]) for g in groups), "a record name twice"
+    rules: dict[str, str] = {}
+    variants: set[tuple[str, tuple]] = set()
+    for rule in (r for g in groups for r in g["rules"]):
+        # One name may be several rules only told apart by their static labels (the bands).
+        variant = (rule["record"], tuple(sorted(rule.get("labels", {}).items())))
+        assert variant not in variants, f"a record twice: {variant}"
+        variants.add(variant)
+        rules[rule["record"]] = "\n".join(filter(None, (rules.get(rule["record"]), rule["expr"])))
     return rules, reached(rules, list(readers(cfg).values()), recording_rules.public_records(cfg))
 
 

@@ -151,11 +151,9 @@ class RecordNames:
     draft_tokens_rate: str
     drafts_rate: str
     generation_rate: str
-    accepted_by_position_rate: str
     # Per server and model: derived ratios.
     acceptance_ratio: str
     acceptance_length: str
-    position_acceptance_ratio: str
     # Per server and model: drafting paused by design vs stopped (config.drafting_batch_memory).
     running_batch: str
     drafting_batch: str
@@ -169,13 +167,27 @@ class RecordNames:
 
 # The RecordNames field of each counter's rate (without the fleet_ prefix).
 _RATE_FIELD = {ACCEPTED: "accepted_rate", DRAFT_TOKENS: "draft_tokens_rate", DRAFTS: "drafts_rate",
-               GENERATED: "generation_rate", ACCEPTED_BY_POSITION: "accepted_by_position_rate"}
+               GENERATED: "generation_rate"}
 
 
 # The documented API (README "Recording rules"): records kept for users' own alerts and Grafana
 # panels, whether or not an alert, dashboard or runbook of ours reads them. Every other record
 # exists because one does (tests/test_records_read.py).
 PUBLIC_RECORDS = ("acceptance_ratio", "fleet_acceptance_ratio")
+
+
+def position_acceptance(cfg: MixinConfig, matchers: str) -> str:
+    """POSITION_ACCEPTANCE per server, model and position, from the source records on `matchers`
+    (the runbook's query for one server). Not a record: per position and server it cost more
+    series and evaluation time than anything else per server (28 % of `vllm-spec-decode.rules`
+    at 1,000 pods), and only a person diagnosing one server read it."""
+    def read(counter: SourceCounter) -> str:
+        return f"sum without (engine) ({sources.rate_record(cfg, counter)}{{{join(sources.selector(cfg), matchers)}}})"
+    return POSITION_ACCEPTANCE.expr(read, POSITION_MATCHING)
+
+
+def join(*matchers: str) -> str:
+    return ", ".join(m for m in matchers if m)
 
 
 def public_records(cfg: MixinConfig) -> tuple[str, ...]:
@@ -197,9 +209,7 @@ def record_names(cfg: MixinConfig) -> RecordNames:
     names |= {
         "drafts_rate": f"{level}:vllm_spec_decode_drafts:rate{w}",
         "generation_rate": f"{level}:vllm_generation_tokens:rate{w}",
-        "accepted_by_position_rate": f"{level}_position:vllm_spec_decode_accepted_tokens_by_position:rate{w}",
         "acceptance_length": f"{level}:vllm_spec_decode_acceptance_length:mean_rate{w}",
-        "position_acceptance_ratio": f"{level}_position:vllm_spec_decode_accepted_by_position_per_drafts:ratio_rate{w}",
     }
     for level, prefix in (("instance_model", ""), (fleet, "fleet_")):
         names |= {
@@ -335,7 +345,6 @@ def recording_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
         record(fields[field_name], f"sum without (engine) ({own(cfg, sources.rate_record(cfg, counter))})")
     record(n.acceptance_ratio, ACCEPTANCE.expr(read))
     record(n.acceptance_length, MEAN_ACCEPTANCE_LENGTH.expr(read))
-    record(n.position_acceptance_ratio, POSITION_ACCEPTANCE.expr(read, POSITION_MATCHING))
     # Per model across the fleet: sum the servers' rates, then divide (acceptance, the API).
     for counter in ACCEPTANCE.numerator + ACCEPTANCE.denominator:
         field_name = _RATE_FIELD[counter]
@@ -431,12 +440,8 @@ def record_meaning(name: str, n: RecordNames) -> str:
         "draft_tokens_rate": "Draft tokens proposed per second.",
         "drafts_rate": "Drafts (verification steps with a draft) per second.",
         "generation_rate": "Generated (output) tokens per second, accepted drafts included.",
-        "accepted_by_position_rate": "Accepted draft tokens per second at each 0-based position.",
         "acceptance_ratio": "Acceptance rate: accepted / proposed draft tokens (0..1).",
         "acceptance_length": "Mean acceptance length: 1 + accepted tokens / drafts (1..k+1).",
-        "position_acceptance_ratio": "Share of drafts whose token at this position was accepted (drafts of any "
-                                     "length count in the denominator: a lower bound when drafts are shorter than"
-                                     " k, e.g. n-gram misses or dynamic k).",
         "running_batch": "The smallest running batch (requests, engines summed) of the window, idle moments left "
                          "out; absent when idle throughout.",
         "drafting_batch": "The smallest running batch of the window, when the server drafted in it: a batch size "

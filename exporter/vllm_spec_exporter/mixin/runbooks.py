@@ -63,6 +63,9 @@ def values(cfg: MixinConfig) -> dict[str, object]:
             f"```promql\n{a['expr']}\n```")
     for name, record in dataclasses.asdict(recording_rules.record_names(cfg)).items():
         out[name + "_record"] = record
+    one_server = f'{cfg.instance_label}="<instance>", model_name="<model>"'
+    # Indented as the numbered step's code block it fills.
+    out["position_acceptance_query"] = recording_rules.position_acceptance(cfg, one_server).replace("\n", "\n   ")
     w = cfg.windows
     out |= {"rate_window": w.rate_window, "fast_long_window": w.fast_long, "fast_short_window": w.fast_short,
             "slow_long_window": w.slow_long, "slow_short_window": w.slow_short, "low_for": w.warning_hold,

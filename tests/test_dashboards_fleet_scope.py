@@ -28,8 +28,9 @@ import pytest
 import yaml
 
 from support.prom import run_tool
-from vllm_spec_exporter.mixin import dashboard_files, fleet_records, promql, recording_rules, sources
+from vllm_spec_exporter.mixin import dashboard_files, fleet_counts, fleet_records, promql, recording_rules, sources
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.names import MetricName
 from vllm_spec_lab.grafana_query import expand_variables
 
 pytestmark = pytest.mark.prometheus
@@ -122,6 +123,10 @@ def input_series(case: Case) -> list[dict[str, str]]:
             if not case.cfg.direct:
                 series.append({"series": f"vllm_spec_decode_num_speculative_tokens{{{labels}}}",
                                "values": f"{server.k}x{MINUTES * 4}"})
+        if not case.cfg.direct:  # the sidecar's own failed polls, per target
+            target = ",".join(p for p in (f'job="{case.job}"', f'instance="{server.instance}"', server.labels) if p)
+            for reason, step in (("timeout", 1), ("parse", len(server.engines))):
+                counter(str(MetricName.SCRAPE_ERRORS_TOTAL), f'{target},reason="{reason}"', step)
     return series
 
 
@@ -152,21 +157,28 @@ def fleet_queries(cfg: MixinConfig, monkeypatch: pytest.MonkeyPatch) -> list[Pan
         patch.setattr(promql.Queries, "fleet_scope", lambda self, by: False)
         without = list(targets())
     assert [w for w, _ in with_fleet] == [w for w, _ in without]
-    levels = (fleet_records.level(cfg), fleet_records.level(cfg, position=True))
     return [PanelQuery(where, expr, reference)
             for (where, expr), (_, reference) in zip(with_fleet, without, strict=True)
-            if any(f"{level}:" in expr for level in levels) and "@" not in expr]
+            if fleet_selectors(cfg, expr) and "@" not in expr]
 
 
-def fleet_selectors(cfg: MixinConfig, expr: str) -> list[str]:
-    """The fleet-record selectors of an expanded query."""
+def fleet_selectors(cfg: MixinConfig, expr: str) -> list[tuple[str, set[str]]]:
+    """The fleet-record selectors of a query, each with the variables whose selection it must
+    not match (the labels its record lacks): the fleet records have model and engine, not the
+    instance; the acceptance-band counts none of the three."""
     levels = "|".join(re.escape(level) for level in (fleet_records.level(cfg), fleet_records.level(cfg, True)))
-    return re.findall(rf"(?<![\w:])(?:{levels}):[\w:]+\{{[^}}]*\}}", expr)
+    counts = {fleet_counts.band_record(cfg): {"instance", "model_name", "engine"},
+              fleet_counts.scrape_errors_record(cfg): {"instance"}}
+    found = [(s, {"instance"}) for s in re.findall(rf"(?<![\w:])(?:{levels}):[\w:]+\{{[^}}]*\}}", expr)]
+    for name, lacks in counts.items():
+        found += [(s, lacks) for s in re.findall(rf"(?<![\w:]){re.escape(name)}\{{[^}}]*\}}", expr)]
+    return found
 
 
-def server_selectors(expr: str) -> list[str]:
-    """The per-server side's selectors of a query (those with the `job!~` matcher)."""
-    return re.findall(r'(?<![\w:])[\w:]+\{[^}]*job!~"[^"]*"[^}]*\}', expr)
+def server_selectors(expr: str) -> list[tuple[str, str]]:
+    """The per-server side's selectors of a query (those with a `job!~"$variable"` matcher), each
+    with its variable: the selector matches nothing unless that variable is selected."""
+    return [(m.group(0), m.group(1)) for m in re.finditer(r'(?<![\w:])[\w:]+\{[^}]*job!~"\$(\w+)"[^}]*\}', expr)]
 
 
 def checks(case: Case, queries: list[PanelQuery]) -> list[dict]:
@@ -184,13 +196,17 @@ def checks(case: Case, queries: list[PanelQuery]) -> list[dict]:
                               f" + (count({reference} unless {expr}) or vector(0))", 0, where))
             if selection in ("all", "one server"):  # both have data in every config
                 tests.append(test(f"count({expr}) > bool 0", 1, where + " (has data)"))
-            picked = "instance" in values  # servers selected: their records answer, the fleet's match nothing
-            for fleet_side in fleet_selectors(case.cfg, expr):
-                tests.append(test(f"count({fleet_side}) or vector(0)", 0, f"{where}: fleet side") if picked else
-                             test(f"count({fleet_side}) > bool 0", 1, f"{where}: fleet side"))
-            for server_side in server_selectors(expr):
-                tests.append(test(f"count({server_side}) > bool 0", 1, f"{where}: per-server side") if picked else
-                             test(f"count({server_side}) or vector(0)", 0, f"{where}: per-server side"))
+            # A selection the fleet side cannot show: the servers' records answer, the fleet's match nothing.
+            for fleet_side, lacks in fleet_selectors(case.cfg, query.expr):
+                fleet_side = expand_variables(fleet_side, RATE_INTERVAL, values)
+                selected = lacks & values.keys()
+                tests.append(test(f"count({fleet_side}) or vector(0)", 0, f"{where}: fleet side") if selected
+                             else test(f"count({fleet_side}) > bool 0", 1, f"{where}: fleet side"))
+            for server_side, variable in server_selectors(query.expr):
+                server_side = expand_variables(server_side, RATE_INTERVAL, values)
+                tests.append(test(f"count({server_side}) > bool 0", 1, f"{where}: per-server side ${variable}")
+                             if variable in values else
+                             test(f"count({server_side}) or vector(0)", 0, f"{where}: per-server side ${variable}"))
     return tests
 
 
@@ -209,7 +225,9 @@ def test_fleet_records_show_what_the_servers_records_show(name: str, promtool: s
     queries = fleet_queries(case.cfg, monkeypatch)
     # What must read the fleet records does (a panel per quantity of both dashboards).
     assert len(queries) >= 15, [q.where for q in queries]
-    for title in ("Acceptance rate by model", "Efficiency by model", "Acceptance by draft position over time"):
+    titles = ["Acceptance rate by model", "Efficiency by model", "Acceptance by draft position over time",
+              "Servers per acceptance band", "Servers by acceptance"]
+    for title in titles + ([] if case.cfg.direct else ["Scrape errors by reason"]):
         assert any(f"/ {title} /" in q.where for q in queries), title
     # Each has a per-server side that matches nothing at All (without it `or` would hide a double read).
     assert all(server_selectors(q.expr) for q in queries), [q.where for q in queries if not server_selectors(q.expr)]

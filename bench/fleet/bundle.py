@@ -106,8 +106,11 @@ def _job(selector: str) -> str:
 
 
 def record_exprs(bundle: Bundle) -> dict[str, str]:
-    """Every recording rule's expression with the records it reads expanded, recursively."""
-    raw = {r["record"]: r["expr"] for f in bundle.rules() for g in f["groups"] for r in g["rules"] if "record" in r}
+    """Every recording rule's expression with the records it reads expanded, recursively. A record
+    of several rules told apart by a static label (the acceptance bands) is keyed per rule,
+    `name{label="value"}`."""
+    rules = [r for f in bundle.rules() for g in f["groups"] for r in g["rules"] if "record" in r]
+    raw = {_key(r, rules): r["expr"] for r in rules}
     expanded: dict[str, str] = {}
 
     def expand(name: str) -> str:
@@ -120,24 +123,39 @@ def record_exprs(bundle: Bundle) -> dict[str, str]:
     return expanded
 
 
+def _key(rule: dict[str, Any], rules: list[dict[str, Any]]) -> str:
+    if sum(r["record"] == rule["record"] for r in rules) == 1:
+        return rule["record"]
+    (label, value), = rule["labels"].items()  # one static label tells the rules of one name apart
+    return f'{rule["record"]}{{{label}="{value}"}}'
+
+
 _RECORD_REF = re.compile(r"(?<![\w:])([a-zA-Z_][\w]*:[\w:]+)(\{[^}]*\})?(\[[^\]:]+\])?")
 _ALL_MATCHER = re.compile(r'^\s*[a-zA-Z_]\w*\s*=~\s*"(\.\+|\.\*|\(\.\+\)|\(\.\*\))"\s*$')
 
 
 def expand_records(expr: str, lookup: Callable[[str], str]) -> str:
     """`expr` with each record reference replaced by its raw expression. A reference with
-    matchers is expanded only when every matcher is a Grafana "All" (`=~".+"`) or one the record's
-    expression applies itself; else it is kept. A reference under a range (`record[1h]`) becomes a
-    subquery (`(raw)[1h:]`): PromQL allows ranges only on selectors."""
+    matchers is expanded only when every matcher is a Grafana "All" (`=~".+"`), one the record's
+    expression applies itself, or the static label that picks one rule of a record of several;
+    else it is kept. A reference under a range (`record[1h]`) becomes a subquery (`(raw)[1h:]`):
+    PromQL allows ranges only on selectors."""
     def replace(match: re.Match) -> str:
         name, matchers, window = match.group(1), match.group(2), match.group(3)
-        try:
-            body = lookup(name)
-        except KeyError:
+        listed = [m.strip() for m in matchers[1:-1].split(",") if m.strip()] if matchers else []
+        body = None
+        for candidate in (name, *(f"{name}{{{m}}}" for m in listed)):
+            try:
+                body = lookup(candidate)
+            except KeyError:
+                continue
+            if candidate != name:
+                listed.remove(candidate[len(name) + 1:-1])
+            break
+        if body is None:
             return match.group(0)
         # Matchers the record's own expression already applies (the exporter's job) are kept by it.
-        if matchers and any(not _ALL_MATCHER.match(m) and m.strip() not in body
-                            for m in matchers[1:-1].split(",") if m.strip()):
+        if any(not _ALL_MATCHER.match(m) and m not in body for m in listed):
             return match.group(0)
         return f"({body}){window[:-1]}:]" if window else f"({body})"
     return _RECORD_REF.sub(replace, expr)
@@ -146,9 +164,11 @@ def expand_records(expr: str, lookup: Callable[[str], str]) -> str:
 def expanded_rules_file(path: Path, bundle: Bundle) -> Path:
     """The recording rules alone, each with its expression in raw PromQL (for backfill tools)."""
     exprs = record_exprs(bundle)
-    groups = [{"name": g["name"], "rules": [{"record": r["record"], "expr": exprs[r["record"]]}
-                                            for r in g["rules"] if "record" in r]}
+
+    def expanded(rule: dict[str, Any]) -> dict[str, Any]:
+        labels = {"labels": rule["labels"]} if rule.get("labels") else {}
+        return {"record": rule["record"], "expr": expand_records(rule["expr"], exprs.__getitem__), **labels}
+    groups = [{"name": g["name"], "rules": [expanded(r) for r in g["rules"] if "record" in r]}
               for f in bundle.rules() for g in f["groups"]]
     path.write_text(yaml.safe_dump({"groups": [g for g in groups if g["rules"]]}, sort_keys=False))
     return path
-

@@ -58,10 +58,12 @@ class Result:
     series_live: int = 0  # of those, the ones the live scrape had reached (a sample after the history)
     compaction_seconds: float = 0.0  # Prometheus merging the backfilled blocks (not measured meanwhile)
     rule_groups_concurrent: dict[str, tuple[float, float]] = field(default_factory=dict)  # with concurrent-rule-eval
+    rule_medians: dict[str, float] = field(default_factory=dict)  # group: median evaluation s
     rule_costs: dict[str, dict[str, float]] = field(default_factory=dict)  # group: {rule: median s}
     # Another revision's rules on the same server, watched after everything else (--rules-before)
     rules_before: str = ""
     rule_groups_before: dict[str, tuple[float, float]] = field(default_factory=dict)
+    rule_medians_before: dict[str, float] = field(default_factory=dict)
     rule_costs_before: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
@@ -174,7 +176,7 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
         result = Result("Prometheus 3", plan.bundle.source, fleet.pods, len(fleet.series), fleet.series_per_pod,
                         prom.head_series(), rss_mb(prom.proc.pid), load, cores, rule_groups)
         result.compaction_seconds = compaction
-        result.rule_costs = watched.rules
+        result.rule_costs, result.rule_medians = watched.rules, watched.median
         result.series_seen = series_seen(prom.url, fleet, plan.bundle.job)
         result.series_live = series_seen(prom.url, fleet, plan.bundle.job, after=end)
         result.queries = dashboard_load(prom.url, time.time(), plan.step, plan.bundle, plan.repeat, plan.raw)
@@ -200,7 +202,7 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
             before = watch(prom, before_intervals)
             result.rules_before = rev
             result.rule_groups_before = with_intervals(before, before_intervals)
-            result.rule_costs_before = before.rules
+            result.rule_costs_before, result.rule_medians_before = before.rules, before.median
         return result
     finally:
         prom.stop()

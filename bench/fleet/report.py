@@ -50,6 +50,7 @@ def summary(result: Result) -> dict[str, Any]:
             "rule_groups_concurrent": {g: {"seconds": s, "interval": i, "share": s / i}
                                        for g, (s, i) in result.rule_groups_concurrent.items()},
             "rule_costs": result.rule_costs, "rules_before": result.rules_before,
+            "rule_medians": result.rule_medians, "rule_medians_before": result.rule_medians_before,
             "rule_groups_before": {g: {"seconds": s, "interval": i, "share": s / i}
                                    for g, (s, i) in result.rule_groups_before.items()},
             "rule_costs_before": result.rule_costs_before,
@@ -97,6 +98,15 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             shares = (f"{g.removeprefix('vllm-spec-decode')} {v['seconds']:.3f}s ({v['share'] * 100:.2f}%)"
                       for g, v in groups)
             print(f"  {r['pods']:>6} pods, rules of {r['rules_before']}: " + ", ".join(shares))
+    print("rule groups (median evaluation, share of the interval):")
+    for r in rows:
+        for label, medians, groups in (("", r.get("rule_medians", {}), r["rule_groups"]),
+                                       (f", rules of {r.get('rules_before')}", r.get("rule_medians_before", {}),
+                                        r.get("rule_groups_before", {}))):
+            if medians:
+                print(f"  {r['pods']:>6} pods{label}: " + ", ".join(
+                    f"{g.removeprefix('vllm-spec-decode')} {s:.3f}s ({s / groups[g]['interval'] * 100:.2f}%)"
+                    for g, s in sorted(medians.items()) if g in groups))
     print(f"costliest rules (median evaluation; the {COSTLIEST_RULES} of each group):")
     for r in rows:
         runs = (("", r.get("rule_costs", {})), (f" @{r.get('rules_before')}", r.get("rule_costs_before", {})))

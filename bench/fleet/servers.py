@@ -153,13 +153,14 @@ class RuleWatch(NamedTuple):
     rule's median one (which rules make a group slow)."""
 
     worst: dict[str, float]  # group: worst evaluation seconds
+    median: dict[str, float]  # group: median evaluation seconds
     rules: dict[str, dict[str, float]]  # group: {rule: median evaluation seconds}
 
 
 def watch_rule_groups(read, interval: float, cycles: int) -> RuleWatch:
-    """The worst evaluation time of each group, and the median of each of its rules, over `cycles`
+    """The worst and the median evaluation time of each group, and each rule's median, over `cycles`
     fresh evaluations (the first after a (re)start is not counted: it warms caches)."""
-    worst: dict[str, float] = {}
+    times: dict[str, list[float]] = {}
     per_rule: dict[str, dict[str, list[float]]] = {}
     seen: dict[str, set[str]] = {}
     deadline = time.monotonic() + interval * (cycles + 3) + 60
@@ -170,14 +171,14 @@ def watch_rule_groups(read, interval: float, cycles: int) -> RuleWatch:
             if last not in seen.setdefault(group, set()):
                 seen[group].add(last)
                 if len(seen[group]) > 1:
-                    worst[group] = max(worst.get(group, 0.0), seconds)
+                    times.setdefault(group, []).append(seconds)
                     for rule, rule_seconds in rules.items():
                         per_rule.setdefault(group, {}).setdefault(rule, []).append(rule_seconds)
         if seen and all(len(s) > cycles for s in seen.values()):
             break
         time.sleep(1)
-    return RuleWatch(worst, {g: {r: statistics.median(times) for r, times in rules.items()}
-                             for g, rules in per_rule.items()})
+    return RuleWatch({g: max(t) for g, t in times.items()}, {g: statistics.median(t) for g, t in times.items()},
+                     {g: {r: statistics.median(t) for r, t in rules.items()} for g, rules in per_rule.items()})
 
 
 def watch_vmalert(alert: VMAlert, names: list[str], interval: float, cycles: int) -> dict[str, float]:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import yaml
 
-from . import fleet, fleet_records, links, overview
+from . import fleet, fleet_counts, fleet_records, links, overview
 from .config import MixinConfig
 from .crowd import CROWD_VARIABLE_PREFIX
 from .promql import VLLM_METRICS_QUERIED, vllm_name_pattern
@@ -167,6 +167,7 @@ def readme_markdown(cfg: MixinConfig, models: dict[str, dict]) -> str:
         raise_k=links.percent(cfg.acceptance_raise_k_threshold),
         vllm_selector=cfg.vllm_selector,
         fleet_group=fleet_records.FLEET_GROUP,
+        fleet_counts_group=fleet_counts.FLEET_COUNTS_GROUP,
         variable_rows="\n".join(variable_rows),
         crowd_variables=", ".join(f"`{name}`" for name in crowds),
         worst_k=cfg.panel_worst_k, best_k=cfg.panel_best_k, all_up_to=cfg.panel_all_series_up_to,

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from . import alert_rules, config, fleet_records, recording_rules
+from . import alert_rules, config, fleet_counts, fleet_records, recording_rules
 from .config import MixinConfig
 from .templates import fill
 from .yaml_text import CONFIG_HEADER, dump_yaml
@@ -69,8 +69,9 @@ def readme_values(cfg: MixinConfig) -> dict[str, object]:
     ]
     source_rows = [f"| `{name}` | {meaning} |" for name, meaning in (recording_rules.source_meanings(cfg)
                                                                      | fleet_records.fleet_meanings(cfg)).items()]
+    count_rows = [f"| `{name}` | {meaning} |" for name, meaning in fleet_counts.fleet_count_meanings(cfg).items()]
     record_rows = source_rows + [f"| `{r['record']}` | {recording_rules.record_meaning(r['record'], n)} |"
-                   for r in recording_rules.recording_rules(cfg)]
+                                 for r in recording_rules.recording_rules(cfg)] + count_rows
     evidence_rows = [f"| `{name}` | {meaning} |" for name, meaning in recording_rules.evidence_meanings(cfg).items()]
     derived = _derived_defaults(cfg)
     knob_rows = [f"| {knob.section} | `{knob.name}` | "
@@ -81,6 +82,7 @@ def readme_values(cfg: MixinConfig) -> dict[str, object]:
     return {
         "source_group": recording_rules.SOURCE_GROUP,
         "fleet_group": fleet_records.FLEET_GROUP,
+        "fleet_counts_group": fleet_counts.FLEET_COUNTS_GROUP,
         "source_origin": ("vLLM's own series (`source=vllm`)" if cfg.direct
                           else "the exporter's counters (`source=exporter`, the default)"),
         "recording_group": recording_rules.RECORDING_GROUP,

@@ -89,7 +89,8 @@ def main() -> None:
                         help="also measure REV's dashboards (before/after a dashboard change, same run)")
     parser.add_argument("--rules-before", metavar="REV",
                         help="also watch REV's rule groups on the same Prometheus, after everything else "
-                             "(before/after a rule change, same run)")
+                             "(before/after a rule change, same run; Prometheus only: its head also holds this "
+                             "revision's records by then)")
     args = parser.parse_args()
     if args.quick:  # CI: the whole path once, small (the browser has its own tests)
         args.pods, args.history_minutes, args.interval, args.cycles, args.no_browser = "100", 15, 5, 2, True

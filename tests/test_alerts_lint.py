@@ -215,8 +215,25 @@ def test_ratios_divide_by_guarded_denominators() -> None:
             assert divisors and divisors <= guarded, (rule["record"], divisors - guarded)
             continue
         if "/" in rule["expr"]:
-            assert re.search(r"\(\S+ > 0\)$", rule["expr"]), rule["record"]
+            # Every division, wherever it sits (the band counts divide inside a comparison).
+            assert all(d.endswith(" > 0") for d in _denominators(rule["expr"])), (rule["record"],
+                                                                                   _denominators(rule["expr"]))
             assert "avg" not in rule["expr"], "never average ratios"
+
+
+def _denominators(expr: str) -> list[str]:
+    """The parenthesised operand after each `/` (after an optional `ignoring (…) group_left ()`)."""
+    found = []
+    for match in re.finditer(r"/\s*(?:ignoring \([^)]*\) group_left \(\)\s*)?", expr):
+        start = match.end()
+        assert expr[start] == "(", f"an unparenthesised denominator: {expr[start:start + 60]!r}"
+        depth = 0
+        for end in range(start, len(expr)):
+            depth += {"(": 1, ")": -1}.get(expr[end], 0)
+            if depth == 0:
+                found.append(expr[start + 1:end])
+                break
+    return found
 
 
 # --- the config drives the output ------------------------------------------------------------

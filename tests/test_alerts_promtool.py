@@ -32,9 +32,9 @@ PROMTOOL_TESTS = sorted((ROOT / "tests" / "promtool").glob("*.yaml"))
 def test_promtool_check_rules_on_committed_files(promtool: str) -> None:
     result = run_tool([promtool, "check", "rules", rule_files.RULES_FILE, rule_files.ALERTS_FILE], cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    # 5 source records; 5 fleet rates + efficiency's 2 terms; per server 5 rates + 3 ratios, per model
-    # 2 rates + acceptance, 4 drafting-state records; 4 windows x (3 source increases + upper bound) +
-    # 3 read lower bounds (not the slow short's)
+    # 5 source records; 5 fleet rates + efficiency's 2 terms; per server 4 rates + 2 ratios, per model
+    # 2 rates + acceptance, 4 drafting-state records; 3 band counts + scrape errors; 4 windows x
+    # (drafts + acceptance + upper bound) + 3 read lower bounds (not the slow short's)
     assert "SUCCESS: 44 rules found" in result.stdout
     assert "SUCCESS: 8 rules found" in result.stdout
 

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from vllm_spec_exporter import schema
-from vllm_spec_exporter.mixin import alert_rules, crowd, dashboard_files, links, promql, recording_rules
+from vllm_spec_exporter.mixin import alert_rules, crowd, dashboard_files, fleet_counts, links, promql, recording_rules
 from vllm_spec_exporter.mixin import fleet as fleet_dashboard
 from vllm_spec_exporter.mixin import overview as overview_dashboard
 from vllm_spec_exporter.mixin.config import MixinConfig
@@ -629,9 +629,15 @@ def test_thresholds_come_from_config(warning: float, critical: float, raise_k: f
         assert list(targets) == [f"at or above {warning:.0%}", f"{critical:.0%} to {warning:.0%}",
                                  f"below {critical:.0%}"], title
         ok, warn_band, crit_band = targets.values()
-        assert f") >= {warning})" in ok and " < " not in ok.split(" or ")[0]
-        assert f") < {warning} >= {critical})" in warn_band
-        assert f") < {critical})" in crit_band and " >= " not in crit_band.split(" or ")[0]
+        # Every per-server branch (and the fleet side's record, below) compares the same way.
+        assert ok.count(f") >= {warning})") == 3 and " < " not in ok
+        assert warn_band.count(f") < {warning} >= {critical})") == 3
+        assert crit_band.count(f") < {critical})") == 3 and " >= " not in crit_band
+    bands = {r["labels"][fleet_counts.BAND_LABEL]: r["expr"] for g in recording_rules.recording_groups(cfg)
+             for r in g["rules"] if r["record"] == fleet_counts.band_record(cfg)}
+    assert f") >= {warning}\n" in bands["ok"] and " < " not in bands["ok"]
+    assert f") < {warning} >= {critical}\n" in bands["low"]
+    assert f") < {critical}\n" in bands["critical"] and " >= " not in bands["critical"]
     assert f"{critical:.0%}" in _panel(fleet, "Servers by acceptance")["description"]
 
 

@@ -45,6 +45,7 @@ SELECTIONS = {
     "two servers": {"instance": "(a|c)"},
     "one engine": {"engine": "1"},
     "one model": {"model_name": "m2"},
+    "two models": {"model_name": "(m1|m2)"},
 }
 
 
@@ -176,9 +177,9 @@ def fleet_selectors(cfg: MixinConfig, expr: str) -> list[tuple[str, set[str]]]:
 
 
 def server_selectors(expr: str) -> list[tuple[str, str]]:
-    """The per-server side's selectors of a query (those with a `job!~"$variable"` matcher), each
-    with its variable: the selector matches nothing unless that variable is selected."""
-    return [(m.group(0), m.group(1)) for m in re.finditer(r'(?<![\w:])[\w:]+\{[^}]*job!~"\$(\w+)"[^}]*\}', expr)]
+    """The per-server side's selectors of a query (those with a `<label>!~"$variable"` matcher),
+    each with its variable: the selector matches nothing unless that variable is selected."""
+    return [(m.group(0), m.group(1)) for m in re.finditer(r'(?<![\w:])[\w:]+\{[^}]*\w+!~"\$(\w+)"[^}]*\}', expr)]
 
 
 def checks(case: Case, queries: list[PanelQuery]) -> list[dict]:

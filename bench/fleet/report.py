@@ -98,7 +98,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             shares = (f"{g.removeprefix('vllm-spec-decode')} {v['seconds']:.3f}s ({v['share'] * 100:.2f}%)"
                       for g, v in groups)
             print(f"  {r['pods']:>6} pods, rules of {r['rules_before']}: " + ", ".join(shares))
-    print("rule groups (median evaluation, share of the interval):")
+    if any(r.get("rule_medians") for r in rows):
+        print("rule groups (median evaluation, share of the interval):")
     for r in rows:
         for label, medians, groups in (("", r.get("rule_medians", {}), r["rule_groups"]),
                                        (f", rules of {r.get('rules_before')}", r.get("rule_medians_before", {}),

@@ -83,7 +83,7 @@ def rule_times(prom: Prometheus) -> dict[str, tuple[float, float, str, dict[str,
     """{group: (evaluation seconds, interval seconds, last evaluation, {rule: its seconds})} from
     Prometheus' /api/v1/rules; a rule is named by its record or alert and its own labels."""
     def name(rule: dict[str, Any]) -> str:
-        labels = ",".join(f"{k}={v}" for k, v in sorted((rule.get("labels") or {}).items()))
+        labels = ",".join(f'{k}="{v}"' for k, v in sorted((rule.get("labels") or {}).items()))
         return rule["name"] + (f"{{{labels}}}" if labels else "")
     return {g["name"]: (g["evaluationTime"], g["interval"], g["lastEvaluation"],
                         {name(r): r.get("evaluationTime", 0.0) for r in g["rules"]})

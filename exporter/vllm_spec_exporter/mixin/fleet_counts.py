@@ -12,11 +12,15 @@ records hold the answers at the dashboards' default, "All":
 Contract:
 - Kept labels are fleet_records.kept_labels: the fleet labels, `job` and the selector's labels,
   never the instance label, model_name or engine. A panel tells them from the servers' series by
-  that (promql.Queries.servers_in_band): a selected server, model or engine matches none of them.
+  that (promql.Queries.servers_in_band): a selected server, model or engine matches no band
+  count, a selected server no scrape-error count (per target: it has no model or engine).
 - A server's acceptance sums its models and engines before dividing (ACCEPTANCE, built by the
-  caller), read from the per-server records of `vllm-spec-decode.rules` (engines summed: half the
-  series of the source records). A record of a record: on vmalert one evaluation behind, which a
-  dashboard panel can afford and a page could not (the evidence groups read the counters).
+  caller), read from the per-server records of `vllm-spec-decode.rules` (engines already summed:
+  fewer series than the source records wherever servers run data-parallel engines). Records of
+  records of another group: up to two evaluations behind the counters on any ruler, and on
+  vmalert the two rates of one server may come from different evaluations, so a server near a
+  threshold can sit in the neighbouring band for an evaluation. A panel can afford that; a page
+  could not (the evidence groups read the counters).
 - Each band is 0, not absent, while some server has draft traffic, and absent while none has:
   an idle fleet is not a healthy one (the panels show "No traffic").
 - Scrape errors are rates of the sidecars' own counter, per reason, read straight from it.
@@ -31,8 +35,8 @@ from . import sources
 from .config import MixinConfig
 from .fleet_records import kept_labels
 
-__all__ = ["BAND_LABEL", "FLEET_COUNTS_GROUP", "Band", "acceptance_bands", "band_record", "fleet_count_meanings",
-           "fleet_counts_group", "scrape_errors_record"]
+__all__ = ["BAND_LABEL", "FLEET_COUNTS_GROUP", "Band", "acceptance_bands", "band_record", "band_rules",
+           "fleet_count_meanings", "fleet_counts_group", "in_band", "scrape_error_rules", "scrape_errors_record"]
 
 FLEET_COUNTS_GROUP = "vllm-spec-decode.fleet.counts"
 BAND_LABEL = "acceptance_band"

@@ -348,22 +348,26 @@ class Queries:
         """Servers whose acceptance (models and engines summed) lies in the band. 0 while some
         server has traffic, empty (shown as "No traffic") while none has: an idle fleet is not a
         healthy one. At All the fleet count (fleet_counts.py); with servers, models or engines
-        selected it is counted from those servers' source records (the band record has none of
-        those labels, so a selection matches none of it, and each per-server branch matches
-        nothing unless its variable is set: Queries.fleet_or_servers says how)."""
-        by_instance = (self.cfg.instance_label,)
+        selected it is counted from those servers' source records.
+
+        The band record has none of those three labels, so a selection matches none of it. Each
+        per-server branch carries `acceptance_band!~"$<variable>"`, a label no source record has:
+        absent reads as "", which the variable's All (`.*`) matches and any selection does not, so
+        the branch is the exact complement of the fleet side for that variable, whatever the
+        values (a job named like a model cannot hide it, as `job!~` could)."""
+        by_server = (*fleet_records.kept_labels(self.cfg), self.cfg.instance_label)
 
         def counted(matchers: str) -> str:
-            acceptance = ACCEPTANCE.expr(lambda c: sum_by(by_instance, self.counter_rate(c, matchers)), separator=" ")
-            drafting = f"{sum_by(by_instance, self.counter_rate(DRAFT_TOKENS, matchers))} > 0"
+            acceptance = ACCEPTANCE.expr(lambda c: sum_by(by_server, self.counter_rate(c, matchers)), separator=" ")
+            drafting = f"{sum_by(by_server, self.counter_rate(DRAFT_TOKENS, matchers))} > 0"
             return f"count({fleet_counts.in_band(acceptance, band)}) or (0 * count({drafting}))"
 
         if not self.fleet_scope(()):
             return counted(self.sel.series)
-        fleet = selector(fleet_counts.band_record(self.cfg),
-                         join_matchers(self.sel.series, f'{fleet_counts.BAND_LABEL}="{band.name}"'))
-        unless_all = ('job!~"$instance"', 'job!~"$model_name"', 'job!~"$engine"')
-        branches = [f"({counted(join_matchers(self.sel.series, matcher))})" for matcher in unless_all]
+        label = fleet_counts.BAND_LABEL
+        fleet = selector(fleet_counts.band_record(self.cfg), join_matchers(self.sel.series, f'{label}="{band.name}"'))
+        branches = [f"({counted(join_matchers(self.sel.series, f'{label}!~{variable}'))})"
+                    for variable in ('"$instance"', '"$model_name"', '"$engine"')]
         return " or ".join((f"sum({fleet})", *branches))
 
     def drafting_state(self) -> str:
@@ -437,11 +441,14 @@ class Queries:
 
     def scrape_errors_by_reason(self) -> str:
         """The sidecars' failed polls per second by reason: the fleet count at All (fleet_counts.py),
-        else the selected servers' counters."""
+        averaged over the panel's rate interval so a burst between two steps of a long range still
+        shows; with servers selected their own counters. Per target: no model or engine label, so
+        only the server selection switches."""
         by = ("reason",)
         if not self.fleet_scope(()):  # the record keeps `reason` besides the fleet's labels
             return sum_rate(MetricName.SCRAPE_ERRORS_TOTAL, self.sel.target, by)
-        fleet = selector(fleet_counts.scrape_errors_record(self.cfg), self.sel.target)
+        record = selector(fleet_counts.scrape_errors_record(self.cfg), self.sel.target)
+        fleet = f"avg_over_time({record}[{RATE_INTERVAL}])"
         servers = rate(MetricName.SCRAPE_ERRORS_TOTAL, join_matchers(self.sel.target, 'job!~"$instance"'))
         return f"({sum_by(by, fleet)} or {sum_by(by, servers)})"
 

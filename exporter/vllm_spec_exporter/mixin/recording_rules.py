@@ -8,7 +8,9 @@ Three layers, each reading only the one before it (the kubernetes-mixin way: que
    per model and engine across the fleet, from the same counters, for the dashboards at "All";
 2. per server and model (`instance_model`: the data-parallel engines summed): rates and the ratios
    of `QUANTITIES` the runbooks read, and the drafting state the alerts and dashboards read; per
-   model across the fleet (`<fleet labels>_model`, default `job_model`): acceptance only;
+   model across the fleet (`<fleet labels>_model`, default `job_model`): acceptance only; beside
+   it the *fleet counts* (fleet_counts.py, group `vllm-spec-decode.fleet.counts`) read layer 2:
+   servers per acceptance band, and the sidecars' scrape errors by reason;
 3. the *evidence* records of the acceptance alerts, one group per alert window: per server and
    model, the drafts (the trials) and the acceptance over the window, both from the counters, then
    the Wilson score bounds of acceptance `:confidence_upper_<w>` / `:confidence_lower_<w>` with a
@@ -22,8 +24,9 @@ layer-2 record no one reads would only cost series. tests/test_records_read.py c
 sources and several scrape intervals.
 
 Names follow Prometheus' `level:metric:operations` (https://prometheus.io/docs/practices/rules/):
-operation `rate<window>`, `increase<window>`, `ratio_rate<window>` for a ratio of two rates (the
-two metrics joined by `_per_`), `mean_rate<window>` for the mean acceptance length.
+operation `rate<window>`, `increase<window>`, `ratio_rate<window>` for a ratio of two rates and
+`ratio_increase<window>` of two increases (the two metrics joined by `_per_`), `mean_rate<window>`
+for the mean acceptance length, `count` for a number of servers now.
 
 Each derived quantity is defined once here, in `QUANTITIES` (a ratio of sums of counters), and
 once in Python (derive.py); the records, the evidence and every dashboard panel build their PromQL
@@ -62,12 +65,14 @@ __all__ = [
     "Quantity",
     "RecordNames",
     "alert_windows",
+    "counts_group",
     "engine_tier_steps",
     "evidence_group_name",
     "evidence_meanings",
     "evidence_names",
     "evidence_rules",
     "lower_bound_windows",
+    "position_acceptance",
     "public_records",
     "record_meaning",
     "record_names",
@@ -179,14 +184,15 @@ PUBLIC_RECORDS = ("acceptance_ratio", "fleet_acceptance_ratio")
 def position_acceptance(cfg: MixinConfig, matchers: str) -> str:
     """POSITION_ACCEPTANCE per server, model and position, from the source records on `matchers`
     (the runbook's query for one server). Not a record: per position and server it cost more
-    series and evaluation time than anything else per server (28 % of `vllm-spec-decode.rules`
-    at 1,000 pods), and only a person diagnosing one server read it."""
+    series and evaluation time than anything else per server (with its rate, 42 % of the median
+    evaluation time of `vllm-spec-decode.rules`' rules at 1,000 pods, bench/fleet_scale.py), and
+    only a person diagnosing one server read it."""
     def read(counter: SourceCounter) -> str:
-        return f"sum without (engine) ({sources.rate_record(cfg, counter)}{{{join(sources.selector(cfg), matchers)}}})"
+        return f"sum without (engine) ({sources.rate_record(cfg, counter)}{{{_join(sources.selector(cfg), matchers)}}})"
     return POSITION_ACCEPTANCE.expr(read, POSITION_MATCHING)
 
 
-def join(*matchers: str) -> str:
+def _join(*matchers: str) -> str:
     return ", ".join(m for m in matchers if m)
 
 
@@ -408,12 +414,12 @@ def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
     return [{"name": SOURCE_GROUP, "interval": interval, "rules": sources.rate_rules(cfg)},
             fleet_records.fleet_group(cfg),
             {"name": RECORDING_GROUP, "interval": interval, "rules": recording_rules(cfg)},
-            fleet_counts_group(cfg),
+            counts_group(cfg),
             *({"name": evidence_group_name(window), "interval": interval, "rules": evidence_rules(cfg, window)}
               for window in alert_windows(cfg))]
 
 
-def fleet_counts_group(cfg: MixinConfig) -> dict[str, Any]:
+def counts_group(cfg: MixinConfig) -> dict[str, Any]:
     """The fleet counts (fleet_counts.py), each server's acceptance read from this module's
     per-server records (engines summed), its models summed before dividing."""
     fields = dataclasses.asdict(record_names(cfg))

@@ -125,7 +125,6 @@ COUNTER_MEANINGS = {
     ACCEPTED_BY_POSITION: "accepted draft tokens at each 0-based position",
     GENERATED: "generated (output) tokens, accepted drafts included",
 }
-# The counters the acceptance evidence needs per alert window (trials, numerator, denominator).
 
 # vLLM's own names of what the sidecar serves as load gauges (direct dashboards read them).
 VLLM_GAUGES = {

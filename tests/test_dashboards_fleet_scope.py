@@ -244,3 +244,37 @@ def test_fleet_records_show_what_the_servers_records_show(name: str, promtool: s
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False, width=1_000_000))
     result = run_tool([promtool, "test", "rules", "test.yaml"], cwd=tmp_path, timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+
+
+def test_band_counts_of_an_idle_fleet_are_absent(promtool: str, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """No server drafts: no band record, and the band panels show nothing ("No traffic"), never a
+    healthy-looking 0, at All and with a server selected. Then one server drafts: every band is 0
+    or more, and the fleet side holds the three records."""
+    case = CASES["defaults"]
+    series = input_series(case)
+    idle = [{**s, "values": f"0x{MINUTES * 4}"} if "_total{" in s["series"] else s for s in series]
+    band_queries = [q for q in fleet_queries(case.cfg, monkeypatch)
+                    if "/ Servers per acceptance band /" in q.where or "/ Servers by acceptance /" in q.where]
+    assert len(band_queries) == 6
+    record = fleet_counts.band_record(case.cfg)
+
+    def empty(expr: str, where: str) -> dict:
+        return {"expr": f"# {where}\ncount({expr}) or vector(0)", "eval_time": EVAL_TIME,
+                "exp_samples": [{"labels": "{}", "value": 0}]}
+    tests = [empty(record, "the band record")]
+    for selection in ("all", "one server"):
+        tests += [empty(expand_variables(q.expr, RATE_INTERVAL, SELECTIONS[selection]), f"{selection}: {q.where}")
+                  for q in band_queries]
+    groups = recording_rules.recording_groups(case.cfg)
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}, sort_keys=False, width=1_000_000))
+    scenario = {
+        "rule_files": ["rules.yaml"], "evaluation_interval": "15s", "group_eval_order": [g["name"] for g in groups],
+        "tests": [{"interval": "15s", "input_series": idle, "promql_expr_test": tests},
+                  {"interval": "15s", "input_series": series, "promql_expr_test": [
+                      {"expr": f"count({record})", "eval_time": EVAL_TIME,
+                       "exp_samples": [{"labels": "{}", "value": 3}]}]}],
+    }
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False, width=1_000_000))
+    result = run_tool([promtool, "test", "rules", "test.yaml"], cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]

@@ -61,6 +61,18 @@ def summary(result: Result) -> dict[str, Any]:
 COSTLIEST_RULES = 3  # rules shown per group
 
 
+def _watches(r: dict[str, Any]) -> tuple[tuple[str, str, str], ...]:
+    """(label, worst key, median key) of each watch of one row's rule groups (no median: "")."""
+    return (("", "rule_groups", "rule_medians"), (", concurrent-rule-eval", "rule_groups_concurrent", ""),
+            (f", rules of {r.get('rules_before')}", "rule_groups_before", "rule_medians_before"))
+
+
+def _shares(groups: dict[str, dict[str, float]]) -> str:
+    """`.group 0.123s (0.82%)` for each of {group: {"seconds", "share"}}, by name."""
+    return ", ".join(f"{g.removeprefix('vllm-spec-decode')} {v['seconds']:.3f}s ({v['share'] * 100:.2f}%)"
+                     for g, v in sorted(groups.items()))
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
     backend = f"{rows[0]['backend']}, {rows[0]['source']} bundle"
     print(f"\n{backend}: series, memory, rule evaluation (share of the interval) and dashboard load "
@@ -83,31 +95,17 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             first = False
     print("rule groups (worst evaluation, share of the interval):")
     for r in rows:
-        groups = sorted(r["rule_groups"].items())
-        print(f"  {r['pods']:>6} pods: " + ", ".join(f"{g.removeprefix('vllm-spec-decode')} {v['seconds']:.3f}s "
-                                                   f"({v['share'] * 100:.2f}%)" for g, v in groups))
-    for r in rows:
-        if r.get("rule_groups_concurrent"):
-            groups = sorted(r["rule_groups_concurrent"].items())
-            shares = (f"{g.removeprefix('vllm-spec-decode')} {v['seconds']:.3f}s ({v['share'] * 100:.2f}%)"
-                      for g, v in groups)
-            print(f"  {r['pods']:>6} pods, concurrent-rule-eval: " + ", ".join(shares))
-    for r in rows:
-        if r.get("rule_groups_before"):
-            groups = sorted(r["rule_groups_before"].items())
-            shares = (f"{g.removeprefix('vllm-spec-decode')} {v['seconds']:.3f}s ({v['share'] * 100:.2f}%)"
-                      for g, v in groups)
-            print(f"  {r['pods']:>6} pods, rules of {r['rules_before']}: " + ", ".join(shares))
+        for label, worst, _ in _watches(r):
+            if r.get(worst):
+                print(f"  {r['pods']:>6} pods{label}: {_shares(r[worst])}")
     if any(r.get("rule_medians") for r in rows):
         print("rule groups (median evaluation, share of the interval):")
     for r in rows:
-        for label, medians, groups in (("", r.get("rule_medians", {}), r["rule_groups"]),
-                                       (f", rules of {r.get('rules_before')}", r.get("rule_medians_before", {}),
-                                        r.get("rule_groups_before", {}))):
-            if medians:
-                print(f"  {r['pods']:>6} pods{label}: " + ", ".join(
-                    f"{g.removeprefix('vllm-spec-decode')} {s:.3f}s ({s / groups[g]['interval'] * 100:.2f}%)"
-                    for g, s in sorted(medians.items()) if g in groups))
+        for label, worst, median in _watches(r):
+            if median and r.get(median):
+                medians = {g: {"seconds": s, "share": s / r[worst][g]["interval"]}
+                           for g, s in r[median].items() if g in r[worst]}
+                print(f"  {r['pods']:>6} pods{label}: {_shares(medians)}")
     print(f"costliest rules (median evaluation; the {COSTLIEST_RULES} of each group):")
     for r in rows:
         runs = (("", r.get("rule_costs", {})), (f" @{r.get('rules_before')}", r.get("rule_costs_before", {})))

@@ -36,7 +36,8 @@ from .config import MixinConfig
 from .fleet_records import kept_labels
 
 __all__ = ["BAND_LABEL", "FLEET_COUNTS_GROUP", "Band", "acceptance_bands", "band_record", "band_rules",
-           "fleet_count_meanings", "fleet_counts_group", "in_band", "scrape_error_rules", "scrape_errors_record"]
+           "fleet_count_meanings", "fleet_counts_group", "in_band", "scrape_error_rules", "scrape_errors_record",
+           "server_labels"]
 
 FLEET_COUNTS_GROUP = "vllm-spec-decode.fleet.counts"
 BAND_LABEL = "acceptance_band"
@@ -55,6 +56,12 @@ def acceptance_bands(cfg: MixinConfig) -> tuple[Band, Band, Band]:
     SpecDecodeAcceptanceLow), below critical (SpecDecodeAcceptanceCritical's)."""
     warn, crit = cfg.acceptance_warning_threshold, cfg.acceptance_critical_threshold
     return Band("ok", warn, None), Band("low", crit, warn), Band("critical", None, crit)
+
+
+def server_labels(cfg: MixinConfig) -> tuple[str, ...]:
+    """What one server's acceptance is summed by, here and in the panels' per-server branches:
+    the kept labels and the instance label (instances may repeat across clusters)."""
+    return (*kept_labels(cfg), cfg.instance_label)
 
 
 def _level(cfg: MixinConfig, label: str) -> str:

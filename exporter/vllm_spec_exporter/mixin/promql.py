@@ -355,7 +355,7 @@ class Queries:
         absent reads as "", which the variable's All (`.*`) matches and any selection does not, so
         the branch is the exact complement of the fleet side for that variable, whatever the
         values (a job named like a model cannot hide it, as `job!~` could)."""
-        by_server = (*fleet_records.kept_labels(self.cfg), self.cfg.instance_label)
+        by_server = fleet_counts.server_labels(self.cfg)
 
         def counted(matchers: str) -> str:
             acceptance = ACCEPTANCE.expr(lambda c: sum_by(by_server, self.counter_rate(c, matchers)), separator=" ")

@@ -188,12 +188,8 @@ def position_acceptance(cfg: MixinConfig, matchers: str) -> str:
     evaluation time of `vllm-spec-decode.rules`' rules at 1,000 pods, bench/fleet_scale.py), and
     only a person diagnosing one server read it."""
     def read(counter: SourceCounter) -> str:
-        return f"sum without (engine) ({sources.rate_record(cfg, counter)}{{{_join(sources.selector(cfg), matchers)}}})"
+        return f"sum without (engine) ({own(cfg, sources.rate_record(cfg, counter), matchers)})"
     return POSITION_ACCEPTANCE.expr(read, POSITION_MATCHING)
-
-
-def _join(*matchers: str) -> str:
-    return ", ".join(m for m in matchers if m)
 
 
 def public_records(cfg: MixinConfig) -> tuple[str, ...]:
@@ -423,7 +419,7 @@ def counts_group(cfg: MixinConfig) -> dict[str, Any]:
     """The fleet counts (fleet_counts.py), each server's acceptance read from this module's
     per-server records (engines summed), its models summed before dividing."""
     fields = dataclasses.asdict(record_names(cfg))
-    by = ", ".join((*fleet_records.kept_labels(cfg), cfg.instance_label))
+    by = ", ".join(fleet_counts.server_labels(cfg))
     acceptance = ACCEPTANCE.expr(lambda counter: f"sum by ({by}) ({own(cfg, fields[_RATE_FIELD[counter]])})",
                                  separator=" ")
     drafting = f"{own(cfg, fields['draft_tokens_rate'])} > 0"

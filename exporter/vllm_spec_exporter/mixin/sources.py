@@ -164,11 +164,17 @@ def selector_labels(cfg: MixinConfig) -> tuple[str, ...]:
     return tuple(dict.fromkeys(_MATCHER_LABEL.findall(selector(cfg))))
 
 
-def own(cfg: MixinConfig, record: str) -> str:
-    """`record` as this bundle reads it back: with its source's job matcher. Records keep the
-    source's target labels, so the sidecar and the direct bundle can run in one Prometheus (a fleet
-    with and without the sidecar) without reading, and re-writing, each other's series."""
-    return f"{record}{{{selector(cfg)}}}"
+def own(cfg: MixinConfig, record: str, matchers: str = "") -> str:
+    """`record` as this bundle reads it back: with its source's job matcher (and `matchers`).
+    Records keep the source's target labels, so the sidecar and the direct bundle can run in one
+    Prometheus (a fleet with and without the sidecar) without reading, and re-writing, each
+    other's series."""
+    return f"{record}{{{_with_selector(cfg, matchers)}}}"
+
+
+def _with_selector(cfg: MixinConfig, matchers: str) -> str:
+    """The source's selector, then `matchers` (label matchers without braces) when given."""
+    return ", ".join(m for m in (selector(cfg), matchers) if m)
 
 
 def rate_record(cfg: MixinConfig, counter: SourceCounter) -> str:
@@ -183,7 +189,7 @@ def increase_record(counter: SourceCounter, window: str) -> str:
 
 def _over_range(cfg: MixinConfig, function: str, counter: SourceCounter, window: str, matchers: str = "") -> str:
     """`function(counter{source job, matchers}[window])`, one series per (server, model, engine)."""
-    match = ", ".join(m for m in (selector(cfg), matchers) if m)
+    match = _with_selector(cfg, matchers)
     if not cfg.direct:
         return f"{function}({counter.exporter}{{{match}}}[{window}])"
     return "\nor\n".join(f'{function}({{__name__="{name}", {match}}}[{window}])'
@@ -234,8 +240,7 @@ def drafts_present(cfg: MixinConfig) -> str:
 
 def scrape_up(cfg: MixinConfig, matchers: str = "") -> str:
     """`up` of the source's scrape job (the sidecar's, or vLLM's own in direct mode)."""
-    match = ", ".join(m for m in (selector(cfg), matchers) if m)
-    return f"up{{{match}}}"
+    return f"up{{{_with_selector(cfg, matchers)}}}"
 
 
 def restarts(cfg: MixinConfig, window: str, matchers: str = "") -> str:
@@ -245,7 +250,7 @@ def restarts(cfg: MixinConfig, window: str, matchers: str = "") -> str:
     counter, so increase() also counts across restarts of the sidecar); directly, a restart is a
     reset of vLLM's generation counter, which every model and engine of the server see at once.
     """
-    match = ", ".join(m for m in (selector(cfg), matchers) if m)
+    match = _with_selector(cfg, matchers)
     if not cfg.direct:
         return f"increase({MetricName.TARGET_RESTARTS_TOTAL}{{{match}}}[{window}])"
     return f"max without (model_name, engine) (\n{_over_range(cfg, 'resets', GENERATED, window, matchers)}\n)"

@@ -27,7 +27,9 @@ class ExporterProcess:
         self.env = {**os.environ, **(env or {})}
         self.proc: processes.ChildProcess | None = None  # kept after stop(): its exit code
 
-    def start(self, wait: float = 15) -> ExporterProcess:
+    def start(self, wait: float = 60) -> ExporterProcess:
+        # The limit only bounds a hang (an exit is seen at once): while the suite starts a real
+        # vLLM on the CPU beside it, a bare start-up to listening took over 15 s on 2 cores.
         # The log is a file, not a pipe: readable at any time, and a chatty exporter can never
         # block on a full pipe buffer. It lives in the child's own temporary folder (processes).
         self.proc = processes.spawn(self.cmd, name="exporter", env=self.env, ready=self._listening,

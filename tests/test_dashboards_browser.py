@@ -24,7 +24,7 @@ import pytest
 
 from support.policy import require
 from support.prom import require_binary
-from vllm_spec_exporter.mixin import dashboard_files, fleet, overview, sources
+from vllm_spec_exporter.mixin import dashboard_files, fleet, overview
 from vllm_spec_lab import grafana_render as gr
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, http_get_json
 
@@ -87,9 +87,8 @@ def drawn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Drawn]:
 # (stat title, legend or "" for the first value, numerator counter, denominator counter, offset)
 # value = offset + Δnumerator / Δdenominator over the panel's rate window.
 RATIO_STATS = (
-    ("Acceptance rate", "", "vllm_spec_decode_accepted_tokens_total", "vllm_spec_decode_draft_tokens_total", 0.0),
-    ("Tokens per step vs k+1", "tokens/step", "vllm_spec_decode_accepted_tokens_total",
-     "vllm_spec_decode_drafts_total", 1.0),
+    ("Acceptance rate", "", gr.ACCEPTED_COUNTER, gr.DRAFT_COUNTER, 0.0),
+    ("Tokens per step vs k+1", "tokens/step", gr.ACCEPTED_COUNTER, "vllm_spec_decode_drafts_total", 1.0),
 )
 SPEEDUP_STAT = "Speed-up (est.)"
 
@@ -108,28 +107,6 @@ def shown_at(results: list[dict], end: float) -> float | None:
     return max(float(t) for t, _ in series[0]["values"])
 
 
-def record_evaluated_at(prom_url: str, at: float | None) -> float | None:
-    """When the source records a panel reads at `at` were evaluated (their newest sample at or
-    before it): the ratio stats read records, which trail the raw counters by up to an evaluation."""
-    if at is None:
-        return None
-    record = sources.rate_record(CFG, sources.ACCEPTED)
-    data = http_get_json(f"{prom_url}/api/v1/query?{urlencode({'query': f'max(timestamp({record}))', 'time': at})}")
-    series = data["data"]["result"]
-    return float(series[0]["value"][1]) if series else None
-
-
-def raw_delta(prom_url: str, metric: str, at: float) -> float | None:
-    """Δ of a counter over the samples Prometheus holds in [at - rate interval, at]."""
-    expr = f"{metric}[{gr.RATE_INTERVAL}]"
-    data = http_get_json(f"{prom_url}/api/v1/query?{urlencode({'query': expr, 'time': at})}")
-    series = data["data"]["result"]
-    if len(series) != 1 or len(series[0]["values"]) < 2:
-        return None
-    points = series[0]["values"]
-    return float(points[-1][1]) - float(points[0][1])
-
-
 def raw_gauge(prom_url: str, metric: str, at: float) -> float | None:
     data = http_get_json(f"{prom_url}/api/v1/query?{urlencode({'query': metric, 'time': at})}")
     series = data["data"]["result"]
@@ -143,10 +120,9 @@ def expected_values(replay: gr.Replay, model: dict, results: dict[str, list[dict
     out: dict[tuple[str, str], float | None] = {}
     for title, legend, numerator, denominator, offset in RATIO_STATS:
         panel = panel_of(model, title)
-        at = record_evaluated_at(replay.prom.url, shown_at(results[str(panel["id"])], end))
-        num = raw_delta(replay.prom.url, numerator, at) if at else None
-        den = raw_delta(replay.prom.url, denominator, at) if at else None
-        out[(title, legend)] = offset + num / den if num is not None and den else None
+        at = shown_at(results[str(panel["id"])], end)
+        ratio = replay.counter_ratio(numerator, denominator, at) if at else None
+        out[(title, legend)] = offset + ratio if ratio is not None else None
     panel = panel_of(model, SPEEDUP_STAT)
     at = shown_at(results[str(panel["id"])], end)
     out[(SPEEDUP_STAT, "")] = raw_gauge(replay.prom.url, "vllm_spec_decode_estimated_speedup", at) if at else None

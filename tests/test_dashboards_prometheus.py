@@ -220,6 +220,9 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 # saw 1.08); 11 s back, 0 of 1,840. (With 15 s evaluations and 2 m windows a real dashboard's newest
 # point moves by far less.)
 VICTORIA_SETTLE_SECONDS = 11
+# A hang bound for a change to show on the backend (seconds when quiet; a CI run's loaded worker
+# waited over 20 s): a wait returns as soon as it shows, so only a failure waits this long.
+CHANGE_SHOWS_SECONDS = 60
 
 
 def lag(prom: PromQueryApi) -> float:
@@ -297,13 +300,19 @@ BOUNDS: dict[tuple[str, str], int] = {
 }
 
 
+SWEEP_RETRY_SECONDS = 30
+
+
 def close(actual: float, expected: float, tolerance: float) -> bool:
     return math.isclose(actual, expected, rel_tol=tolerance, abs_tol=1e-9 if tolerance == 0 else tolerance * 0.05)
 
 
 def test_every_panel_query_returns_sane_data(stack: dict, model: dict) -> None:
+    # More looks, up to a hang bound: a slow poll, scrape or evaluation on a loaded machine is not a
+    # bug, and passes; a wrong query stays wrong at every look.
     problems = sweep(stack, model)
-    if problems:  # one more look a poll later: a single slow poll on a loaded machine is not a bug
+    deadline = time.monotonic() + SWEEP_RETRY_SECONDS
+    while problems and time.monotonic() < deadline:
         time.sleep(3)
         problems = sweep(stack, model)
     assert not problems, "\n".join(problems)
@@ -416,14 +425,14 @@ def test_vllm_latency_queries_work_on_every_name_spelling(stack: dict, model: di
                 if prom.query(f'{{__name__="{p}inter_token_latency_seconds_count", '
                               f'instance="{instances["negotiated"]}"}}', at=query_time(prom))]
     # (a scrape that timed out on a loaded machine leaves the series stale for a moment)
-    negotiated = wait_until(landed, timeout=15 + lag(prom))
+    negotiated = wait_until(landed, timeout=CHANGE_SHOWS_SECONDS + lag(prom))
     assert len(negotiated) == 1, negotiated
     print(f"negotiated spelling: {negotiated[0]}")
     for endpoint, spelling in spelled.items():
         name = spelling + "inter_token_latency_seconds_count"
         assert wait_until(lambda name=name, endpoint=endpoint: prom.query(
             f'{{__name__="{name}", instance="{instances[endpoint]}"}}', at=query_time(prom)),
-            timeout=15 + lag(prom)), endpoint
+            timeout=CHANGE_SHOWS_SECONDS + lag(prom)), endpoint
     panel = next(p for p in dashboard_files.iter_panels(model) if p["title"] == "Inter-token latency")
     mean = next(t["expr"] for t in panel["targets"] if t["legendFormat"] == "mean")
     for endpoint, instance in instances.items():
@@ -507,7 +516,7 @@ def test_idle_shows_no_traffic_then_lost_target_shows_in_health(stack: dict, mod
         return {title: result for title in idle_panels if (result := run(prom, panels[title]["targets"][0]["expr"]))}
     # A limit: on a busy machine the last scrape and evaluation of the traffic may land late, and on
     # vmalert each record layer lands an evaluation (and a remote-write flush) after the one it reads.
-    wait_until(lambda: not shown_while_idle(), timeout=20 + lag(prom))
+    wait_until(lambda: not shown_while_idle(), timeout=CHANGE_SHOWS_SECONDS + lag(prom))
     assert not shown_while_idle(), f"must be empty when idle (shown as 'No traffic'): {shown_while_idle()}"
     assert values(run(prom, panels["Tokens/s"]["targets"][0]["expr"])) == [0.0]
     assert values(run(prom, panels["Targets down"]["targets"][0]["expr"])) == [0.0]
@@ -516,16 +525,16 @@ def test_idle_shows_no_traffic_then_lost_target_shows_in_health(stack: dict, mod
     assert [s["metric"]["alertname"] for s in run(prom, annotations["Spec-decode alerts"])] == [ALWAYS_FIRING_ALERT]
 
     fake.restart()  # counters start again from 0: the restart marker and the resets panel see it
-    wait_until(lambda: run(prom, annotations["vLLM restarts"]), timeout=15 + lag(prom))
+    wait_until(lambda: run(prom, annotations["vLLM restarts"]), timeout=CHANGE_SHOWS_SECONDS + lag(prom))
     resets = panels["Counter resets (vLLM restarts)"]["targets"][0]["expr"]
     assert sum(values(run(prom, resets))) >= 1
 
     fake.stop()  # vLLM disappears; the exporter keeps serving and reports it
     down = panels["Targets down"]["targets"][0]["expr"]
-    wait_until(lambda: values(run(prom, down)) == [1.0], timeout=15 + lag(prom))
+    wait_until(lambda: values(run(prom, down)) == [1.0], timeout=CHANGE_SHOWS_SECONDS + lag(prom))
     errors = panels["Scrape errors by reason"]["targets"][0]["expr"]
     wait_until(lambda: any(s["metric"]["reason"] == "connect" and float(s["value"][1]) > 0
-                           for s in run(prom, errors)), timeout=15 + lag(prom))
+                           for s in run(prom, errors)), timeout=CHANGE_SHOWS_SECONDS + lag(prom))
 
 
 # --- The fleet dashboard: five exporters --------------------------------------------------------

@@ -226,23 +226,30 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path, real_vllm: VllmS
         # --- Phase 4: healthy again. The page resolves; nothing new fires.
         traffic.temperature = 0.0
         recovered_at = time.time()
-        def resolutions() -> list[dict]:
-            done = {name: [n for n in stack.notifications() if n["status"] == "resolved" and n["alertname"] == name]
-                    for name in (low, critical)}
-            return [found[0] for found in done.values() if found] if all(done.values()) else []
+        # Once recovering, nothing fires anew: every acceptance alert Prometheus fires from here on
+        # became active before the recovery (its activeAt; a resolved alert that fires again is
+        # active anew), watched at every poll until both are resolved.
+        activations: list[tuple[str, str, float]] = []
 
-        # Resolved on the pager and in Prometheus for both sources: the sidecar's alerts resolve a
-        # hop (its poll, then its scrape) after the direct ones, whose group may resolve first.
         def all_resolved() -> list[dict]:
-            done = resolutions()
-            return done if done and not prom.firing(low) and not prom.firing(critical) else []
+            """Each alert's last notification is its resolution, and Prometheus fires neither (for
+            both sources: the sidecar's resolve a hop after the direct ones, in the same group)."""
+            for job in (EXPORTER_JOB, VLLM_JOB):
+                activations.extend((job, name, active) for name, active in firing_on(stack, job).items())
+            sent = stack.notifications()
+            last = [n for name in (low, critical) for n in [n for n in sent if n["alertname"] == name][-1:]]
+            quiet = not prom.firing(low) and not prom.firing(critical)
+            return last if quiet and len(last) == 2 and all(n["status"] == "resolved" for n in last) else []
 
         resolved = wait_until(all_resolved, 150, interval=1.0, what=f"{low} and {critical} both resolved",
                               failure=lambda: f"alerts: {stack.firing_alerts()}")
-        last_resolved = max(n["time"] for n in resolved)
-        time_to_resolve = last_resolved - recovered_at
-        later_pages = [n for n in stack.notifications() if n["status"] == "firing" and n["time"] > last_resolved]
-        assert not later_pages, later_pages
+        time_to_resolve = max(n["time"] for n in resolved) - recovered_at
+        refired = [a for a in activations if a[2] > recovered_at]
+        assert not refired, f"fired anew while recovering (job, alert, activeAt): {refired}"
+        # The pager may have resolved and re-paged while Prometheus fired throughout: Alertmanager
+        # resolves an alert whose resend is late (a Prometheus starved of CPU; the lab's resends
+        # are valid for 8 s, ALERT_RESEND_DELAY), and the next resend pages again. A lab artifact
+        # (real resends are valid 4 min), so the pager is judged by its last word, above.
         assert not [n for n in stack.notifications() if n["time"] < band_at]
         assert not prom.firing(low) and not prom.firing(critical)
         print(f"\nreal pipeline: healthy acceptance {healthy_acceptance:.1%}; warning band "

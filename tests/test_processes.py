@@ -260,6 +260,17 @@ def test_run_returns_output_and_fails_with_the_tail(tmp_path: Path) -> None:
         processes.run([sys.executable, "-c", "import time; time.sleep(600)"], name="slow", timeout=1)
 
 
+def test_background_children_and_theirs_run_at_a_lower_priority() -> None:
+    """The load the lab drives (vLLM, llama-server, Chromium) yields the CPU to what watches it."""
+    code = "import os, subprocess, sys; print(os.nice(0)); sys.stdout.flush(); " \
+           "subprocess.run([sys.executable, '-c', 'import os; print(os.nice(0))'])"
+    own = os.nice(0)
+    background = min(19, own + processes.BACKGROUND)
+    assert processes.run([sys.executable, "-c", code], name="nice", timeout=30,
+                         niceness=processes.BACKGROUND).split() == [str(background)] * 2
+    assert processes.run([sys.executable, "-c", code], name="plain", timeout=30).split() == [str(own)] * 2
+
+
 def test_stop_reaches_a_descendant_that_left_the_group(tmp_path: Path) -> None:
     """As playwright does with Chromium: a child that puts its own child in a new group."""
     script = ("import subprocess, time; p = subprocess.Popen(['sleep', '600'], start_new_session=True); "

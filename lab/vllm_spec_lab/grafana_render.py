@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from vllm_spec_exporter.mixin import dashboard_files, overview, rule_files
+from vllm_spec_exporter.mixin import dashboard_files, overview, rule_files, sources
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab import processes
 from vllm_spec_lab.exporter_process import ExporterProcess
@@ -52,6 +52,11 @@ GRID_COLUMNS = 24
 # $__rate_interval of every panel here: the step stays at the scrape interval for ranges up to
 # PAGE_WIDTH/… seconds, so Grafana's max(step + scrape, 4 × scrape) is 4 × 5 s.
 RATE_INTERVAL = "20s"
+ACCEPTED_COUNTER = "vllm_spec_decode_accepted_tokens_total"  # the exporter's, which the records read
+DRAFT_COUNTER = "vllm_spec_decode_draft_tokens_total"
+# Seconds after a phase's last capture searched for its moment: up to the next capture (≥ 7 s on),
+# whose increments then pull acceptance towards the next phase, which max/min do not pick.
+MOMENT_SEARCH_SECONDS = 16
 # The bundle generated for these scrapes. The dashboards read the recording rules' source records,
 # so the replay's Prometheus loads them; their rate window is the panels' $__rate_interval here
 # (the committed 2m would blend the replay's phases).
@@ -215,21 +220,57 @@ class Replay:
     def acceptance_at(self, when: float, rate_interval: str) -> float | None:
         """The overview's acceptance query at one instant (None: no traffic in the window)."""
         expr = expand_variables(acceptance_query(), rate_interval)
+        return self._instant(expr, when)
+
+    def evaluated_at(self, when: float) -> float | None:
+        """When the records the overview's ratio stats read at `when` were evaluated (their newest
+        sample at or before it): they trail the raw counters by up to an evaluation."""
+        return self._instant(f"max(timestamp({sources.rate_record(STACK_CONFIG, sources.ACCEPTED)}))", when)
+
+    def counter_delta(self, metric: str, at: float) -> float | None:
+        """Δ of the exporter's counter `metric` over the samples Prometheus holds in [at - the rate
+        interval, at] (None: fewer than two)."""
+        query = urlencode({"query": f"{metric}[{RATE_INTERVAL}]", "time": at})
+        series = http_get_json(f"{self.prom.url}/api/v1/query?{query}")["data"]["result"]
+        if len(series) != 1 or len(series[0]["values"]) < 2:
+            return None
+        points = series[0]["values"]
+        return float(points[-1][1]) - float(points[0][1])
+
+    def counter_ratio(self, numerator: str, denominator: str, when: float) -> float | None:
+        """Δnumerator / Δdenominator over the samples the records read at `when` were computed
+        from: what those records must say (None: no traffic)."""
+        at = self.evaluated_at(when)
+        num = self.counter_delta(numerator, at) if at else None
+        den = self.counter_delta(denominator, at) if at else None
+        return num / den if num is not None and den else None
+
+    def settled(self, when: float) -> bool:
+        """The acceptance the overview shows at `when` is the one the counters' samples give. Not
+        so when an evaluation ran before a late scrape's samples landed (a loaded machine): the
+        record then stays computed from fewer samples than Prometheus holds afterwards."""
+        shown = self.acceptance_at(when, RATE_INTERVAL)
+        truth = self.counter_ratio(ACCEPTED_COUNTER, DRAFT_COUNTER, when)
+        return shown is not None and truth is not None and math.isclose(shown, truth, rel_tol=1e-6)
+
+    def _instant(self, expr: str, when: float) -> float | None:
         data = http_get_json(f"{self.prom.url}/api/v1/query?{urlencode({'query': expr, 'time': when})}")
         result = data["data"]["result"]
         return float(result[0]["value"][1]) if result else None
 
     def moments(self, rate_interval: str) -> dict[str, float]:
         """Instants to look at, one per phase, picked from the data: in the seconds after a phase's
-        last capture (its increments reach Prometheus within a poll and a scrape, while the window
-        still holds no earlier phase), the instant where acceptance is highest (healthy phases) or
-        lowest (the degraded one). Idle: the end, a whole rate window after the last traffic."""
+        last capture (its increments reach Prometheus within a poll and a scrape, or a few on a
+        loaded machine), the instant where acceptance is highest (healthy phases) or lowest (the
+        degraded one), among the settled ones (`settled`: what the page shows is what the counters
+        say). Idle: the end, a whole rate window after the last traffic."""
         def pick(after: str, best) -> float:
-            candidates = [self.at(after) + offset for offset in range(2, 13)]
+            candidates = [self.at(after) + offset for offset in range(2, MOMENT_SEARCH_SECONDS)]
             scored = [(value, when) for when in candidates
-                      if (value := self.acceptance_at(when, rate_interval)) is not None]
+                      if (value := self.acceptance_at(when, rate_interval)) is not None and self.settled(when)]
             if not scored:
-                raise AssertionError(f"no acceptance data after {after}: the replay did not reach Prometheus")
+                raise AssertionError(f"no settled acceptance data after {after}: the replay did not reach "
+                                     "Prometheus, or the records disagree with the counters at every instant")
             return best(scored)[1]
 
         return {"healthy": pick("scrape-003.prom", max), "degraded": pick("scrape-005.prom", min),
@@ -297,7 +338,8 @@ def build(out: Path) -> Path:
     link = RENDERER / "node_modules"
     if modules != link and not link.exists():
         link.symlink_to(modules, target_is_directory=True)
-    processes.run(["node", str(RENDERER / "build.mjs"), str(out)], name="esbuild", timeout=300)
+    processes.run(["node", str(RENDERER / "build.mjs"), str(out)], name="esbuild", timeout=300,
+                  niceness=processes.BACKGROUND)
     return out
 
 
@@ -336,5 +378,5 @@ def render(dist: Path, shots: Iterable[Shot], workdir: Path) -> dict[str, dict[s
     # descendant; the private TMPDIR holds the browser profile shoot.mjs makes there, which a
     # killed node cannot remove: the whole tree and its files go with this program, however it ends.
     processes.run(["node", str(RENDERER / "shoot.mjs"), str(dist), str(jobs_path)], name="chromium", timeout=600,
-                  env=env, private_tmp=True)
+                  env=env, private_tmp=True, niceness=processes.BACKGROUND)
     return {shot.name: json.loads((workdir / f"{shot.name}.report.json").read_text()) for shot in shots}

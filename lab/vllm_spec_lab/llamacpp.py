@@ -241,7 +241,8 @@ class LlamaServer:
         self.log_path.write_bytes(b"")  # a fresh log each start: the oracle reads it whole
         try:
             self.process = processes.spawn(self.command(), name="llama-server", log=self.log_path,
-                                           ready=self.url + "/health", ready_timeout=timeout_s)
+                                           ready=self.url + "/health", ready_timeout=timeout_s,
+                                           niceness=processes.BACKGROUND)
         except processes.ChildStartError as error:
             raise LlamaBuildError(str(error)) from None
         return self

@@ -56,6 +56,12 @@ from .warden import kill_groups, tree
 WARDEN_SCRIPT = Path(__file__).with_name("warden.py")
 _PR_SET_PDEATHSIG = 1
 
+# The niceness of the lab's load: the engines it drives (vLLM, llama-server) and batch tools
+# (Chromium). On a machine of few cores they can take every core (a CPU vLLM under traffic: 99 % of
+# two); what watches them in real time (exporter, Prometheus, VictoriaMetrics, Alertmanager) keeps
+# the default priority, so a scrape or an evaluation is not late because the load ran instead.
+BACKGROUND = 5  # CFS weight 335 against 1,024: a third of a contended core, the whole of an idle one
+
 try:
     _prctl = ctypes.CDLL(None, use_errno=True).prctl
     _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
@@ -63,10 +69,13 @@ except (OSError, AttributeError):  # not Linux: layers 1 and 3 still hold
     _prctl = None
 
 
-def _die_with_parent(parent_pid: int):
-    """A preexec_fn: resolved before fork, so the child only makes one foreign call."""
+def _die_with_parent(parent_pid: int, niceness: int = 0):
+    """A preexec_fn: resolved before fork, so the child only makes one foreign call (and, when
+    asked, lowers its own priority: inherited by everything it starts)."""
 
     def preexec() -> None:
+        if niceness:
+            os.nice(niceness)
         if _prctl is not None:
             _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != parent_pid:  # the parent died before prctl took effect
@@ -268,14 +277,16 @@ class ChildProcess:
 
 def spawn(argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = None, cwd: Path | None = None,
           log: Path | None = None, ready: ReadyProbe = None, ready_timeout: float = 30.0, interval: float = 0.2,
-          grace: float = 10.0, pass_fds: Sequence[int] = (), private_tmp: bool = False) -> ChildProcess:
+          grace: float = 10.0, pass_fds: Sequence[int] = (), private_tmp: bool = False,
+          niceness: int = 0) -> ChildProcess:
     """Start `argv` under all three layers, its stdout and stderr appended to `log` (default: a
     file in a temporary folder of its own, removed by `stop`); then wait for `ready` (a URL
     answering 200, or a callable) up to `ready_timeout` s. A child that exits or is not ready in
     time is stopped and `ChildStartError` carries its log tail. `env` replaces the environment
     (None: inherit); `pass_fds` stay open in the child (e.g. a lock it must hold);
     `private_tmp` points the child's TMPDIR at that own folder, so the temporary files of a tool
-    that cannot clean up when killed (node's Chromium profile) go with it."""
+    that cannot clean up when killed (node's Chromium profile) go with it. `niceness` > 0 runs
+    the child (and its children) at a lower CPU priority: see `BACKGROUND`."""
     keeper = warden()
     own_dir = None
     slug = name.replace(" ", "-").replace("/", "-")
@@ -290,7 +301,7 @@ def spawn(argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = Non
         with open(log, "ab") as handle:
             popen = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
                                      env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
-                                     pass_fds=tuple(pass_fds), preexec_fn=_die_with_parent(os.getpid()))
+                                     pass_fds=tuple(pass_fds), preexec_fn=_die_with_parent(os.getpid(), niceness))
     except BaseException:
         if own_dir is not None:
             own_dir.cleanup()
@@ -303,11 +314,11 @@ def spawn(argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = Non
 
 
 def run(argv: Sequence[str], *, name: str, timeout: float, env: Mapping[str, str] | None = None,
-        cwd: Path | None = None, log: Path | None = None, private_tmp: bool = False) -> str:
+        cwd: Path | None = None, log: Path | None = None, private_tmp: bool = False, niceness: int = 0) -> str:
     """Run `argv` to completion as a tracked child (a tool that starts its own children, e.g. node
     driving Chromium); returns its output. Exit non-zero or running past `timeout` s: the whole
     group is stopped and `ChildExitError` carries the log tail."""
-    with spawn(argv, name=name, env=env, cwd=cwd, log=log, private_tmp=private_tmp) as child:
+    with spawn(argv, name=name, env=env, cwd=cwd, log=log, private_tmp=private_tmp, niceness=niceness) as child:
         try:
             code = child.wait(timeout)
         except subprocess.TimeoutExpired:

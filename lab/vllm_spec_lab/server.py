@@ -144,7 +144,8 @@ class VllmServer:
             raise RuntimeError("server already started")
         try:
             self.process = processes.spawn(self.command, name="vLLM", env=self.environment, log=self.log_path,
-                                           ready=f"{self.url}/health", ready_timeout=self.startup_timeout_s)
+                                           ready=f"{self.url}/health", ready_timeout=self.startup_timeout_s,
+                                           niceness=processes.BACKGROUND)
         except processes.ChildStartError as error:
             self.stop()
             raise VllmServerError(str(error)) from None

@@ -47,6 +47,10 @@ const context = await chromium.launchPersistentContext(profile, {
   viewport: { width: 1600, height: 900 },
   deviceScaleFactor: 1,
 });
+// Hang bounds, not expectations: on two cores shared with servers and other tests, loading the
+// renderer bundle took over playwright's default 30 s (a fresh-clone CI run, 2026-12-03).
+context.setDefaultTimeout(180000);
+context.setDefaultNavigationTimeout(180000);
 // Nothing but the page's own files may load.
 await context.route((url) => !url.href.startsWith(origin + '/'), (route) => route.abort());
 
@@ -103,7 +107,7 @@ for (const job of jobs) {
   let drawMs = null;
   await page.goto(`${origin}/index.html`);
   try {
-    await page.waitForFunction(() => window.__RENDERED__ === true, null, { timeout: 60000 });
+    await page.waitForFunction(() => window.__RENDERED__ === true, null, { timeout: 180000 });
     await page.evaluate(() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done))));
     drawMs = Date.now() - opened;
   } catch (e) {

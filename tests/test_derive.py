@@ -290,3 +290,31 @@ def test_v0_nan_gauges_before_the_first_draft_are_no_data_not_faults():
     snap = normalise(parse(text))
     assert snap.schema == "v0" and snap.invalid == [] and snap.gauges == {}
     assert Timeline().poll(0, text) == []
+
+
+def test_a_new_cause_while_down_is_logged_at_once_a_repeated_one_once_a_minute(caplog):
+    from vllm_spec_exporter.fetch import FetchError
+    from vllm_spec_exporter.poller import Poller
+
+    class FailingFetcher:  # stands in for Fetcher: fails with whatever cause the test sets
+        url = "http://127.0.0.1:1/metrics"
+        timeout = 1.0
+        cause = ("timeout", "no answer within 1 s")
+
+        def get_metrics(self) -> str:
+            raise FetchError(*self.cause)
+
+        def get_version(self) -> str:
+            return ""
+
+    fetcher = FailingFetcher()
+    poller = Poller(fetcher, interval=1, window=10, min_draft_tokens=0)
+    with caplog.at_level("INFO", logger="vllm_spec_exporter"):
+        for cause in [("timeout", "no answer within 1 s")] * 2 + [("http_status", "answered HTTP 500")] * 3 \
+                + [("http_status", "answered HTTP 404")] * 3 + [("timeout", "no answer within 1 s")]:
+            fetcher.cause = cause
+            poller.poll_once()
+    lines = [r.getMessage().removeprefix(f"target {fetcher.url} ") for r in caplog.records]
+    # The last timeout repeats a cause named under a minute ago: not logged again.
+    assert lines == ["is down: no answer within 1 s", "target still down: no answer within 1 s",
+                     "target still down: answered HTTP 500", "target still down: answered HTTP 404"]

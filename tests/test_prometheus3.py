@@ -203,7 +203,10 @@ def test_vllm_scraped_directly_in_every_spelling(vllm_direct: dict) -> None:
         assert accept.startswith(accept_first()), accept
         assert content_type == SHAPES[shape][0]
         name = "vllm_" if SHAPES[shape][1] else "vllm:"
-        stored = prom.query(f'{{__name__="{name}spec_decode_num_drafts_total", instance="{instance}"}}')
+        # Over a range: a scrape that timed out on a loaded machine marks the series stale at "now"
+        # (the proxies' broken pipes in the log).
+        selector = f'{{__name__="{name}spec_decode_num_drafts_total", instance="{instance}"}}'
+        stored = prom.query(f"last_over_time({selector}[5m])")
         assert stored, f"{shape}: {name}spec_decode_num_drafts_total not stored"
 
 
@@ -214,8 +217,8 @@ def test_le_is_normalised_to_floats(vllm_direct: dict) -> None:
     checked by test_panels_reading_vllm_directly_agree_on_every_spelling.)"""
     prom: Prometheus = vllm_direct["prom"]
     for shape, instance in vllm_direct["instances"].items():
-        les = {s["metric"]["le"] for s in prom.query(
-            f'{{__name__=~"vllm[:_]inter_token_latency_seconds_bucket", instance="{instance}"}}')}
+        les = {s["metric"]["le"] for s in prom.query(  # over a range: see the test above
+            f'last_over_time({{__name__=~"vllm[:_]inter_token_latency_seconds_bucket", instance="{instance}"}}[5m])')}
         if is_version(PROMETHEUS_BIN, "3."):
             assert {"1.0", "5.0", "+Inf"} <= les and not les & {"1", "5"}, f"{shape}: {sorted(les)}"
         else:  # 2.42 (bootstrap's fallback) stores le as written

@@ -51,6 +51,8 @@ class PollResult:
 class RateLimitedLog:
     """At most one line per key per `every` seconds, plus every change of state."""
 
+    MAX_KEYS = 256
+
     def __init__(self, every: float = 60.0) -> None:
         self.every = every
         self._last: dict[str, float] = {}
@@ -58,6 +60,8 @@ class RateLimitedLog:
     def warn(self, key: str, message: str, *args: object) -> None:
         now = time.monotonic()
         if now - self._last.get(key, -1e18) >= self.every:
+            if len(self._last) >= self.MAX_KEYS:  # keys may carry a message: forget the expired ones
+                self._last = {k: t for k, t in self._last.items() if now - t < self.every}
             self._last[key] = now
             log.warning(message, *args)
 
@@ -186,7 +190,9 @@ class Poller:
         if self._was_up is not False:
             log.error("target %s is down: %s", self.fetcher.url, message)
         else:
-            self._log.warn("down:" + reason, "target still down: %s", message)
+            # Keyed by the whole cause: a new one (HTTP 500, then 404) is named at once, a repeated one
+            # once a minute.
+            self._log.warn(f"down:{reason}:{message}", "target still down: %s", message)
         self._was_up = False
         self.result = PollResult(
             target_up=False, schema=self.result.schema if schema is None else schema, version=self.version,

@@ -30,7 +30,7 @@ TOLERANCE = 0.10
 def measure(python: Path, model: Path, k: int, requests_n: int, workdir: Path) -> dict[str, float]:
     config = {**NGRAM_SPEC_CONFIG, "num_speculative_tokens": k}
     with VllmServer(python, model, speculative_config=config, served_model_name="tiny-llama",
-                    log_path=workdir / f"vllm-k{k}.log") as server:
+                    log_path=workdir / f"vllm-k{k}.log", niceness=0) as server:
         before = spec_counters(server.url)
         result = run_phase(server.url, server.model_name,
                            high_acceptance_phase(max_requests=requests_n, concurrency=1, max_tokens=128))

@@ -108,7 +108,7 @@ def main() -> int:
                 load_before = load()
                 server = VllmServer(python, model_dir, speculative_config=NGRAM_SPEC_CONFIG,
                                     served_model_name="tiny-llama", extra_args=shlex.split(variant),
-                                    extra_env=env)
+                                    extra_env=env, niceness=0)
                 with server:
                     mixes = {mix.name: acceptance(server, mix, args.batches)
                              for mix in (HEALTHY, WARNING_BAND, COLLAPSE)} if args.batches else {}

@@ -97,14 +97,15 @@ def panel_of(model: dict, title: str) -> dict:
     return next(p for p in dashboard_files.iter_panels(model) if p["title"] == title)
 
 
-def shown_at(results: list[dict], end: float) -> float | None:
-    """The instant a stat's value comes from: the last point of its (first) series."""
+def shown_at(results: list[dict], end: float) -> tuple[float, float] | None:
+    """(instant, value) a stat shows: the last point of its (first) series."""
     series = results[0]["result"] if results else []
     if not series:
         return None
     if results[0]["resultType"] == "vector":
-        return end
-    return max(float(t) for t, _ in series[0]["values"])
+        return end, float(series[0]["value"][1])
+    t, v = max(series[0]["values"], key=lambda point: float(point[0]))
+    return float(t), float(v)
 
 
 def raw_gauge(prom_url: str, metric: str, at: float) -> float | None:
@@ -120,12 +121,19 @@ def expected_values(replay: gr.Replay, model: dict, results: dict[str, list[dict
     out: dict[tuple[str, str], float | None] = {}
     for title, legend, numerator, denominator, offset in RATIO_STATS:
         panel = panel_of(model, title)
-        at = shown_at(results[str(panel["id"])], end)
-        ratio = replay.counter_ratio(numerator, denominator, at) if at else None
-        out[(title, legend)] = offset + ratio if ratio is not None else None
+        shown = shown_at(results[str(panel["id"])], end)
+        if shown is None:
+            out[(title, legend)] = None
+            continue
+        at, value = shown
+        ratio = replay.record_explained(numerator, denominator, at, value - offset)
+        assert ratio is not None, f"{title}: shows {value} at {at}, which the counters' samples do not give: " \
+                                  f"{[offset + r for r in replay.counter_ratios(numerator, denominator, at)]}"
+        out[(title, legend)] = offset + ratio
     panel = panel_of(model, SPEEDUP_STAT)
-    at = shown_at(results[str(panel["id"])], end)
-    out[(SPEEDUP_STAT, "")] = raw_gauge(replay.prom.url, "vllm_spec_decode_estimated_speedup", at) if at else None
+    shown = shown_at(results[str(panel["id"])], end)
+    out[(SPEEDUP_STAT, "")] = raw_gauge(replay.prom.url, "vllm_spec_decode_estimated_speedup", shown[0]) \
+        if shown else None
     return out
 
 

@@ -223,6 +223,9 @@ VICTORIA_SETTLE_SECONDS = 11
 # A hang bound for a change to show on the backend (seconds when quiet; a CI run's loaded worker
 # waited over 20 s): a wait returns as soon as it shows, so only a failure waits this long.
 CHANGE_SHOWS_SECONDS = 60
+# How long a sweep of every panel is repeated while it finds problems: a slow poll, scrape or
+# evaluation passes within it; a wrong query stays wrong at every look.
+SWEEP_RETRY_SECONDS = 30
 
 
 def lag(prom: PromQueryApi) -> float:
@@ -300,16 +303,11 @@ BOUNDS: dict[tuple[str, str], int] = {
 }
 
 
-SWEEP_RETRY_SECONDS = 30
-
-
 def close(actual: float, expected: float, tolerance: float) -> bool:
     return math.isclose(actual, expected, rel_tol=tolerance, abs_tol=1e-9 if tolerance == 0 else tolerance * 0.05)
 
 
 def test_every_panel_query_returns_sane_data(stack: dict, model: dict) -> None:
-    # More looks, up to a hang bound: a slow poll, scrape or evaluation on a loaded machine is not a
-    # bug, and passes; a wrong query stays wrong at every look.
     problems = sweep(stack, model)
     deadline = time.monotonic() + SWEEP_RETRY_SECONDS
     while problems and time.monotonic() < deadline:

@@ -299,7 +299,7 @@ def test_a_new_cause_while_down_is_logged_at_once_a_repeated_one_once_a_minute(c
     class FailingFetcher:  # stands in for Fetcher: fails with whatever cause the test sets
         url = "http://127.0.0.1:1/metrics"
         timeout = 1.0
-        cause = ("timeout", "no answer within 1 s")
+        cause = ("timeout", "")
 
         def get_metrics(self) -> str:
             raise FetchError(*self.cause)
@@ -307,14 +307,35 @@ def test_a_new_cause_while_down_is_logged_at_once_a_repeated_one_once_a_minute(c
         def get_version(self) -> str:
             return ""
 
+    now = [0.0]
     fetcher = FailingFetcher()
-    poller = Poller(fetcher, interval=1, window=10, min_draft_tokens=0)
+    poller = Poller(fetcher, interval=1, window=10, min_draft_tokens=0, clock=lambda: now[0])
+    # (seconds later, reason, message): one poll each
+    polls = [(0, "timeout", "no answer within 1 s"), (1, "timeout", "no answer within 1 s"),
+             (1, "http_status", "answered HTTP 500"), (1, "http_status", "answered HTTP 500"),
+             (1, "http_status", "answered HTTP 404"), (1, "timeout", "no answer within 1 s"),
+             (1, "parse", "malformed line 12"), (1, "parse", "malformed line 13"),  # the same cause
+             (60, "http_status", "answered HTTP 404")]  # a minute on: named again
     with caplog.at_level("INFO", logger="vllm_spec_exporter"):
-        for cause in [("timeout", "no answer within 1 s")] * 2 + [("http_status", "answered HTTP 500")] * 3 \
-                + [("http_status", "answered HTTP 404")] * 3 + [("timeout", "no answer within 1 s")]:
-            fetcher.cause = cause
+        for later, *cause in polls:
+            now[0] += later
+            fetcher.cause = tuple(cause)
             poller.poll_once()
     lines = [r.getMessage().removeprefix(f"target {fetcher.url} ") for r in caplog.records]
-    # The last timeout repeats a cause named under a minute ago: not logged again.
     assert lines == ["is down: no answer within 1 s", "target still down: no answer within 1 s",
-                     "target still down: answered HTTP 500", "target still down: answered HTTP 404"]
+                     "target still down: answered HTTP 500", "target still down: answered HTTP 404",
+                     "target still down: malformed line 12", "target still down: answered HTTP 404"]
+
+
+def test_the_rate_limited_log_forgets_expired_keys_past_its_bound(caplog):
+    from vllm_spec_exporter.poller import RateLimitedLog
+
+    now = [0.0]
+    limited = RateLimitedLog(every=60, clock=lambda: now[0])
+    with caplog.at_level("WARNING", logger="vllm_spec_exporter"):
+        for i in range(RateLimitedLog.MAX_KEYS):
+            limited.warn(f"old {i}", "old %d", i)
+        now[0] = 61.0
+        limited.warn("new", "new")
+        limited.warn("new", "new")  # within its minute: not again
+    assert len(limited._last) == 1 and len(caplog.records) == RateLimitedLog.MAX_KEYS + 1

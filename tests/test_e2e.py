@@ -86,6 +86,11 @@ def dashboard_sweep(stack: LocalStack, cfg: MixinConfig | None = None) -> list[s
     return problems
 
 
+def last_notice(sent: list[dict], alertname: str) -> dict | None:
+    """The last notification about `alertname` (pager or chat), or None."""
+    return next((n for n in reversed(sent) if n["alertname"] == alertname), None)
+
+
 def firing_on(stack: LocalStack, job: str) -> dict[str, float]:
     """The acceptance alerts firing on one source's job, with their activeAt (unix seconds)."""
     names = (alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL)
@@ -237,7 +242,7 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path, real_vllm: VllmS
             for job in (EXPORTER_JOB, VLLM_JOB):
                 activations.extend((job, name, active) for name, active in firing_on(stack, job).items())
             sent = stack.notifications()
-            last = [n for name in (low, critical) for n in [n for n in sent if n["alertname"] == name][-1:]]
+            last = [notice for name in (low, critical) if (notice := last_notice(sent, name))]
             quiet = not prom.firing(low) and not prom.firing(critical)
             return last if quiet and len(last) == 2 and all(n["status"] == "resolved" for n in last) else []
 

@@ -127,7 +127,7 @@ def browser_draw(url: str, end: float, scrape_interval: int, workdir: Path,
         file_name = name.replace("@", "-at-")
         shots.append(grafana_render.Shot(file_name, model, start, end, results, workdir / f"{file_name}.png"))
     try:
-        grafana_render.render(dist, shots, workdir)
+        grafana_render.render(dist, shots, workdir, niceness=0)
     except subprocess.CalledProcessError:
         log("browser: a dashboard did not settle within the renderer's 60 s (reported as 60+)")
     out = {}

@@ -9,6 +9,7 @@ collector only formats the latest one.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -49,21 +50,29 @@ class PollResult:
 
 
 class RateLimitedLog:
-    """At most one line per key per `every` seconds, plus every change of state."""
+    """At most one line per key per `every` seconds of `clock`. Keys may be built from messages, so
+    at most `MAX_KEYS` are remembered: past that the expired ones (which would log anyway) go."""
 
     MAX_KEYS = 256
 
-    def __init__(self, every: float = 60.0) -> None:
+    def __init__(self, every: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.every = every
+        self.clock = clock
         self._last: dict[str, float] = {}
 
     def warn(self, key: str, message: str, *args: object) -> None:
-        now = time.monotonic()
+        now = self.clock()
         if now - self._last.get(key, -1e18) >= self.every:
-            if len(self._last) >= self.MAX_KEYS:  # keys may carry a message: forget the expired ones
+            if len(self._last) >= self.MAX_KEYS:
                 self._last = {k: t for k, t in self._last.items() if now - t < self.every}
             self._last[key] = now
             log.warning(message, *args)
+
+
+def same_cause(message: str) -> str:
+    """A failure message with its counts masked (line numbers, byte and series counts, the port)
+    but an HTTP status kept: one key for what repeats, another for a new cause (HTTP 500 → 404)."""
+    return re.sub(r"(?<!HTTP )\d+", "N", message)
 
 
 class Poller:
@@ -100,7 +109,7 @@ class Poller:
         self._last_poll_clock: float | None = None
         self._was_up: bool | None = None
         self._last_schema: str | None = None
-        self._log = RateLimitedLog()
+        self._log = RateLimitedLog(clock=clock)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -190,9 +199,9 @@ class Poller:
         if self._was_up is not False:
             log.error("target %s is down: %s", self.fetcher.url, message)
         else:
-            # Keyed by the whole cause: a new one (HTTP 500, then 404) is named at once, a repeated one
-            # once a minute.
-            self._log.warn(f"down:{reason}:{message}", "target still down: %s", message)
+            # Keyed by the cause: a new one (HTTP 500, then 404) is named at once, a repeated one
+            # (whatever its counts) once a minute.
+            self._log.warn(f"down:{reason}:{same_cause(message)}", "target still down: %s", message)
         self._was_up = False
         self.result = PollResult(
             target_up=False, schema=self.result.schema if schema is None else schema, version=self.version,

@@ -57,10 +57,12 @@ WARDEN_SCRIPT = Path(__file__).with_name("warden.py")
 _PR_SET_PDEATHSIG = 1
 
 # The niceness of the lab's load: the engines it drives (vLLM, llama-server) and batch tools
-# (Chromium). On a machine of few cores they can take every core (a CPU vLLM under traffic: 99 % of
-# two); what watches them in real time (exporter, Prometheus, VictoriaMetrics, Alertmanager) keeps
-# the default priority, so a scrape or an evaluation is not late because the load ran instead.
-BACKGROUND = 5  # CFS weight 335 against 1,024: a third of a contended core, the whole of an idle one
+# (esbuild, Chromium's node driver; playwright starts the browser in a session of its own, which
+# keeps the default). On a machine of few cores the load can take every core (a CPU vLLM under
+# traffic: 99 % of two); what watches it in real time (exporter, Prometheus, VictoriaMetrics,
+# vmalert, Alertmanager) keeps the default priority, so a scrape or an evaluation is less often
+# late because the load ran instead.
+BACKGROUND = 5  # CFS weight 335 against 1,024: a quarter of a core contended with one peer, all of an idle one
 
 try:
     _prctl = ctypes.CDLL(None, use_errno=True).prctl
@@ -70,12 +72,17 @@ except (OSError, AttributeError):  # not Linux: layers 1 and 3 still hold
 
 
 def _die_with_parent(parent_pid: int, niceness: int = 0):
-    """A preexec_fn: resolved before fork, so the child only makes one foreign call (and, when
-    asked, lowers its own priority: inherited by everything it starts)."""
+    """A preexec_fn: resolved before fork, so the child makes few calls (prctl, and when asked to
+    run at a lower priority, nice and one write)."""
 
     def preexec() -> None:
         if niceness:
-            os.nice(niceness)
+            os.nice(niceness)  # the process, and everything it starts
+            # The child is a new session, so with autogroup scheduling (most desktop and server
+            # kernels) a group of its own, weighed against the others at the group's niceness: 0
+            # unless set here. Absent or refused (no autogroup): the process niceness stands alone.
+            with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as group:
+                group.write(str(niceness))
         if _prctl is not None:
             _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != parent_pid:  # the parent died before prctl took effect

@@ -48,9 +48,10 @@ const context = await chromium.launchPersistentContext(profile, {
   deviceScaleFactor: 1,
 });
 // Hang bounds, not expectations: on two cores shared with servers and other tests, loading the
-// renderer bundle took over playwright's default 30 s (a fresh-clone CI run, 2026-12-03).
-context.setDefaultTimeout(180000);
-context.setDefaultNavigationTimeout(180000);
+// renderer bundle took over playwright's default 30 s (a fresh-clone CI run, 2026-12-03). The
+// caller's bound on the whole run allows each shot both (grafana_render.SHOT_HANG_SECONDS).
+context.setDefaultTimeout(120000);
+context.setDefaultNavigationTimeout(120000);
 // Nothing but the page's own files may load.
 await context.route((url) => !url.href.startsWith(origin + '/'), (route) => route.abort());
 
@@ -107,7 +108,7 @@ for (const job of jobs) {
   let drawMs = null;
   await page.goto(`${origin}/index.html`);
   try {
-    await page.waitForFunction(() => window.__RENDERED__ === true, null, { timeout: 180000 });
+    await page.waitForFunction(() => window.__RENDERED__ === true, null, { timeout: 120000 });
     await page.evaluate(() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done))));
     drawMs = Date.now() - opened;
   } catch (e) {

@@ -27,6 +27,7 @@ from typing import NamedTuple
 import pytest
 import yaml
 
+from support.fleet_scope import server_selectors
 from support.prom import run_tool
 from vllm_spec_exporter.mixin import dashboard_files, fleet_counts, fleet_records, promql, recording_rules, sources
 from vllm_spec_exporter.mixin.config import MixinConfig
@@ -174,12 +175,6 @@ def fleet_selectors(cfg: MixinConfig, expr: str) -> list[tuple[str, set[str]]]:
     for name, lacks in counts.items():
         found += [(s, lacks) for s in re.findall(rf"(?<![\w:]){re.escape(name)}\{{[^}}]*\}}", expr)]
     return found
-
-
-def server_selectors(expr: str) -> list[tuple[str, str]]:
-    """The per-server side's selectors of a query (those with a `<label>!~"$variable"` matcher),
-    each with its variable: the selector matches nothing unless that variable is selected."""
-    return [(m.group(0), m.group(1)) for m in re.finditer(r'(?<![\w:])[\w:]+\{[^}]*\w+!~"\$(\w+)"[^}]*\}', expr)]
 
 
 def checks(case: Case, queries: list[PanelQuery]) -> list[dict]:

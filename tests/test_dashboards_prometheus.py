@@ -39,6 +39,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from support.escaping import escape_sample_names
+from support.fleet_scope import server_selectors
 from support.prom import require_binary
 from vllm_spec_exporter.mixin import crowd, dashboard_files, fleet, overview, promql, recording_rules, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
@@ -835,6 +836,17 @@ def test_fleet_every_panel_query_returns_sane_data(fleet_stack: dict, fleet_mode
         time.sleep(3)
         problems = fleet_sanity(fleet_stack, fleet_model)
     assert not problems, "\n".join(problems)
+
+
+def test_fleet_per_server_sides_match_nothing_at_all(fleet_stack: dict, fleet_model: dict) -> None:
+    """At All the fleet panels read fleet records only: their per-server sides must select no series
+    on the backend itself (VictoriaMetrics 1.145 skips `!~".*"` on an absent label: each side was
+    computed over the whole fleet, and matched)."""
+    sides = {side for panel in dashboard_files.iter_panels(fleet_model) for target in panel["targets"]
+             for side, _variable in server_selectors(target["expr"])}
+    assert sides, "the fleet dashboard has no per-server side"
+    selected = {side: found for side in sorted(sides) if (found := fleet_run(fleet_stack, f"count({side})"))}
+    assert not selected, selected
 
 
 def test_fleet_values_match_the_scripted_fleet(fleet_stack: dict, fleet_model: dict) -> None:

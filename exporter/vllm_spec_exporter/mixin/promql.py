@@ -351,10 +351,12 @@ class Queries:
         selected it is counted from those servers' source records.
 
         The band record has none of those three labels, so a selection matches none of it. Each
-        per-server branch carries `acceptance_band!~"$<variable>"`, a label no source record has:
-        absent reads as "", which the variable's All (`.*`) matches and any selection does not, so
-        the branch is the exact complement of the fleet side for that variable, whatever the
-        values (a job named like a model cannot hide it, as `job!~` could)."""
+        per-server branch carries `acceptance_band!~"($<variable>)"`, a label no source record
+        has: absent reads as "", which the variable's All (`(.*)`) matches and any selection does
+        not, so the branch is the exact complement of the fleet side for that variable, whatever
+        the values (a job named like a model cannot hide it, as `job!~` could). The parentheses are
+        for VictoriaMetrics (1.145, measured): it skips `!~".*"` on an absent label, so every
+        branch was computed over the whole fleet (1.2-1.9 s at 5,000 pods) and matched."""
         by_server = fleet_counts.server_labels(self.cfg)
 
         def counted(matchers: str) -> str:
@@ -367,7 +369,7 @@ class Queries:
         label = fleet_counts.BAND_LABEL
         fleet = selector(fleet_counts.band_record(self.cfg), join_matchers(self.sel.series, f'{label}="{band.name}"'))
         branches = [f"({counted(join_matchers(self.sel.series, f'{label}!~{variable}'))})"
-                    for variable in ('"$instance"', '"$model_name"', '"$engine"')]
+                    for variable in ('"($instance)"', '"($model_name)"', '"($engine)"')]
         return " or ".join((f"sum({fleet})", *branches))
 
     def drafting_state(self) -> str:

@@ -1,0 +1,18 @@
+"""Test-only: the parts of a fleet-dashboard query that answer for selected servers only.
+
+The fleet panels read fleet records at "All" and the servers' own source records once servers,
+models or engines are selected (`promql.Queries`); the per-server side's selectors carry a matcher
+`<label>!~"$variable"` or `<label>!~"($variable)"` that matches nothing at All.
+"""
+
+from __future__ import annotations
+
+import re
+
+_SERVER_SIDE = re.compile(r'(?<![\w:])[\w:]+\{[^}]*\w+!~"\(?\$(\w+)\)?"[^}]*\}')
+
+
+def server_selectors(expr: str) -> list[tuple[str, str]]:
+    """The per-server side's selectors of `expr`, each with its variable: the selector matches
+    nothing unless that variable is selected."""
+    return [(m.group(0), m.group(1)) for m in _SERVER_SIDE.finditer(expr)]

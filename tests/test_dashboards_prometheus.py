@@ -839,12 +839,15 @@ def test_fleet_every_panel_query_returns_sane_data(fleet_stack: dict, fleet_mode
 
 
 def test_fleet_per_server_sides_match_nothing_at_all(fleet_stack: dict, fleet_model: dict) -> None:
-    """At All the fleet panels read fleet records only: their per-server sides must select no series
-    on the backend itself (VictoriaMetrics 1.145 skips `!~".*"` on an absent label: each side was
-    computed over the whole fleet, and matched)."""
-    sides = {side for panel in dashboard_files.iter_panels(fleet_model) for target in panel["targets"]
+    """At All the panels of both dashboards read fleet records only: their per-server sides must
+    select no series on the backend itself (VictoriaMetrics 1.145 treats a literal `!~".*"` like
+    `!~".+"`, which every series lacking the label matches: each band branch was computed over the
+    whole fleet, and matched)."""
+    models = (fleet_model, overview.build(stack_config(FLEET_RATE_INTERVAL)))
+    sides = {side for model in models for panel in dashboard_files.iter_panels(model) for target in panel["targets"]
              for side, _variable in server_selectors(target["expr"])}
-    assert sides, "the fleet dashboard has no per-server side"
+    assert len({variable for model in models for panel in dashboard_files.iter_panels(model)
+                for target in panel["targets"] for _side, variable in server_selectors(target["expr"])}) == 3
     selected = {side: found for side in sorted(sides) if (found := fleet_run(fleet_stack, f"count({side})"))}
     assert not selected, selected
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 
-_SERVER_SIDE = re.compile(r'(?<![\w:])[\w:]+\{[^}]*\w+!~"\(?\$(\w+)\)?"[^}]*\}')
+# A selector holding `<label>!~"$var"` or `<label>!~"($var)"` (a `}` inside a quoted value of the
+# configured selectors would end it early: none of the tested configs has one).
+_SERVER_SIDE = re.compile(r'(?<![\w:])[\w:]+\{[^}]*\w+!~"(?:\(\$(\w+)\)|\$(\w+))"[^}]*\}')
 
 
 def server_selectors(expr: str) -> list[tuple[str, str]]:
     """The per-server side's selectors of `expr`, each with its variable: the selector matches
     nothing unless that variable is selected."""
-    return [(m.group(0), m.group(1)) for m in _SERVER_SIDE.finditer(expr)]
+    return [(m.group(0), m.group(1) or m.group(2)) for m in _SERVER_SIDE.finditer(expr)]

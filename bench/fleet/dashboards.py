@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,7 +18,7 @@ from urllib.request import urlopen
 
 from fleet.bundle import Bundle, expand_records, record_exprs
 from fleet.servers import log
-from vllm_spec_lab import grafana_render
+from vllm_spec_lab import grafana_render, processes
 from vllm_spec_lab.grafana_query import VariableQuery, resolve_variables
 
 
@@ -128,12 +127,13 @@ def browser_draw(url: str, end: float, scrape_interval: int, workdir: Path,
         shots.append(grafana_render.Shot(file_name, model, start, end, results, workdir / f"{file_name}.png"))
     try:
         grafana_render.render(dist, shots, workdir, niceness=0)
-    except subprocess.CalledProcessError:
-        log("browser: a dashboard did not settle within the renderer's 60 s (reported as 60+)")
+    except processes.ChildExitError:  # shoot.mjs exits 1 when a page did not settle; its report says which
+        log(f"browser: a dashboard did not settle within the renderer's {grafana_render.PAGE_BOUND_SECONDS} s "
+            f"(reported as {grafana_render.PAGE_BOUND_SECONDS}+)")
     out = {}
     for name in dashboards:
         report = workdir / f"{name.replace('@', '-at-')}.report.json"
         draw_ms = json.loads(report.read_text()).get("drawMs") if report.exists() else None
-        out[name] = draw_ms / 1000 if draw_ms is not None else math.inf  # not drawn within 60 s
+        out[name] = draw_ms / 1000 if draw_ms is not None else math.inf  # not drawn within the bound
     return out
 

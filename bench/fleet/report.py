@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from fleet.measure import Result
+from vllm_spec_lab.grafana_render import PAGE_BOUND_SECONDS
 
 
 def summary(result: Result) -> dict[str, Any]:
@@ -59,6 +60,7 @@ def summary(result: Result) -> dict[str, Any]:
 
 
 COSTLIEST_RULES = 3  # rules shown per group
+NOT_DRAWN = f"{PAGE_BOUND_SECONDS}+"  # a dashboard the renderer gave up on (its bound, in s)
 
 
 def _watches(r: dict[str, Any]) -> tuple[tuple[str, str, str], ...]:
@@ -88,7 +90,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             head = (f"{r['pods']:>6}{r['series_per_pod']:>11.1f}{r['series']:>9}{r['head_series']:>9}"
                     f"{r['rss_mb']:>8.0f}{r['cpu_cores']:>6.2f}{r['rules_total_share'] * 100:>8.2f}"
                     f"{worst['share'] * 100:>15.2f}") if first else " " * 72
-            draw = f"{'-':>7}" if "draw" not in d else f"{'60+':>7}" if math.isinf(d["draw"]) else f"{d['draw']:>7.2f}"
+            draw = (f"{'-':>7}" if "draw" not in d else f"{NOT_DRAWN:>7}" if math.isinf(d["draw"])
+                    else f"{d['draw']:>7.2f}")
             print(f"{head}  {name:<9}{d.get('queries', 0):>8}{d.get('total', 0):>8.2f}{d.get('slowest', 0):>10.3f}"
                   f"{d.get('record_total', 0):>7.2f}{d.get('raw_total', 0):>7.2f}{d.get('raw_slowest', 0):>12.3f}"
                   f"{d.get('max_series', 0):>11}{draw}")

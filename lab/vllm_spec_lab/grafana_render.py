@@ -57,9 +57,10 @@ DRAFT_COUNTER = "vllm_spec_decode_draft_tokens_total"
 # Seconds after a phase's last capture searched for its moment: past the next capture (8-10 s on),
 # whose increments pull acceptance towards the next phase, which max/min do not pick.
 MOMENT_SEARCH_SECONDS = 16
-# shoot.mjs gives a page 120 s to load and 120 s more to draw (hang bounds on a loaded machine);
-# the whole run's bound allows every shot both, so a slow shot fails with its own report.
-SHOT_HANG_SECONDS = 240
+# shoot.mjs gives a page this long to load and as long again to draw (hang bounds on a loaded
+# machine); the whole run's bound allows every shot both, so a slow shot fails with its own report.
+PAGE_BOUND_SECONDS = 120
+SHOT_HANG_SECONDS = 2 * PAGE_BOUND_SECONDS
 # The bundle generated for these scrapes. The dashboards read the recording rules' source records,
 # so the replay's Prometheus loads them; their rate window is the panels' $__rate_interval here
 # (the committed 2m would blend the replay's phases).
@@ -266,14 +267,15 @@ class Replay:
         in most of them (every one is in a phase's change, where a wrong window shows) fails here.
         Idle: the end, a whole rate window after the last traffic."""
         def pick(after: str, best) -> float:
+            served = self.at(after)
             shown = [(value, when) for offset in range(2, MOMENT_SEARCH_SECONDS)
-                     if (value := self.acceptance_at(when := self.at(after) + offset, rate_interval)) is not None]
+                     if (value := self.acceptance_at(when := served + offset, rate_interval)) is not None]
             explained = [(value, when) for value, when in shown
                          if self.record_explained(ACCEPTED_COUNTER, DRAFT_COUNTER, when, value) is not None]
             if not shown:
                 raise AssertionError(f"no acceptance data after {after}: the replay did not reach Prometheus")
             if len(explained) * 2 < len(shown):
-                wrong = [(round(when - self.at(after)), value) for value, when in shown
+                wrong = [(round(when - served), value) for value, when in shown
                          if (value, when) not in explained]
                 raise AssertionError(f"after {after} the overview's acceptance disagrees with the counters at "
                                      f"{len(wrong)} of {len(shown)} instants (s after, shown): {wrong}")

@@ -49,7 +49,7 @@ const context = await chromium.launchPersistentContext(profile, {
 });
 // Hang bounds, not expectations: on two cores shared with servers and other tests, loading the
 // renderer bundle took over playwright's default 30 s (a fresh-clone CI run, 2026-12-03). The
-// caller's bound on the whole run allows each shot both (grafana_render.SHOT_HANG_SECONDS).
+// caller's bound on the whole run allows each shot both (grafana_render.PAGE_BOUND_SECONDS).
 context.setDefaultTimeout(120000);
 context.setDefaultNavigationTimeout(120000);
 // Nothing but the page's own files may load.

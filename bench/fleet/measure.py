@@ -254,12 +254,13 @@ def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget) -> Resul
         log("victoriametrics: watching rule evaluations")
         assert vm.proc is not None and alert.proc is not None
         cpu, wall = cpu_seconds(vm.proc.pid, alert.proc.pid), time.monotonic()
-        groups = watch_vmalert(alert, list(intervals), max(intervals.values()), plan.cycles)
+        watched = watch_vmalert(alert, list(intervals), max(intervals.values()), plan.cycles)
         cores = (cpu_seconds(vm.proc.pid, alert.proc.pid) - cpu) / (time.monotonic() - wall)
         series = int(http_get_json(f"{vm.url}/api/v1/series/count")["data"][0])
         result = Result("VictoriaMetrics", plan.bundle.source, fleet.pods, len(fleet.series), fleet.series_per_pod,
                         series, rss_mb(vm.proc.pid) + rss_mb(alert.proc.pid), load, cores,
-                        {g: (seconds, intervals[g]) for g, seconds in groups.items()})
+                        {g: (seconds, intervals[g]) for g, seconds in watched.worst.items()})
+        result.rule_costs, result.rule_medians = watched.rules, watched.median
         result.series_seen = series_seen(vm.url, fleet, plan.bundle.job)
         result.series_live = series_seen(vm.url, fleet, plan.bundle.job, after=plan.end)
         result.queries = dashboard_load(vm.url, time.time(), plan.step, plan.bundle, plan.repeat, plan.raw)

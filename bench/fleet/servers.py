@@ -181,11 +181,14 @@ def watch_rule_groups(read, interval: float, cycles: int) -> RuleWatch:
                      {g: {r: statistics.median(t) for r, t in rules.items()} for g, rules in per_rule.items()})
 
 
-def watch_vmalert(alert: VMAlert, names: list[str], interval: float, cycles: int) -> dict[str, float]:
-    """The worst evaluation time of each group over `cycles` evaluations after the first: vmalert's
-    running sum and count, read often enough that each evaluation shows as its own increment."""
-    worst: dict[str, float] = {}
+def watch_vmalert(alert: VMAlert, names: list[str], interval: float, cycles: int) -> RuleWatch:
+    """The worst and median evaluation time of each group over `cycles` evaluations after the first
+    (vmalert's running sum and count, read often enough that each evaluation shows as its own
+    increment), and each rule's median (its `evaluationTime` in vmalert's /api/v1/rules)."""
+    times: dict[str, list[float]] = {}
     seen: dict[str, tuple[float, int]] = {}
+    per_rule: dict[str, dict[str, list[float]]] = {}
+    rule_seen: dict[tuple[str, str], set[str]] = {}
     evaluations: dict[str, int] = dict.fromkeys(names, 0)
     deadline = time.monotonic() + interval * (cycles + 3) + 60
     while time.monotonic() < deadline and not all(evaluations[n] > cycles for n in names):
@@ -193,10 +196,17 @@ def watch_vmalert(alert: VMAlert, names: list[str], interval: float, cycles: int
             before_total, before_count = seen.get(group, (0.0, 0))
             if count > before_count:
                 if before_count:  # the first evaluation after the start warms caches
-                    worst[group] = max(worst.get(group, 0.0), (total - before_total) / (count - before_count))
+                    times.setdefault(group, []).append((total - before_total) / (count - before_count))
                 evaluations[group] = evaluations.get(group, 0) + count - before_count
                 seen[group] = (total, count)
+        for group in alert.rule_groups():
+            for rule in group["rules"]:
+                key, last = (group["name"], rule["name"]), rule.get("lastEvaluation", "0001")
+                if last.startswith("0001") or last in rule_seen.setdefault(key, set()):
+                    continue
+                rule_seen[key].add(last)
+                if len(rule_seen[key]) > 1:
+                    per_rule.setdefault(key[0], {}).setdefault(key[1], []).append(rule["evaluationTime"])
         time.sleep(0.25)
-    return worst
-
-
+    return RuleWatch({g: max(t) for g, t in times.items()}, {g: statistics.median(t) for g, t in times.items()},
+                     {g: {r: statistics.median(t) for r, t in rules.items()} for g, rules in per_rule.items()})

@@ -49,12 +49,15 @@ Sample = tuple[str, dict, float, int]
 def fleet_samples(servers: int, end: int, quiet: frozenset[int] = frozenset(), engines: int = 1,
                   second_model: frozenset[int] = frozenset()) -> Iterator[Sample]:
     """(name, labels, value, timestamp) of every sample: the source records the acceptance panels
-    read (engine e of server i accepts i / 100 + e / 1000), the evidence bounds, the poll
+    read (engine e of server i accepts i / 100 + e / 1000) and their per-server sums (the records
+    they read at engine All, recording_rules.server_rate_record), the evidence bounds, the poll
     timestamps, target_info and the running requests (what the model variable reads); servers in
     `quiet` stop drafting QUIET seconds before `end` (their gauges go on); servers in
     `second_model` serve model "m2", the others "m"."""
     evidence = recording_rules.evidence_names(CFG.windows.fast_long)
-    accepted, drafted = (sources.rate_record(CFG, c) for c in (sources.ACCEPTED, sources.DRAFT_TOKENS))
+    counters = (sources.ACCEPTED, sources.DRAFT_TOKENS)
+    accepted, drafted = (sources.rate_record(CFG, c) for c in counters)
+    server_accepted, server_drafted = (recording_rules.server_rate_record(CFG, c) for c in counters)
     for i in range(servers):
         target = {"job": JOB, "instance": server(i)}
         model_name = "m2" if i in second_model else "m"
@@ -69,6 +72,9 @@ def fleet_samples(servers: int, end: int, quiet: frozenset[int] = frozenset(), e
             for engine in range(engines):
                 yield accepted, {**series, "engine": str(engine)}, i / 10 + engine / 100, t
                 yield drafted, {**series, "engine": str(engine)}, 10.0, t
+            per_server = {"model_name": model_name, **target}
+            yield server_accepted, per_server, sum(i / 10 + engine / 100 for engine in range(engines)), t
+            yield server_drafted, per_server, 10.0 * engines, t
             for bound, shift in ((evidence.upper, 0.05), (evidence.lower, -0.05)):
                 labels = {**target, "model_name": model_name, "confidence": CFG.confidence_label}
                 yield bound, labels, i / 100 + shift, t

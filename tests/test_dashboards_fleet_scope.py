@@ -27,7 +27,7 @@ from typing import NamedTuple
 import pytest
 import yaml
 
-from support.fleet_scope import server_selectors
+from support.fleet_scope import SELECTOR_BODY, server_selectors
 from support.prom import run_tool
 from vllm_spec_exporter.mixin import dashboard_files, fleet_counts, fleet_records, promql, recording_rules, sources
 from vllm_spec_exporter.mixin.config import MixinConfig
@@ -157,24 +157,28 @@ def fleet_queries(cfg: MixinConfig, monkeypatch: pytest.MonkeyPatch) -> list[Pan
     with_fleet = list(targets())
     with monkeypatch.context() as patch:
         patch.setattr(promql.Queries, "fleet_scope", lambda self, by: False)
+        patch.setattr(promql.Queries, "server_scope", lambda self, counter, by: False)
         without = list(targets())
     assert [w for w, _ in with_fleet] == [w for w, _ in without]
     return [PanelQuery(where, expr, reference)
             for (where, expr), (_, reference) in zip(with_fleet, without, strict=True)
-            if fleet_selectors(cfg, expr) and "@" not in expr]
+            if fleet_selectors(cfg, expr, reference) and "@" not in expr]
 
 
-def fleet_selectors(cfg: MixinConfig, expr: str) -> list[tuple[str, set[str]]]:
-    """The fleet-record selectors of a query, each with the variables whose selection it must
-    not match (the labels its record lacks): the fleet records have model and engine, not the
-    instance; the acceptance-band counts none of the three."""
+def fleet_selectors(cfg: MixinConfig, expr: str, reference: str) -> list[tuple[str, set[str]]]:
+    """The record selectors the switches added to a query (absent from its `reference`), each with
+    the variables whose selection it must not match (the labels its record lacks): the fleet
+    records have model and engine, not the instance; the acceptance-band counts none of the
+    three; the per-server records (engines summed) have the instance and model, not the engine."""
     levels = "|".join(re.escape(level) for level in (fleet_records.level(cfg), fleet_records.level(cfg, True)))
-    counts = {fleet_counts.band_record(cfg): {"instance", "model_name", "engine"},
-              fleet_counts.scrape_errors_record(cfg): {"instance"}}
-    found = [(s, {"instance"}) for s in re.findall(rf"(?<![\w:])(?:{levels}):[\w:]+\{{[^}}]*\}}", expr)]
-    for name, lacks in counts.items():
-        found += [(s, lacks) for s in re.findall(rf"(?<![\w:]){re.escape(name)}\{{[^}}]*\}}", expr)]
-    return found
+    records = {fleet_counts.band_record(cfg): {"instance", "model_name", "engine"},
+               fleet_counts.scrape_errors_record(cfg): {"instance"},
+               **{recording_rules.server_rate_record(cfg, counter): {"engine"}
+                  for counter in recording_rules.SERVER_RATE_RECORDS}}
+    found = [(s, {"instance"}) for s in re.findall(rf"(?<![\w:])(?:{levels}):[\w:]+\{{{SELECTOR_BODY}\}}", expr)]
+    for name, lacks in records.items():
+        found += [(s, lacks) for s in re.findall(rf"(?<![\w:]){re.escape(name)}\{{{SELECTOR_BODY}\}}", expr)]
+    return [(s, lacks) for s, lacks in found if s not in reference]
 
 
 def checks(case: Case, queries: list[PanelQuery]) -> list[dict]:
@@ -193,7 +197,7 @@ def checks(case: Case, queries: list[PanelQuery]) -> list[dict]:
             if selection in ("all", "one server"):  # both have data in every config
                 tests.append(test(f"count({expr}) > bool 0", 1, where + " (has data)"))
             # A selection the fleet side cannot show: the servers' records answer, the fleet's match nothing.
-            for fleet_side, lacks in fleet_selectors(case.cfg, query.expr):
+            for fleet_side, lacks in fleet_selectors(case.cfg, query.expr, query.reference):
                 fleet_side = expand_variables(fleet_side, RATE_INTERVAL, values)
                 selected = lacks & values.keys()
                 tests.append(test(f"count({fleet_side}) or vector(0)", 0, f"{where}: fleet side") if selected
@@ -222,7 +226,8 @@ def test_fleet_records_show_what_the_servers_records_show(name: str, promtool: s
     # What must read the fleet records does (a panel per quantity of both dashboards).
     assert len(queries) >= 15, [q.where for q in queries]
     titles = ["Acceptance rate by model", "Efficiency by model", "Acceptance by draft position over time",
-              "Servers per acceptance band", "Servers by acceptance"]
+              "Servers per acceptance band", "Servers by acceptance", "Servers, worst acceptance first",
+              "Acceptance rate by instance"]
     for title in titles + ([] if case.cfg.direct else ["Scrape errors by reason"]):
         assert any(f"/ {title} /" in q.where for q in queries), title
     # Each has a per-server side that matches nothing at All (without it `or` would hide a double read).

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import re
 
-# A selector holding `<label>!~"$var"` or `<label>!~"($var)"` (a `}` inside a quoted value of the
-# configured selectors would end it early: none of the tested configs has one).
-_SERVER_SIDE = re.compile(r'(?<![\w:])[\w:]+\{[^}]*\w+!~"(?:\(\$(\w+)\)|\$(\w+))"[^}]*\}')
+# What lies between a selector's braces: anything but a brace, or a `${variable}` (a `}` inside a
+# quoted value of the configured selectors would end it early: none of the tested configs has one).
+SELECTOR_BODY = r"(?:\$\{\w+\}|[^{}])*"
+# A selector holding `<label>!~"$var"` or `<label>!~"($var)"`.
+_SERVER_SIDE = re.compile(rf'(?<![\w:])[\w:]+\{{{SELECTOR_BODY}?\w+!~"(?:\(\$(\w+)\)|\$(\w+))"{SELECTOR_BODY}\}}')
 
 
 def server_selectors(expr: str) -> list[tuple[str, str]]:

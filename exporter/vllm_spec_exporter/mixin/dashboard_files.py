@@ -41,7 +41,7 @@ def render(cfg: MixinConfig) -> dict[str, str]:
     texts = {path: dashboard_json(model) for path, model in models.items()}
     return {
         **texts,
-        CONFIGMAP_PATH: configmap_yaml({file_name(path): text for path, text in texts.items()}),
+        CONFIGMAP_PATH: configmap_yaml({file_name(path): compact_json(model) for path, model in models.items()}),
         LINT_PATH: lint_yaml(list(models.values())),
         README_PATH: readme_markdown(cfg, models),
     }
@@ -58,6 +58,13 @@ def iter_panels(model: dict) -> Iterator[dict]:
 
 def dashboard_json(model: dict) -> str:
     return json.dumps(model, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def compact_json(model: dict) -> str:
+    """The dashboard on one line: the ConfigMap's form. `kubectl apply` keeps a copy of the whole
+    object in an annotation limited to 256 KiB, which the indented JSON of both dashboards
+    outgrew; the indented files under dashboards/ are the ones to read and diff."""
+    return json.dumps(model, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
 def configmap_yaml(files: dict[str, str]) -> str:

@@ -127,6 +127,15 @@ class Selectors:
         )
 
 
+def only_when_selected(variable: str) -> str:
+    """A matcher that matches no series while the dashboard variable is at All and every series
+    once values are selected: `acceptance_band!~"($variable)"`. Only the band counts carry that
+    label (fleet_counts); on any other series it is absent and reads as "", which All's `(.*)`
+    matches and no selection does, whatever the values. The parentheses are for VictoriaMetrics
+    (servers_in_band says why)."""
+    return f'{fleet_counts.BAND_LABEL}!~"(${variable})"'
+
+
 def selector(metric: str, matchers: str) -> str:
     return f"{metric}{{{matchers}}}"
 
@@ -184,8 +193,30 @@ class Queries:
         operands of `or` whatever the left one holds; an empty selector costs nothing."""
         return f"({sum_by(by, selector(fleet_record, self.sel.series))} or {sum_by(by, per_server)})"
 
+    def server_scope(self, counter: SourceCounter, by: tuple[str, ...]) -> bool:
+        """True when a sum `by` these labels can read the per-server records (recording_rules,
+        `instance_model`: the engines summed) at engine "All": `by` keeps the server apart but not
+        the engine or the position, and the counter's rate has such a record."""
+        return (self.cfg.instance_label in by and not {"engine", "position"} & set(by)
+                and counter in recording_rules.SERVER_RATE_RECORDS)
+
+    def servers_or_engines(self, counter: SourceCounter, by: tuple[str, ...]) -> str:
+        """`sum by (by)` of the counter's per-server record at engine All, else of the selected
+        engines' source records. At All the per-server record reads one series per server and
+        model instead of one per engine, already summed: a per-server table or ranking over the
+        whole fleet reads fewer series from records than from the raw counters. The switch is in
+        the selectors, as in fleet_or_servers: the record has no engine label, which
+        `engine=~"$engine"` matches only at All, and the engines' side carries
+        `only_when_selected("engine")`."""
+        record = recording_rules.server_rate_record(self.cfg, counter)
+        engines = self.counter_rate(counter, join_matchers(self.sel.series, only_when_selected("engine")))
+        return f"({sum_by(by, selector(record, self.sel.series))} or {sum_by(by, engines)})"
+
     def sum_rate(self, counter: SourceCounter, by: tuple[str, ...] = ()) -> str:
-        """One counter's rate summed `by`: from the fleet records where fleet_scope allows."""
+        """One counter's rate summed `by`: from the fleet records where fleet_scope allows, from
+        the per-server records where server_scope does."""
+        if self.server_scope(counter, by):
+            return self.servers_or_engines(counter, by)
         if not self.fleet_scope(by):
             return sum_by(by, self.counter_rate(counter))
         return self.fleet_or_servers(fleet_records.rate_record(self.cfg, counter),
@@ -369,8 +400,8 @@ class Queries:
             return counted(self.sel.series)
         label = fleet_counts.BAND_LABEL
         fleet = selector(fleet_counts.band_record(self.cfg), join_matchers(self.sel.series, f'{label}="{band.name}"'))
-        branches = [f"({counted(join_matchers(self.sel.series, f'{label}!~{variable}'))})"
-                    for variable in ('"($instance)"', '"($model_name)"', '"($engine)"')]
+        branches = [f"({counted(join_matchers(self.sel.series, only_when_selected(variable)))})"
+                    for variable in ("instance", "model_name", "engine")]
         return " or ".join((f"sum({fleet})", *branches))
 
     def drafting_state(self) -> str:

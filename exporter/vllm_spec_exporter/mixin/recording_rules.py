@@ -60,6 +60,7 @@ __all__ = [
     "PUBLIC_RECORDS",
     "QUANTITIES",
     "RECORDING_GROUP",
+    "SERVER_RATE_RECORDS",
     "SOURCE_GROUP",
     "EvidenceNames",
     "Quantity",
@@ -78,6 +79,7 @@ __all__ = [
     "record_names",
     "recording_groups",
     "recording_rules",
+    "server_rate_record",
     "source_meanings",
     "speedup_bound",
     "wilson_bound",
@@ -173,6 +175,13 @@ class RecordNames:
 # The RecordNames field of each counter's rate (without the fleet_ prefix).
 _RATE_FIELD = {ACCEPTED: "accepted_rate", DRAFT_TOKENS: "draft_tokens_rate", DRAFTS: "drafts_rate",
                GENERATED: "generation_rate"}
+# The counters whose rate has a per-server record (per server and model, the engines summed).
+SERVER_RATE_RECORDS = tuple(_RATE_FIELD)
+
+
+def server_rate_record(cfg: MixinConfig, counter: SourceCounter) -> str:
+    """The per-server record (`instance_model`, engines summed) of one counter's rate."""
+    return getattr(record_names(cfg), _RATE_FIELD[counter])
 
 
 # The documented API (README "Recording rules"): records kept for users' own alerts and Grafana

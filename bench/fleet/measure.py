@@ -264,6 +264,17 @@ def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget) -> Resul
         result.series_seen = series_seen(vm.url, fleet, plan.bundle.job)
         result.series_live = series_seen(vm.url, fleet, plan.bundle.job, after=plan.end)
         result.queries = dashboard_load(vm.url, time.time(), plan.step, plan.bundle, plan.repeat, plan.raw)
+        if plan.rules_before:
+            rev, files = plan.rules_before
+            alert.stop()
+            alert = VMAlert(vm.url, files, evaluation_interval=f"{plan.step}s", extra_args=["-loggerLevel=ERROR"])
+            alert.start(timeout=60)
+            log(f"victoriametrics: vmalert restarted with the rules of {rev}; watching rule evaluations")
+            before_intervals = rule_group_intervals(files, plan.step)
+            before = watch_vmalert(alert, list(before_intervals), max(before_intervals.values()), plan.cycles)
+            result.rules_before = rev
+            result.rule_groups_before = {g: (s, before_intervals[g]) for g, s in before.worst.items()}
+            result.rule_costs_before, result.rule_medians_before = before.rules, before.median
         return result
     finally:
         if alert is not None:

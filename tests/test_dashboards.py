@@ -843,3 +843,18 @@ def test_efficiency_covers_the_same_series_on_both_sides(tmp_path: Path) -> None
              "exp_samples": [{"labels": "dash:efficiency", "value": 0.6}]}]}]}))
     done = run_tool([promtool, "test", "rules", "test.yaml"], cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_quantity_reads_numerator_and_denominator_from_one_layer(cfg: MixinConfig) -> None:
+    """Per server and model at engine All, acceptance reads the per-server records for both terms;
+    per-position acceptance, whose numerator has no per-server record, reads the source records
+    for both (a record of a record can lag the records it reads: never mix the two in a ratio)."""
+    q = promql.Queries(cfg)
+    by = (cfg.instance_label, "model_name")
+    per_server = {recording_rules.server_rate_record(cfg, c) for c in recording_rules.SERVER_RATE_RECORDS}
+    acceptance = q.acceptance(by)
+    assert {r for r in per_server if r + "{" in acceptance} == {
+        recording_rules.server_rate_record(cfg, c) for c in recording_rules.ACCEPTANCE.numerator
+        + recording_rules.ACCEPTANCE.denominator}
+    position = q.position_acceptance(by)
+    assert not [r for r in per_server if r + "{" in position], position

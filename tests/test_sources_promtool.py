@@ -167,3 +167,27 @@ def test_generate_direct_output_is_the_committed_sidecar_less_bundle(tmp_path: P
     for rel in generate.DIRECT_FILES:
         assert (out / rel).read_text() == (root / generate.DIRECT_ROOT / rel).read_text(), rel
     assert 'job="vllm-spec-exporter"' not in (out / rule_files.RULES_FILE).read_text()
+
+
+def test_a_series_stored_under_two_spellings_is_read_once(promtool: str, tmp_path: Path) -> None:
+    """Across a Prometheus 2 -> 3 upgrade one vLLM series is stored as `vllm_…` and as `vllm:…`
+    within one rate window. Every direct source record holds it once, the first spelling's rate
+    (the spellings' `or` nests to the right, sources._either, and must still keep the first):
+    here the two spellings' counters grow at different rates, so a sum or the second one shows."""
+    cfg = MixinConfig(source="vllm")
+    labels = f'job="{VLLM_JOB}", instance="a:8000", model_name="m", engine="0"'
+    rules = {"groups": [{"name": "source", "rules": sources.rate_rules(cfg)}]}
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=1_000_000))
+    series, tests = [], []
+    for counter in sources.COUNTERS:
+        position = ', position="0"' if counter.position else ""
+        colon, underscore = f"vllm:{counter.vllm}", f"vllm_{counter.vllm}"
+        series += [{"series": f'{{__name__="{colon}", {labels}{position}}}', "values": "0+60x20"},
+                   {"series": f'{{__name__="{underscore}", {labels}{position}}}', "values": "0+600x20"}]
+        tests.append({"expr": f"round({sources.rate_record(cfg, counter)}, 0.001)", "eval_time": "4m",
+                      "exp_samples": [{"labels": f"{{{labels}{position}}}", "value": 4}]})
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(
+        {"rule_files": ["rules.yaml"], "evaluation_interval": "15s",
+         "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": tests}]}, sort_keys=False))
+    result = run_tool([promtool, "test", "rules", "test.yaml"], cwd=tmp_path)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]

@@ -79,12 +79,17 @@ def wait_for_compaction(data: Path, limit: float, alive: Callable[[], bool]) -> 
     return time.monotonic() - started
 
 
+def rule_name(rule: dict[str, Any]) -> str:
+    """A rule of /api/v1/rules (Prometheus' or vmalert's) named by its record or alert and its own
+    labels: the band counts are three rules of one record name."""
+    labels = ",".join(f'{k}="{v}"' for k, v in sorted((rule.get("labels") or {}).items()))
+    return rule["name"] + (f"{{{labels}}}" if labels else "")
+
+
 def rule_times(prom: Prometheus) -> dict[str, tuple[float, float, str, dict[str, float]]]:
     """{group: (evaluation seconds, interval seconds, last evaluation, {rule: its seconds})} from
-    Prometheus' /api/v1/rules; a rule is named by its record or alert and its own labels."""
-    def name(rule: dict[str, Any]) -> str:
-        labels = ",".join(f'{k}="{v}"' for k, v in sorted((rule.get("labels") or {}).items()))
-        return rule["name"] + (f"{{{labels}}}" if labels else "")
+    Prometheus' /api/v1/rules."""
+    name = rule_name
     return {g["name"]: (g["evaluationTime"], g["interval"], g["lastEvaluation"],
                         {name(r): r.get("evaluationTime", 0.0) for r in g["rules"]})
             for g in prom.rule_groups()}
@@ -201,7 +206,7 @@ def watch_vmalert(alert: VMAlert, names: list[str], interval: float, cycles: int
                 seen[group] = (total, count)
         for group in alert.rule_groups():
             for rule in group["rules"]:
-                key, last = (group["name"], rule["name"]), rule.get("lastEvaluation", "0001")
+                key, last = (group["name"], rule_name(rule)), rule.get("lastEvaluation", "0001")
                 if last.startswith("0001") or last in rule_seen.setdefault(key, set()):
                     continue
                 rule_seen[key].add(last)

@@ -64,7 +64,7 @@ def compact_json(model: dict) -> str:
     """The dashboard on one line: the ConfigMap's form. `kubectl apply` keeps a copy of the whole
     object in an annotation limited to 256 KiB, which the indented JSON of both dashboards
     outgrew; the indented files under dashboards/ are the ones to read and diff."""
-    return json.dumps(model, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    return json.dumps(model, separators=(",", ":"), sort_keys=True)  # ASCII: no U+2028 can break the line
 
 
 def configmap_yaml(files: dict[str, str]) -> str:

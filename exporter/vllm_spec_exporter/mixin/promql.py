@@ -2,7 +2,8 @@
 
 Nothing here knows about panels or layout (kubernetes-mixin keeps its queries apart the same
 way): each query is a function of the config's selectors. The conventions hold by construction:
-queries read records (the source layer's per-(server, model, engine) rates, summed per panel,
+queries read records (the source layer's per-(server, model, engine) rates, summed per panel; at
+All the fleet records, and at engine All the per-server records, where a panel's grouping allows;
 and the acceptance evidence), every selector carries the dashboard variables, ratios are the
 QUANTITIES of recording_rules (sum-then-divide with a `(den > 0)` guard: no NaN/Inf when idle),
 and every raw series comes from sources.py (the sidecar's health gauges from names.MetricName).
@@ -96,7 +97,9 @@ def join_matchers(*parts: str) -> str:
 class Selectors:
     """Label matchers (without braces) for the scrape jobs the dashboards read.
 
-    `series` picks the source records (and the exporter's per-(model, engine) gauges); `target`
+    `series` picks the source records (and the exporter's per-(model, engine) gauges; on the
+    per-server and fleet records, which lack the engine or instance label, it matches only at
+    that variable's All); `target`
     the source job's per-target series (health gauges and `up` carry no model/engine labels, and
     `.+` would not match a missing label); `servers` is `series` that matches nothing at "All"
     (`job!~"$instance"`: All is `.*`, and no job is named like a server while a selection is a list
@@ -131,8 +134,11 @@ def only_when_selected(variable: str) -> str:
     """A matcher that matches no series while the dashboard variable is at All and every series
     once values are selected: `acceptance_band!~"($variable)"`. Only the band counts carry that
     label (fleet_counts); on any other series it is absent and reads as "", which All's `(.*)`
-    matches and no selection does, whatever the values. The parentheses are for VictoriaMetrics
+    matches and no selection does, whatever the values. For the variables whose All is `.*`
+    (instance, model_name, engine), not job's `.+`. The parentheses are for VictoriaMetrics
     (servers_in_band says why)."""
+    if variable == "job":
+        raise ValueError("only_when_selected: job's All is .+, which never matches the absent label")
     return f'{fleet_counts.BAND_LABEL}!~"(${variable})"'
 
 
@@ -202,9 +208,9 @@ class Queries:
 
     def servers_or_engines(self, counter: SourceCounter, by: tuple[str, ...]) -> str:
         """`sum by (by)` of the counter's per-server record at engine All, else of the selected
-        engines' source records. At All the per-server record reads one series per server and
-        model instead of one per engine, already summed: a per-server table or ranking over the
-        whole fleet reads fewer series from records than from the raw counters. The switch is in
+        engines' source records. At All the per-server record holds one series per server and
+        model, the engines already summed: as many series as the source records on single-engine
+        servers, fewer on data-parallel ones. The switch is in
         the selectors, as in fleet_or_servers: the record has no engine label, which
         `engine=~"$engine"` matches only at All, and the engines' side carries
         `only_when_selected("engine")`."""
@@ -212,10 +218,11 @@ class Queries:
         engines = self.counter_rate(counter, join_matchers(self.sel.series, only_when_selected("engine")))
         return f"({sum_by(by, selector(record, self.sel.series))} or {sum_by(by, engines)})"
 
-    def sum_rate(self, counter: SourceCounter, by: tuple[str, ...] = ()) -> str:
+    def sum_rate(self, counter: SourceCounter, by: tuple[str, ...] = (), per_server: bool | None = None) -> str:
         """One counter's rate summed `by`: from the fleet records where fleet_scope allows, from
-        the per-server records where server_scope does."""
-        if self.server_scope(counter, by):
+        the per-server records where server_scope does (`per_server` decides instead when given:
+        a quantity reads all its counters from one layer)."""
+        if self.server_scope(counter, by) if per_server is None else per_server:
             return self.servers_or_engines(counter, by)
         if not self.fleet_scope(by):
             return sum_by(by, self.counter_rate(counter))
@@ -224,9 +231,17 @@ class Queries:
 
     def quantity(self, quantity: Quantity, by: tuple[str, ...] = ()) -> str:
         """One of recording_rules.QUANTITIES over the panel's `by`, from the source records (at
-        All, where fleet_scope allows, the fleet records)."""
+        All, where fleet_scope allows, the fleet records; at engine All, where server_scope allows
+        for every counter of the quantity, the per-server records). Never numerator and
+        denominator from two layers: a record of a record can be an evaluation behind the
+        records it reads (fleet_records.py says what that did)."""
+        def by_of(counter: SourceCounter) -> tuple[str, ...]:
+            return (*by, "position") if counter.position else by
+        counters = (*quantity.numerator, *quantity.denominator)
+        per_server = all(self.server_scope(c, by_of(c)) for c in counters)
+
         def read(counter: SourceCounter) -> str:
-            return self.sum_rate(counter, (*by, "position") if counter.position else by)
+            return self.sum_rate(counter, by_of(counter), per_server)
         matching = ""
         if any(c.position for c in quantity.numerator):
             matching = f"on ({', '.join(by)}) group_left ()" if by else "on () group_left ()"

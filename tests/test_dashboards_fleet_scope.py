@@ -70,6 +70,8 @@ def servers(extra: dict[str, str] | None = None) -> list[Server]:
         Server("a", "m1", ("0", "1"), 4, 100, (90, 70, 50, 30), extra.get("a", "")),
         Server("b", "m1", ("0",), 4, 60, (40, 20, 10, 5), extra.get("b", ""), "vllm_"),
         Server("c", "m2", ("0",), 3, 50, (45, 40, 35), extra.get("c", "")),
+        # e: another k for the same model and engine as c (k counted over the fleet's union of positions).
+        Server("e", "m2", ("0",), 5, 20, (15, 10, 5, 3, 1), extra.get("e", "")),
     ]
 
 

@@ -349,7 +349,9 @@ class Queries:
         """Draft positions configured (the largest where engines differ). Without the sidecar k is
         the number of position series, and at All (where fleet_scope allows) it is counted from
         the fleet's per-position record: every server has positions 0..k-1, so the fleet's union
-        holds as many as the largest k (at 5,000 pods 28 series instead of 34,000)."""
+        holds as many as the largest k (at 5,000 pods 28 series instead of 34,000). A server
+        missing a middle position would count one less on its own, never more: the union is at
+        least each server's own count, and equal while every server's positions are 0..k-1."""
         if not (self.direct and self.fleet_scope(by)):
             return sum_by(by, self.k_series(), op="max")
         fleet = selector(fleet_records.rate_record(self.cfg, ACCEPTED_BY_POSITION), self.sel.series)

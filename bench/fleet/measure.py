@@ -66,6 +66,16 @@ class Result:
     rule_medians_before: dict[str, float] = field(default_factory=dict)
     rule_costs_before: dict[str, dict[str, float]] = field(default_factory=dict)
 
+    def keep_rules(self, watched: RuleWatch) -> None:
+        """Each group's median and each rule's median of the bundle's own rules."""
+        self.rule_costs, self.rule_medians = watched.rules, watched.median
+
+    def keep_rules_before(self, rev: str, watched: RuleWatch, intervals: dict[str, float]) -> None:
+        """What another revision's rules measured on the same server (--rules-before)."""
+        self.rules_before = rev
+        self.rule_groups_before = watched.shares(intervals)
+        self.rule_costs_before, self.rule_medians_before = watched.rules, watched.median
+
 
 @dataclass
 class Plan:
@@ -164,19 +174,15 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
             """{group: worst evaluation s} and each rule's median over the plan's cycles."""
             return watch_rule_groups(lambda: rule_times(server), max(intervals.values()), plan.cycles)
 
-        def with_intervals(watched: RuleWatch,
-                           intervals: dict[str, float] = intervals) -> dict[str, tuple[float, float]]:
-            return {g: (s, intervals[g]) for g, s in watched.worst.items()}
-
         cpu, wall = cpu_seconds(prom.proc.pid), time.monotonic()
         watched = watch(prom)
-        rule_groups = with_intervals(watched)
+        rule_groups = watched.shares(intervals)
         cores = (cpu_seconds(prom.proc.pid) - cpu) / (time.monotonic() - wall)
         log("prometheus: dashboards")
         result = Result("Prometheus 3", plan.bundle.source, fleet.pods, len(fleet.series), fleet.series_per_pod,
                         prom.head_series(), rss_mb(prom.proc.pid), load, cores, rule_groups)
         result.compaction_seconds = compaction
-        result.rule_costs, result.rule_medians = watched.rules, watched.median
+        result.keep_rules(watched)
         result.series_seen = series_seen(prom.url, fleet, plan.bundle.job)
         result.series_live = series_seen(prom.url, fleet, plan.bundle.job, after=end)
         result.queries = dashboard_load(prom.url, time.time(), plan.step, plan.bundle, plan.repeat, plan.raw)
@@ -191,7 +197,7 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
             prom = prometheus3(data, live, plan.step, plan.bundle.rule_files, features=("concurrent-rule-eval",))
             prom.start(timeout=900)
             log("prometheus: restarted with concurrent-rule-eval; watching rule evaluations")
-            result.rule_groups_concurrent = with_intervals(watch(prom))
+            result.rule_groups_concurrent = watch(prom).shares(intervals)
         if plan.rules_before:
             rev, files = plan.rules_before
             prom.stop()
@@ -199,10 +205,7 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
             prom.start(timeout=900)
             log(f"prometheus: restarted with the rules of {rev}; watching rule evaluations")
             before_intervals = rule_group_intervals(files, plan.step)
-            before = watch(prom, before_intervals)
-            result.rules_before = rev
-            result.rule_groups_before = with_intervals(before, before_intervals)
-            result.rule_costs_before, result.rule_medians_before = before.rules, before.median
+            result.keep_rules_before(rev, watch(prom, before_intervals), before_intervals)
         return result
     finally:
         prom.stop()
@@ -259,8 +262,8 @@ def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget) -> Resul
         series = int(http_get_json(f"{vm.url}/api/v1/series/count")["data"][0])
         result = Result("VictoriaMetrics", plan.bundle.source, fleet.pods, len(fleet.series), fleet.series_per_pod,
                         series, rss_mb(vm.proc.pid) + rss_mb(alert.proc.pid), load, cores,
-                        {g: (seconds, intervals[g]) for g, seconds in watched.worst.items()})
-        result.rule_costs, result.rule_medians = watched.rules, watched.median
+                        watched.shares(intervals))
+        result.keep_rules(watched)
         result.series_seen = series_seen(vm.url, fleet, plan.bundle.job)
         result.series_live = series_seen(vm.url, fleet, plan.bundle.job, after=plan.end)
         result.queries = dashboard_load(vm.url, time.time(), plan.step, plan.bundle, plan.repeat, plan.raw)
@@ -272,9 +275,7 @@ def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget) -> Resul
             log(f"victoriametrics: vmalert restarted with the rules of {rev}; watching rule evaluations")
             before_intervals = rule_group_intervals(files, plan.step)
             before = watch_vmalert(alert, list(before_intervals), max(before_intervals.values()), plan.cycles)
-            result.rules_before = rev
-            result.rule_groups_before = {g: (s, before_intervals[g]) for g, s in before.worst.items()}
-            result.rule_costs_before, result.rule_medians_before = before.rules, before.median
+            result.keep_rules_before(rev, before, before_intervals)
         return result
     finally:
         if alert is not None:

@@ -89,9 +89,8 @@ def rule_name(rule: dict[str, Any]) -> str:
 def rule_times(prom: Prometheus) -> dict[str, tuple[float, float, str, dict[str, float]]]:
     """{group: (evaluation seconds, interval seconds, last evaluation, {rule: its seconds})} from
     Prometheus' /api/v1/rules."""
-    name = rule_name
     return {g["name"]: (g["evaluationTime"], g["interval"], g["lastEvaluation"],
-                        {name(r): r.get("evaluationTime", 0.0) for r in g["rules"]})
+                        {rule_name(r): r.get("evaluationTime", 0.0) for r in g["rules"]})
             for g in prom.rule_groups()}
 
 
@@ -160,6 +159,10 @@ class RuleWatch(NamedTuple):
     worst: dict[str, float]  # group: worst evaluation seconds
     median: dict[str, float]  # group: median evaluation seconds
     rules: dict[str, dict[str, float]]  # group: {rule: median evaluation seconds}
+
+    def shares(self, intervals: dict[str, float]) -> dict[str, tuple[float, float]]:
+        """{group: (worst evaluation s, interval s)}: what Result keeps and report prints as a share."""
+        return {g: (s, intervals[g]) for g, s in self.worst.items()}
 
 
 def watch_rule_groups(read, interval: float, cycles: int) -> RuleWatch:

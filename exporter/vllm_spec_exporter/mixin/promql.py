@@ -157,6 +157,15 @@ def sum_by(labels: Sequence[str], inner: str, op: str = "sum") -> str:
     return f"{op}({inner})"
 
 
+def all_or_selected(by: Sequence[str], at_all: str, selected: str, op: str = "sum") -> str:
+    """`(op by (by) (at_all) or op by (by) (selected))`: a panel's switch between the side that
+    answers at a variable's All and the side that answers once values are selected. The switch is
+    in the two sides' selectors, each matching nothing when the other answers (Queries says how);
+    Prometheus evaluates both operands of `or` whatever the left one holds, and an empty selector
+    costs nothing."""
+    return f"({sum_by(by, at_all, op=op)} or {sum_by(by, selected, op=op)})"
+
+
 def sum_rate(metric: str, matchers: str, by: Sequence[str] = ()) -> str:
     return sum_by(by, rate(metric, matchers))
 
@@ -195,9 +204,8 @@ class Queries:
 
         The switch lives in the selectors, so only one side reads any series: the fleet records
         have no instance label, which `=~"$instance"` matches only at All (`.*`), and the servers'
-        side carries `job!~"$instance"`, which matches nothing at All. Prometheus evaluates both
-        operands of `or` whatever the left one holds; an empty selector costs nothing."""
-        return f"({sum_by(by, selector(fleet_record, self.sel.series))} or {sum_by(by, per_server)})"
+        side carries `job!~"$instance"`, which matches nothing at All."""
+        return all_or_selected(by, selector(fleet_record, self.sel.series), per_server)
 
     def server_scope(self, counter: SourceCounter, by: tuple[str, ...]) -> bool:
         """True when a sum `by` these labels can read the per-server records (recording_rules,
@@ -216,7 +224,7 @@ class Queries:
         `only_when_selected("engine")`."""
         record = recording_rules.server_rate_record(self.cfg, counter)
         engines = self.counter_rate(counter, join_matchers(self.sel.series, only_when_selected("engine")))
-        return f"({sum_by(by, selector(record, self.sel.series))} or {sum_by(by, engines)})"
+        return all_or_selected(by, selector(record, self.sel.series), engines)
 
     def sum_rate(self, counter: SourceCounter, by: tuple[str, ...] = (), per_server: bool | None = None) -> str:
         """One counter's rate summed `by`: from the fleet records where fleet_scope allows, from
@@ -355,8 +363,8 @@ class Queries:
         if not (self.direct and self.fleet_scope(by)):
             return sum_by(by, self.k_series(), op="max")
         fleet = selector(fleet_records.rate_record(self.cfg, ACCEPTED_BY_POSITION), self.sel.series)
-        return (f"({sum_by(by, sources.k_series(self.cfg, fleet, self.sel.series), op='max')}"
-                f" or {sum_by(by, self.k_series(self.sel.servers), op='max')})")
+        return all_or_selected(by, sources.k_series(self.cfg, fleet, self.sel.series),
+                               self.k_series(self.sel.servers), op="max")
 
     def worst_first(self, expr: str) -> str:
         """An instant query's rows sorted ascending: the lowest value on top."""

@@ -179,14 +179,14 @@ def test_recording_rule_names_and_inputs(root: str) -> None:
     assert len(variants) == len(set(variants))
     recorded = sorted({r["record"] for r in rules})
     # Per-rate records: the source layer's and the per-server/fleet ones built on it.
-    dashboard_records = {r["record"] for r in (*recording_rules.recording_rules(DEFAULT), *sources.rate_rules(DEFAULT),
-                                               *fleet_records.fleet_rules(DEFAULT),
+    dashboard_records = {r["record"] for r in (*recording_rules.recording_rules(DEFAULT),
+                                               *sources.source_rules(DEFAULT), *fleet_records.fleet_rules(DEFAULT),
                                                *fleet_counts.scrape_error_rules(DEFAULT))}
     windows = recording_rules.alert_windows(DEFAULT)
     for name in recorded:
         assert RECORD_NAME.match(name), name
-        if name == fleet_counts.band_record(DEFAULT):
-            assert name.endswith(":count"), name  # a count of servers now, no window
+        if name in (fleet_counts.band_record(DEFAULT), sources.k_record(DEFAULT)):
+            assert name.endswith(":count"), name  # a count of servers (positions) now, no window
         elif name in dashboard_records:
             assert name.endswith(DEFAULT.windows.rate_window), name  # every record has the one window
         else:  # evidence records name their alert window

@@ -825,7 +825,7 @@ def test_efficiency_covers_the_same_series_on_both_sides(tmp_path: Path) -> None
     # first, then the panel's query.
     from vllm_spec_exporter.mixin import fleet_records, sources
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(
-        {"groups": [{"name": "t", "rules": [*sources.rate_rules(MixinConfig()),
+        {"groups": [{"name": "t", "rules": [*sources.source_rules(MixinConfig()),
                                              *fleet_records.fleet_rules(MixinConfig()),
                                              {"record": "dash:efficiency", "expr": expr}]}]}))
     series = 'job="vllm-spec-exporter",instance="{i}",model_name="m",engine="0"'

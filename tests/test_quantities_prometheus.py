@@ -157,7 +157,7 @@ def query(tsdb: dict, expr: str, at: float) -> dict[tuple, float]:
 
 
 def records() -> dict[str, str]:
-    rules = [*sources.rate_rules(CFG), *recording_rules.recording_rules(CFG)]
+    rules = [*sources.source_rules(CFG), *recording_rules.recording_rules(CFG)]
     return {r["record"]: r["expr"] for r in rules}
 
 

@@ -176,7 +176,7 @@ def test_a_series_stored_under_two_spellings_is_read_once(promtool: str, tmp_pat
     here the two spellings' counters grow at different rates, so a sum or the second one shows."""
     cfg = MixinConfig(source="vllm")
     labels = f'job="{VLLM_JOB}", instance="a:8000", model_name="m", engine="0"'
-    rules = {"groups": [{"name": "source", "rules": sources.rate_rules(cfg)}]}
+    rules = {"groups": [{"name": "source", "rules": sources.source_rules(cfg)}]}
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=1_000_000))
     series, tests = [], []
     for counter in sources.COUNTERS:
@@ -186,6 +186,36 @@ def test_a_series_stored_under_two_spellings_is_read_once(promtool: str, tmp_pat
                    {"series": f'{{__name__="{underscore}", {labels}{position}}}', "values": "0+600x20"}]
         tests.append({"expr": f"round({sources.rate_record(cfg, counter)}, 0.001)", "eval_time": "4m",
                       "exp_samples": [{"labels": f"{{{labels}{position}}}", "value": 4}]})
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(
+        {"rule_files": ["rules.yaml"], "evaluation_interval": "15s",
+         "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": tests}]}, sort_keys=False))
+    result = run_tool([promtool, "test", "rules", "test.yaml"], cwd=tmp_path)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+
+
+def test_k_counts_each_position_once_across_a_spelling_switch(promtool: str, tmp_path: Path) -> None:
+    """The direct k record (sources.k_rule) counts the position series served *now*: when the
+    scrape switches from `vllm_…` to `vllm:…` (the old name goes stale at the scrape that brings
+    the new one), k stays 4 throughout; counted over a window it would read 8 for one window.
+    llama-server's positions count too."""
+    cfg = MixinConfig(source="vllm")
+    vllm = f'job="{VLLM_JOB}", instance="a:8000", model_name="m", engine="0"'
+    llamacpp = f'job="{VLLM_JOB}", instance="b:8080"'
+    per_position = sources.ACCEPTED_BY_POSITION
+    series = []
+    for position in range(4):
+        series += [{"series": f'{{__name__="vllm_{per_position.vllm}", {vllm}, position="{position}"}}',
+                    "values": "0+60x8 stale"},
+                   {"series": f'{{__name__="vllm:{per_position.vllm}", {vllm}, position="{position}"}}',
+                    "values": "_x9 0+60x12"}]
+    series += [{"series": f'{{__name__="{per_position.llamacpp}", {llamacpp}, position="{position}"}}',
+                "values": "0+30x21"} for position in range(3)]
+    k = sources.k_record(cfg)
+    tests = [{"expr": k, "eval_time": at, "exp_samples": [{"labels": f"{k}{{{vllm}}}", "value": 4},
+                                                           {"labels": f"{k}{{{llamacpp}}}", "value": 3}]}
+             for at in ("1m", "2m", "2m15s", "2m30s", "4m")]
+    rules = {"groups": [{"name": "source", "rules": [sources.k_rule(cfg)]}]}
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=1_000_000))
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(
         {"rule_files": ["rules.yaml"], "evaluation_interval": "15s",
          "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": tests}]}, sort_keys=False))

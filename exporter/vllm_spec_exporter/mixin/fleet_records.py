@@ -20,6 +20,9 @@ Contract:
   consistent set of samples, as the source layer has.
 - Efficiency weights each server's drafts by its own k, so its two terms are summed here per
   server before the fleet sum (efficiency_terms, which Queries.efficiency also uses per server).
+  k is the one record they read (without the sidecar, sources.k_rule; with it, the sidecar's
+  gauge): it changes only when a server restarts, so a cycle-old k mixes nothing, and both terms
+  read the same one, so a server without a k yet is in neither.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 
 from . import sources
 from .config import MixinConfig
-from .sources import ACCEPTED, ACCEPTED_BY_POSITION, COUNTER_MEANINGS, COUNTERS, DRAFTS, SourceCounter
+from .sources import ACCEPTED, COUNTER_MEANINGS, COUNTERS, DRAFTS, SourceCounter
 
 __all__ = ["EFFICIENCY_TERMS", "FLEET_GROUP", "efficiency_record", "efficiency_terms", "fleet_group",
            "fleet_meanings", "fleet_rules", "kept_labels", "level", "rate_record"]
@@ -80,8 +83,7 @@ def fleet_rules(cfg: MixinConfig) -> list[dict[str, str]]:
 
     rules = [{"record": rate_record(cfg, c), "expr": fleet_sum(sources.raw_rate(cfg, c), c.position)}
              for c in COUNTERS]
-    k = sources.k_series(cfg, sources.raw_rate(cfg, ACCEPTED_BY_POSITION), sources.selector(cfg))
-    terms = efficiency_terms(raw(DRAFTS), raw(ACCEPTED), f"({k})" if cfg.direct else k)
+    terms = efficiency_terms(raw(DRAFTS), raw(ACCEPTED), sources.k_series(cfg, sources.selector(cfg)))
     rules += [{"record": efficiency_record(cfg, name), "expr": fleet_sum(term)}
               for name, term in zip(EFFICIENCY_TERMS, terms, strict=True)]
     return rules

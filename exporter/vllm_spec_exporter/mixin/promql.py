@@ -263,8 +263,7 @@ class Queries:
 
     def k_series(self, matchers: str = "") -> str:
         """k per (server, model, engine) on the variables (sources.k_series)."""
-        matchers = matchers or self.sel.series
-        return sources.k_series(self.cfg, self.counter_rate(ACCEPTED_BY_POSITION, matchers), matchers)
+        return sources.k_series(self.cfg, matchers or self.sel.series)
 
     def max_acceptance_length(self, by: tuple[str, ...] = ()) -> str:
         """k + 1: the most tokens one verification step can emit (all drafts + the bonus)."""
@@ -363,7 +362,7 @@ class Queries:
         if not (self.direct and self.fleet_scope(by)):
             return sum_by(by, self.k_series(), op="max")
         fleet = selector(fleet_records.rate_record(self.cfg, ACCEPTED_BY_POSITION), self.sel.series)
-        return all_or_selected(by, sources.k_series(self.cfg, fleet, self.sel.series),
+        return all_or_selected(by, sources.count_positions(fleet),
                                self.k_series(self.sel.servers), op="max")
 
     def worst_first(self, expr: str) -> str:

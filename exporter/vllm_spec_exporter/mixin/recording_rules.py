@@ -416,7 +416,7 @@ def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
     # the previous evaluation at worst, never a stale window. `interval:` pins the evaluation
     # interval the holds were rounded to, whatever the server's global evaluation_interval is.
     interval = cfg.windows.evaluation_interval
-    return [{"name": SOURCE_GROUP, "interval": interval, "rules": sources.rate_rules(cfg)},
+    return [{"name": SOURCE_GROUP, "interval": interval, "rules": sources.source_rules(cfg)},
             fleet_records.fleet_group(cfg),
             {"name": RECORDING_GROUP, "interval": interval, "rules": recording_rules(cfg)},
             counts_group(cfg),

@@ -19,6 +19,7 @@ This module turns either into the *source records*, one per (server, model, engi
 target label kept and the metric name replaced:
 
     instance_model_engine[_position]:<metric>:rate<rate_window>     every counter (dashboards, alerts)
+    instance_model_engine:vllm_spec_decode_draft_positions:count     k, without the sidecar (k_rule)
 
 and gives the evidence records (recording_rules.evidence_rules) their terms, `increase_sum`: a
 counter's increase over an alert window, summed over the data-parallel engines in the same
@@ -53,26 +54,30 @@ __all__ = [
     "COUNTERS",
     "COUNTER_MEANINGS",
     "DRAFTS",
+    "DRAFT_POSITIONS",
     "DRAFT_TOKENS",
     "GENERATED",
     "LLAMACPP_GAUGES",
     "VLLM_GAUGES",
     "VLLM_PREFIXES",
     "SourceCounter",
+    "count_positions",
     "direct_names",
     "drafts_present",
     "increase_record",
     "increase_sum",
+    "k_record",
+    "k_rule",
     "k_series",
     "own",
     "rate_record",
-    "rate_rules",
     "raw_gauge",
     "raw_rate",
     "restarts",
     "scrape_up",
     "selector",
     "selector_labels",
+    "source_rules",
     "vllm_spellings",
 ]
 
@@ -117,6 +122,8 @@ GENERATED = SourceCounter("vllm_generation_tokens", MetricName.GENERATION_TOKENS
                           "llamacpp:tokens_predicted_total")
 
 COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_BY_POSITION, GENERATED)
+# The metric part of the direct bundle's k record's name (k_record).
+DRAFT_POSITIONS = "vllm_spec_decode_draft_positions"
 # What each counter counts, for the record tables of alerts/README.md.
 COUNTER_MEANINGS = {
     DRAFTS: "drafts (verification steps with a draft)",
@@ -212,18 +219,38 @@ def raw_rate(cfg: MixinConfig, counter: SourceCounter) -> str:
     return _over_range(cfg, "rate", counter, cfg.windows.rate_window)
 
 
-def k_series(cfg: MixinConfig, counter_rate: str, matchers: str) -> str:
-    """k per (server, model, engine): the sidecar's gauge on `matchers`, or directly the number of
-    draft positions vLLM exposes (it creates every position series 0..k-1 at start-up), counted
-    from `counter_rate`, the per-position accepted rate (a record or raw_rate)."""
-    if cfg.direct:
-        return f"count without (position) ({counter_rate})"
-    return f"{MetricName.NUM_SPECULATIVE_TOKENS}{{{matchers}}}"
+def k_record(cfg: MixinConfig) -> str:
+    """Name of the direct bundle's k record: draft positions per (server, model, engine)."""
+    return f"instance_model_engine:{DRAFT_POSITIONS}:count"
 
 
-def rate_rules(cfg: MixinConfig) -> list[dict[str, str]]:
-    """The source records every panel and the fleet records read: each counter's rate."""
-    return [{"record": rate_record(cfg, c), "expr": raw_rate(cfg, c)} for c in COUNTERS]
+def count_positions(per_position: str) -> str:
+    """k from per-position series: vLLM creates every position series 0..k-1 at start-up."""
+    return f"count without (position) ({per_position})"
+
+
+def k_series(cfg: MixinConfig, matchers: str) -> str:
+    """k per (server, model, engine) on `matchers` (the source's selector included): the sidecar's
+    gauge, or directly the k record (k_rule). Static between restarts, so a rule of another group
+    may read it a cycle late."""
+    return f"{k_record(cfg) if cfg.direct else MetricName.NUM_SPECULATIVE_TOKENS}{{{matchers}}}"
+
+
+def k_rule(cfg: MixinConfig) -> dict[str, str]:
+    """The k record: the position series vLLM (or llama-server) serves now, counted. An instant
+    selector, so a spelling switch never counts a position twice (the old name goes stale at the
+    scrape that brings the new one). At 5,000 pods it reads 34,000 series once a cycle, where
+    efficiency's two fleet terms each counted the positions' rates (VictoriaMetrics 1.145: 0.97 s
+    the two terms before, 0.32 s reading this record; bench/fleet_scale.py)."""
+    names = "|".join(direct_names(ACCEPTED_BY_POSITION))
+    return {"record": k_record(cfg), "expr": count_positions(f'{{__name__=~"{names}", {selector(cfg)}}}')}
+
+
+def source_rules(cfg: MixinConfig) -> list[dict[str, str]]:
+    """The source records every panel and the fleet records read: each counter's rate, and
+    without the sidecar k (which the sidecar serves as a gauge)."""
+    rates = [{"record": rate_record(cfg, c), "expr": raw_rate(cfg, c)} for c in COUNTERS]
+    return [*rates, k_rule(cfg)] if cfg.direct else rates
 
 
 def increase_sum(cfg: MixinConfig, counter: SourceCounter, window: str) -> str:

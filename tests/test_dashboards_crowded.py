@@ -22,6 +22,7 @@ import pytest
 from support.prom import require_binary, run_tool
 from vllm_spec_exporter.mixin import dashboard_files, overview, recording_rules, sources
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.crowd import SEEN_VARIABLE
 from vllm_spec_exporter.mixin.promql import Queries
 from vllm_spec_exporter.names import MetricName
 from vllm_spec_lab import grafana_render
@@ -139,17 +140,18 @@ def recent_end() -> int:
 
 
 def load(url: str, model: dict, title: str, end: int, values: dict[str, str] | None = None) -> tuple[list[str], list]:
-    """The panel's ranking variable's servers, and each target's result, as Grafana loads them."""
+    """The servers the panel reads (its ranking's and crowd_seen's), and each target's result, as
+    Grafana loads them."""
     variables = resolve_variables(url, model, end - RANGE, end, values)
     assert not [q for q in variables.queries if q.error], variables.queries
     panel = next(p for p in dashboard_files.iter_panels(model) if p["title"] == title)
     results = [grafana_render.grafana_query(url, panel, target, end - RANGE, end, STEP, variables=variables.values)
                for target in panel["targets"]]
     assert not [r for r in results if r.get("error")], results
-    (crowd,) = {name for name in variables.values if name.startswith("crowd_") and "${" + name + "}" in
-                panel["targets"][0]["expr"]}
-    picked = next(q for q in variables.queries if q.name == crowd)
-    return sorted(picked.options), results
+    read = {name for name in variables.values if name.startswith("crowd_") and "${" + name + "}" in
+            panel["targets"][0]["expr"]}
+    assert SEEN_VARIABLE in read and len(read) == 2, read  # its own ranking and the servers seen while few
+    return sorted({server for q in variables.queries if q.name in read for server in q.options}), results
 
 
 def drawn(result: dict) -> list[str]:

@@ -15,7 +15,7 @@ import yaml
 
 from . import fleet, fleet_counts, fleet_records, links, overview
 from .config import MixinConfig
-from .crowd import CROWD_VARIABLE_PREFIX
+from .crowd import CROWD_VARIABLE_PREFIX, SEEN_VARIABLE
 from .promql import VLLM_METRICS_QUERIED, vllm_name_pattern
 from .templates import fill
 
@@ -177,6 +177,7 @@ def readme_markdown(cfg: MixinConfig, models: dict[str, dict]) -> str:
         fleet_counts_group=fleet_counts.FLEET_COUNTS_GROUP,
         variable_rows="\n".join(variable_rows),
         crowd_variables=", ".join(f"`{name}`" for name in crowds),
+        seen_variable=SEEN_VARIABLE,
         worst_k=cfg.panel_worst_k, best_k=cfg.panel_best_k, all_up_to=cfg.panel_all_series_up_to,
         overview_panels="\n".join(_panel_tables(overview_model, "Top row (always visible)")).strip("\n"),
         fleet_panels="\n".join(_panel_tables(fleet_model, "Top row (always visible)")).strip("\n"),

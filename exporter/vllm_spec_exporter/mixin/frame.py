@@ -144,11 +144,12 @@ def _variables(cfg: MixinConfig) -> Iterator[dashboard.QueryVariable | dashboard
 
 
 def _crowd_variables(q: Queries) -> Iterator[dashboard.QueryVariable]:
-    """One hidden variable per ranking of the crowded panels (crowd.Crowd), after the variables
-    its query reads: the servers it picks at the end of the range, refreshed with the range. No
-    custom all value: at All, Grafana's Prometheus data source substitutes every option,
-    regex-escaped, as `(a|b|...)`, and `()` (no server) when the ranking is empty."""
-    for crowd in q.crowds.values():
+    """The crowded panels' hidden variables (Queries.server_variables: the servers seen while few,
+    then one ranking per panel), after the variables their queries read: servers picked at the
+    end of the range, refreshed with the range. No custom all value: at All, Grafana's Prometheus
+    data source substitutes every option, regex-escaped, as `(a|b|...)`, and `()` (no server) when
+    there is none."""
+    for crowd in q.server_variables():
         yield (
             dashboard.QueryVariable(crowd.variable)
             .label(crowd.variable)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..names import MetricName
 from . import crowd, fleet_counts, fleet_records, recording_rules, sources
 from .config import MixinConfig
-from .crowd import Crowd
+from .crowd import Crowd, ServerVariable
 from .fleet_counts import Band
 from .recording_rules import (
     ACCEPTANCE,
@@ -371,14 +371,23 @@ class Queries:
 
     def crowd(self, name: str, expr: str, high_is_bad: bool = False, latest: str = "") -> Crowd:
         """The ranking of one crowded per-server panel, a hidden variable `crowd_<name>`
-        (crowd.ranking: the worst and best few servers by `latest`, or every server seen)."""
-        made = crowd.ranking(self.cfg, name, expr, self.servers_seen(), high_is_bad, latest)
+        (crowd.ranking: the worst and best few servers by `latest`; the panel also draws every
+        server of crowd.SEEN_VARIABLE)."""
+        made = crowd.ranking(self.cfg, name, expr, high_is_bad, latest)
         if self.crowds.setdefault(made.variable, made) != made:
             raise ValueError(f"two rankings named {made.variable}")
         return made
 
+    def server_variables(self) -> list[ServerVariable]:
+        """The hidden variables of the crowded panels built so far: crowd.SEEN_VARIABLE, which
+        every one of them reads, then each ranking (none without a crowded panel)."""
+        if not self.crowds:
+            return []
+        return [crowd.seen_variable(self.cfg, self.servers_seen()), *self.crowds.values()]
+
     def crowded(self, name: str, expr: str, high_is_bad: bool = False, latest: str = "", several: bool = False) -> str:
-        """`expr` on the servers its own ranking picks (crowd; Crowd.read for `several`)."""
+        """`expr` on the servers its own ranking and crowd.SEEN_VARIABLE pick (crowd; Crowd.read
+        for `several`)."""
         return self.crowd(name, expr, high_is_bad, latest).read(expr, several)
 
     def servers_seen(self) -> str:

@@ -194,27 +194,29 @@ def test_a_series_stored_under_two_spellings_is_read_once(promtool: str, tmp_pat
 
 
 def test_k_counts_each_position_once_across_a_spelling_switch(promtool: str, tmp_path: Path) -> None:
-    """The direct k record (sources.k_rule) counts the position series served *now*: when the
-    scrape switches from `vllm_…` to `vllm:…` (the old name goes stale at the scrape that brings
-    the new one), k stays 4 throughout; counted over a window it would read 8 for one window.
+    """The direct k record (sources.k_rule) counts the positions of the per-position source record,
+    whose spellings' `or` keeps one: when the scrape switches from `vllm_…` to `vllm:…`, with the
+    old name marked stale (server a) or just ending, as across a Prometheus restart (server c), k
+    stays 4 throughout; one regex over the raw spellings would read 8 on c for the lookback.
     llama-server's positions count too."""
     cfg = MixinConfig(source="vllm")
-    vllm = f'job="{VLLM_JOB}", instance="a:8000", model_name="m", engine="0"'
+    switched = {"a": "0+60x8 stale", "c": "0+60x8"}
+    servers = {name: f'job="{VLLM_JOB}", instance="{name}:8000", model_name="m", engine="0"' for name in switched}
     llamacpp = f'job="{VLLM_JOB}", instance="b:8080"'
     per_position = sources.ACCEPTED_BY_POSITION
     series = []
-    for position in range(4):
-        series += [{"series": f'{{__name__="vllm_{per_position.vllm}", {vllm}, position="{position}"}}',
-                    "values": "0+60x8 stale"},
-                   {"series": f'{{__name__="vllm:{per_position.vllm}", {vllm}, position="{position}"}}',
-                    "values": "_x9 0+60x12"}]
+    for name, old_values in switched.items():
+        for position in range(4):
+            labels = f'{servers[name]}, position="{position}"'
+            series += [{"series": f'{{__name__="vllm_{per_position.vllm}", {labels}}}', "values": old_values},
+                       {"series": f'{{__name__="vllm:{per_position.vllm}", {labels}}}', "values": "_x9 0+60x12"}]
     series += [{"series": f'{{__name__="{per_position.llamacpp}", {llamacpp}, position="{position}"}}',
                 "values": "0+30x21"} for position in range(3)]
     k = sources.k_record(cfg)
-    tests = [{"expr": k, "eval_time": at, "exp_samples": [{"labels": f"{k}{{{vllm}}}", "value": 4},
-                                                           {"labels": f"{k}{{{llamacpp}}}", "value": 3}]}
-             for at in ("1m", "2m", "2m15s", "2m30s", "4m")]
-    rules = {"groups": [{"name": "source", "rules": [sources.k_rule(cfg)]}]}
+    expected = [*({"labels": f"{k}{{{labels}}}", "value": 4} for labels in servers.values()),
+                {"labels": f"{k}{{{llamacpp}}}", "value": 3}]
+    tests = [{"expr": k, "eval_time": at, "exp_samples": expected} for at in ("1m", "2m", "2m15s", "2m30s", "3m", "4m")]
+    rules = {"groups": [{"name": "source", "rules": sources.source_rules(cfg)}]}
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=1_000_000))
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(
         {"rule_files": ["rules.yaml"], "evaluation_interval": "15s",

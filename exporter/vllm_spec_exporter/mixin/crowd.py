@@ -67,16 +67,16 @@ class SeriesLimit:
 @dataclass(frozen=True)
 class ServerVariable:
     """A hidden dashboard variable `variable` whose options are the servers (values of
-    `instance_label`) the instant query `ranking` returns (Grafana's query_result, with `regex`
+    `instance_label`) the instant query `servers` returns (Grafana's query_result, with `regex`
     extracting the value)."""
 
     variable: str
-    ranking: str
+    servers: str
     instance_label: str
 
     @property
     def query(self) -> str:
-        return f"query_result({self.ranking})"
+        return f"query_result({self.servers})"
 
     @property
     def regex(self) -> str:
@@ -108,6 +108,8 @@ def ranking(cfg: MixinConfig, name: str, expr: str, high_is_bad: bool = False, l
     """The ranking `crowd_<name>` of a panel drawing `expr` per server: the servers of its worst
     and best series by `latest` (default: `expr`'s last value in CROWDED_RANK_EVALUATIONS
     evaluation intervals)."""
+    if CROWD_VARIABLE_PREFIX + name == SEEN_VARIABLE:
+        raise ValueError(f"no ranking may be named {name!r}: {SEEN_VARIABLE} holds the servers seen while few")
     step = cfg.windows.evaluation_interval
     window = format_duration(CROWDED_RANK_EVALUATIONS * seconds(step))
     limit = SeriesLimit(cfg.panel_all_series_up_to, cfg.panel_worst_k, cfg.panel_best_k, high_is_bad, window, step)

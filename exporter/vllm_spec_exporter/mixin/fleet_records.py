@@ -17,12 +17,14 @@ Contract:
 - They read the scraped counters (sources.raw_rate), not the source records: vmalert writes
   records back asynchronously, so a sum of source records could mix two of their evaluations (a
   per-position acceptance of 1.09 was measured); raw counters give every record of a cycle one
-  consistent set of samples, as the source layer has.
+  consistent set of samples, as the source layer has. The one exception is k.
 - Efficiency weights each server's drafts by its own k, so its two terms are summed here per
   server before the fleet sum (efficiency_terms, which Queries.efficiency also uses per server).
-  k is the one record they read (without the sidecar, sources.k_rule; with it, the sidecar's
-  gauge): it changes only when a server restarts, so a cycle-old k mixes nothing, and both terms
-  read the same one, so a server without a k yet is in neither.
+  Without the sidecar k is the source group's k record (sources.k_rule; with the sidecar, its
+  gauge): its value changes only when a server restarts with another k, so a cycle-old k mixes
+  nothing. What can mix: a server whose k record starts or ends between the two terms' queries
+  (a source write landing between them) counts on one side only, for that one evaluation, with
+  its share of the fleet's drafts.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ Beside the rankings one hidden variable serves every crowded panel, `crowd_seen`
 every selected server seen in the range while they are at most cfg.panel_all_series_up_to, else
 none (a selected server shows everything about it, also after it went quiet). It scans every
 server's series over the whole range, so it runs once a dashboard load, not once a panel: at
-5,000 pods without the sidecar that scan was 70 % of each ranking's time (Prometheus 3.5, seven
-rankings 6.6 s in all, 1.7 s without it). At All Grafana substitutes every option, regex-escaped,
+5,000 pods without the sidecar that scan was 70 % of each ranking's time (a scratch Prometheus
+3.5, one run: seven rankings 6.6 s in all, 1.7 s without it). At All Grafana substitutes every option, regex-escaped,
 as `(a|b|...)`, and `()` when there is none; the panel's range query then reads the servers of
 its ranking and of crowd_seen only (Crowd.read). promql.Queries.crowd builds one per panel.
 

@@ -6,7 +6,8 @@ and vLLM's own) and for the scrape intervals whose windows differ (the alert win
 `scrape_interval`), this builds the rule files, both dashboards and the runbooks, and follows the
 reads: a record is live when an alert, a dashboard query or a runbook query names it, when it is
 in recording_rules.PUBLIC_RECORDS (the documented API for users' own alerts and panels), or when a
-live record's expression reads it. Every other record fails the test.
+live record's expression reads it. Every other record fails the test. And the other way: every
+record those readers name is recorded (a runbook step reading a removed record answers nothing).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from vllm_spec_exporter.mixin import alert_rules, fleet, overview, recording_rul
 from vllm_spec_exporter.mixin.config import MixinConfig
 
 NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+# A record's name, `level:metric:operations` (two colons; no scraped series has two).
+RECORD_NAME = re.compile(r"(?<![A-Za-z0-9_:])[a-z_]+:[a-z0-9_]+:[a-z0-9_]+(?![A-Za-z0-9_:])")
 CONFIGS = [(source, interval) for source in ("exporter", "vllm") for interval in ("15s", "30s", "60s")]
 
 
@@ -85,6 +88,32 @@ def test_the_public_records_exist_and_are_documented(source: str) -> None:
     for name in public:
         row = next(line for line in readme.splitlines() if line.startswith(f"| `{name}` |"))
         assert "API" in row, row
+
+
+def missing_records(rules: dict[str, str], texts: dict[str, str]) -> dict[str, list[str]]:
+    """{reader: the record names it reads that no rule records}."""
+    found = {reader: sorted(set(RECORD_NAME.findall(text)) - rules.keys()) for reader, text in texts.items()}
+    return {reader: names for reader, names in found.items() if names}
+
+
+@pytest.mark.parametrize(("source", "scrape_interval"), CONFIGS)
+def test_every_record_read_is_recorded(source: str, scrape_interval: str) -> None:
+    cfg = MixinConfig().with_overrides({"source": source, "scrape_interval": scrape_interval})
+    rules, _ = live_records(cfg)
+    texts = readers(cfg)
+    assert all(RECORD_NAME.search(text) for text in texts.values())  # the pattern finds names at all
+    assert missing_records(rules, texts) == {}, f"source={source}, scrape_interval={scrape_interval}"
+
+
+def test_a_read_record_not_recorded_fails() -> None:
+    """The check can fail: without the fast long window's lower bound (the overview's band, the
+    runbook's evidence step) both readers are found."""
+    cfg = MixinConfig()
+    rules, _ = live_records(cfg)
+    lower = recording_rules.evidence_names(cfg.windows.fast_long).lower
+    del rules[lower]
+    missing = missing_records(rules, readers(cfg))
+    assert set(missing) == {"overview dashboard", "runbooks"} and all(m == [lower] for m in missing.values())
 
 
 def test_an_unread_record_fails() -> None:

@@ -34,7 +34,7 @@ def test_promtool_check_rules_on_committed_files(promtool: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     # 5 source records; 5 fleet rates + efficiency's 2 terms; per server 4 rates + 2 ratios, per model
     # 2 rates + acceptance, 4 drafting-state records; 3 band counts + scrape errors; 4 windows x
-    # (drafts + acceptance + upper bound) + 3 read lower bounds (not the slow short's)
+    # (drafts + acceptance + upper bound) + 2 read lower bounds (the fast tier's)
     assert "SUCCESS: 43 rules found" in result.stdout
     assert "SUCCESS: 8 rules found" in result.stdout
 

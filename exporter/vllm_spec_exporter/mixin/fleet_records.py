@@ -22,8 +22,10 @@ Contract:
   records read them. Summing each spelling on its own and then the spellings would let
   VictoriaMetrics aggregate as it reads (the per-position sum 240 -> 72 ms at 5,000 pods on a
   scratch VictoriaMetrics 1.145, one run, median of 7), but it counts a server twice while two of
-  its spellings are live at once (a Prometheus 2 and a Prometheus 3 scraping the same pods into one
-  TSDB during a migration), and a fleet total must not double.
+  its spellings are live at once with the same labels (a Prometheus 2 and a Prometheus 3 scraping
+  the same pods into one TSDB during a migration: client_python#1177 changes only the name), and a
+  fleet total must not double. (While a job switches spelling, the `or` reads the new name's
+  partial window: the total runs low for one rate window, as the servers' records do.)
 - Efficiency weights each server's drafts by its own k, so its two terms are summed here per
   server before the fleet sum (efficiency_terms, which Queries.efficiency also uses per server).
   Without the sidecar k is the source group's k record (sources.k_rule; with the sidecar, its

@@ -13,9 +13,10 @@ Three layers, each reading only the one before it (the kubernetes-mixin way: que
    servers per acceptance band, and the sidecars' scrape errors by reason;
 3. the *evidence* records of the acceptance alerts, one group per alert window: per server and
    model, the drafts (the trials) and the acceptance over the window, both from the counters, then
-   the Wilson score bounds of acceptance `:confidence_upper_<w>` / `:confidence_lower_<w>` with a
-   `confidence` label (GitLab metrics-catalog style). An alert fires when the upper bound is below
-   its threshold in a long and a short window of one tier, i.e. when the counters prove it.
+   the Wilson score bounds of acceptance `:confidence_upper_<w>` / `:confidence_lower_<w>` (the
+   lower only where read: lower_bound_windows) with a `confidence` label (GitLab metrics-catalog
+   style). An alert fires when the upper bound is below its threshold in a long and a short window
+   of one tier, i.e. when the counters prove it.
 
 Every record is read by an alert, a dashboard, a runbook, or is part of the documented API
 (`PUBLIC_RECORDS`, the acceptance ratios for users' own alerts and panels): the dashboards compute

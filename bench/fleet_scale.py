@@ -89,8 +89,9 @@ def main() -> None:
                         help="also measure REV's dashboards (before/after a dashboard change, same run)")
     parser.add_argument("--rules-before", metavar="REV",
                         help="also watch REV's rule groups on the same server (Prometheus restarted with them, "
-                             "vmalert restarted with them), after everything else: before/after a rule change, "
-                             "same run (the server then also holds this revision's records)")
+                             "vmalert restarted with them), after everything else, then this revision's again: "
+                             "before/after a rule change, same run, and how far the same rules drift between two "
+                             "watches (the server then also holds this revision's records)")
     args = parser.parse_args()
     if args.quick:  # CI: the whole path once, small (the browser has its own tests)
         args.pods, args.history_minutes, args.interval, args.cycles, args.no_browser = "100", 15, 5, 2, True

@@ -89,11 +89,18 @@ def test_quick_fleet_tables_are_sane(tmp_path: Path) -> None:
 @pytest.mark.prometheus
 @pytest.mark.server
 def test_quick_direct_bundle_on_prometheus(tmp_path: Path) -> None:
-    """The direct bundle reads vLLM's own series: 11 a (model, engine) pair (8 families, 4 positions)."""
-    summaries = run_quick(tmp_path, "--source", "direct", "--no-vm")
+    """The direct bundle reads vLLM's own series: 11 a (model, engine) pair (8 families, 4 positions).
+    `--rules-before HEAD`: the committed rules watched after the bundle's, then the bundle's again
+    (A-B-A), every group in each watch."""
+    summaries = run_quick(tmp_path, "--source", "direct", "--no-vm", "--rules-before", "HEAD")
     assert set(summaries) == {"prometheus"}
     (row,) = summaries["prometheus"]
     check_row(row, "direct", (11, 11 * 3))
+    assert row["rules_before"] == "HEAD"
+    for watch in ("rule_groups_before", "rule_groups_again"):
+        assert set(row[watch]) == set(row["rule_groups"]), (watch, row[watch])
+        assert all(0 < g["seconds"] < g["interval"] for g in row[watch].values()), (watch, row[watch])
+    assert set(row["rule_medians_again"]) == set(row["rule_groups"])
 
 
 def no_variables(url: str, model: dict, end: float, repeat: int) -> tuple[dict[str, str], list]:

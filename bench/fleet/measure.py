@@ -65,6 +65,10 @@ class Result:
     rule_groups_before: dict[str, tuple[float, float]] = field(default_factory=dict)
     rule_medians_before: dict[str, float] = field(default_factory=dict)
     rule_costs_before: dict[str, dict[str, float]] = field(default_factory=dict)
+    # ... then the bundle's own rules once more (A-B-A): how far the same rules drift between two
+    # watches of one run, the noise floor of the before/after difference.
+    rule_groups_again: dict[str, tuple[float, float]] = field(default_factory=dict)
+    rule_medians_again: dict[str, float] = field(default_factory=dict)
 
     def keep_rules(self, watched: RuleWatch) -> None:
         """Each group's median and each rule's median of the bundle's own rules."""
@@ -75,6 +79,10 @@ class Result:
         self.rules_before = rev
         self.rule_groups_before = watched.shares(intervals)
         self.rule_costs_before, self.rule_medians_before = watched.rules, watched.median
+
+    def keep_rules_again(self, watched: RuleWatch, intervals: dict[str, float]) -> None:
+        """The bundle's own rules watched again after another revision's (A-B-A)."""
+        self.rule_groups_again, self.rule_medians_again = watched.shares(intervals), watched.median
 
 
 @dataclass
@@ -97,7 +105,8 @@ class Plan:
     # rules of a group that read no other rule of it run in parallel), after everything else.
     concurrent_rules: bool = False
     # Also watch these rule files (another revision's, --rules-before) on the same server, after
-    # everything else: rule groups before/after a rule change, in the same run.
+    # everything else, then the bundle's own rules again: rule groups before/after a rule change in
+    # the same run, and the drift of the same rules between two watches (A-B-A).
     rules_before: tuple[str, tuple[Path, ...]] | None = None
     start: int = 0  # the history's first second (unix)
 
@@ -206,6 +215,11 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
             log(f"prometheus: restarted with the rules of {rev}; watching rule evaluations")
             before_intervals = rule_group_intervals(files, plan.step)
             result.keep_rules_before(rev, watch(prom, before_intervals), before_intervals)
+            prom.stop()
+            prom = prometheus3(data, live, plan.step, plan.bundle.rule_files)
+            prom.start(timeout=900)
+            log("prometheus: restarted with the bundle's rules again; watching rule evaluations")
+            result.keep_rules_again(watch(prom), intervals)
         return result
     finally:
         prom.stop()
@@ -276,6 +290,13 @@ def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget) -> Resul
             before_intervals = rule_group_intervals(files, plan.step)
             before = watch_vmalert(alert, list(before_intervals), max(before_intervals.values()), plan.cycles)
             result.keep_rules_before(rev, before, before_intervals)
+            alert.stop()
+            alert = VMAlert(vm.url, plan.bundle.rule_files, evaluation_interval=f"{plan.step}s",
+                            extra_args=["-loggerLevel=ERROR"])
+            alert.start(timeout=60)
+            log("victoriametrics: vmalert restarted with the bundle's rules again; watching rule evaluations")
+            again = watch_vmalert(alert, list(intervals), max(intervals.values()), plan.cycles)
+            result.keep_rules_again(again, intervals)
         return result
     finally:
         if alert is not None:

@@ -55,6 +55,9 @@ def summary(result: Result) -> dict[str, Any]:
             "rule_groups_before": {g: {"seconds": s, "interval": i, "share": s / i}
                                    for g, (s, i) in result.rule_groups_before.items()},
             "rule_costs_before": result.rule_costs_before,
+            "rule_groups_again": {g: {"seconds": s, "interval": i, "share": s / i}
+                                  for g, (s, i) in result.rule_groups_again.items()},
+            "rule_medians_again": result.rule_medians_again,
             "worst_group": worst_group[0], "dashboards": dashboards,
             "queries": [vars(q) for q in result.queries]}
 
@@ -66,7 +69,8 @@ NOT_DRAWN = f"{PAGE_BOUND_SECONDS}+"  # a dashboard the renderer gave up on (its
 def _watches(r: dict[str, Any]) -> tuple[tuple[str, str, str], ...]:
     """(label, worst key, median key) of each watch of one row's rule groups (no median: "")."""
     return (("", "rule_groups", "rule_medians"), (", concurrent-rule-eval", "rule_groups_concurrent", ""),
-            (f", rules of {r.get('rules_before')}", "rule_groups_before", "rule_medians_before"))
+            (f", rules of {r.get('rules_before')}", "rule_groups_before", "rule_medians_before"),
+            (", own rules again (drift)", "rule_groups_again", "rule_medians_again"))
 
 
 def _shares(groups: dict[str, dict[str, float]]) -> str:

@@ -80,10 +80,13 @@ def check_row(row: dict[str, Any], source: str, series_per_pod: tuple[float, flo
 @pytest.mark.prometheus
 @pytest.mark.server
 def test_quick_fleet_tables_are_sane(tmp_path: Path) -> None:
-    summaries = run_quick(tmp_path)
+    """Both backends, and `--rules-before HEAD` on each: the committed rules watched after the
+    bundle's, then the bundle's again (A-B-A)."""
+    summaries = run_quick(tmp_path, "--rules-before", "HEAD")
     for backend in ("prometheus", "victoriametrics"):
         (row,) = summaries[backend]
         check_row(row, "exporter", (40, 200))
+        check_watched_again(row)
 
 
 @pytest.mark.prometheus
@@ -96,11 +99,17 @@ def test_quick_direct_bundle_on_prometheus(tmp_path: Path) -> None:
     assert set(summaries) == {"prometheus"}
     (row,) = summaries["prometheus"]
     check_row(row, "direct", (11, 11 * 3))
+    check_watched_again(row)
+
+
+def check_watched_again(row: dict[str, Any]) -> None:
+    """`--rules-before HEAD`: every group timed in REV's watch and in the bundle's second watch."""
     assert row["rules_before"] == "HEAD"
     for watch in ("rule_groups_before", "rule_groups_again"):
-        assert set(row[watch]) == set(row["rule_groups"]), (watch, row[watch])
-        assert all(0 < g["seconds"] < g["interval"] for g in row[watch].values()), (watch, row[watch])
+        assert set(row[watch]) == set(row["rule_groups"]), (row["backend"], watch, row[watch])
+        assert all(0 < g["seconds"] < g["interval"] for g in row[watch].values()), (row["backend"], watch)
     assert set(row["rule_medians_again"]) == set(row["rule_groups"])
+    assert row["rule_costs_again"] and set(row["rule_costs_again"]) <= set(row["rule_groups"])
 
 
 def no_variables(url: str, model: dict, end: float, repeat: int) -> tuple[dict[str, str], list]:

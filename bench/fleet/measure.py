@@ -66,9 +66,10 @@ class Result:
     rule_medians_before: dict[str, float] = field(default_factory=dict)
     rule_costs_before: dict[str, dict[str, float]] = field(default_factory=dict)
     # ... then the bundle's own rules once more (A-B-A): how far the same rules drift between two
-    # watches of one run, the noise floor of the before/after difference.
+    # watches of one run, one estimate of the drift under a before/after difference.
     rule_groups_again: dict[str, tuple[float, float]] = field(default_factory=dict)
     rule_medians_again: dict[str, float] = field(default_factory=dict)
+    rule_costs_again: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def keep_rules(self, watched: RuleWatch) -> None:
         """Each group's median and each rule's median of the bundle's own rules."""
@@ -83,6 +84,7 @@ class Result:
     def keep_rules_again(self, watched: RuleWatch, intervals: dict[str, float]) -> None:
         """The bundle's own rules watched again after another revision's (A-B-A)."""
         self.rule_groups_again, self.rule_medians_again = watched.shares(intervals), watched.median
+        self.rule_costs_again = watched.rules
 
 
 @dataclass

@@ -57,7 +57,7 @@ def summary(result: Result) -> dict[str, Any]:
             "rule_costs_before": result.rule_costs_before,
             "rule_groups_again": {g: {"seconds": s, "interval": i, "share": s / i}
                                   for g, (s, i) in result.rule_groups_again.items()},
-            "rule_medians_again": result.rule_medians_again,
+            "rule_medians_again": result.rule_medians_again, "rule_costs_again": result.rule_costs_again,
             "worst_group": worst_group[0], "dashboards": dashboards,
             "queries": [vars(q) for q in result.queries]}
 
@@ -115,7 +115,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
                 print(f"  {r['pods']:>6} pods{label}: {_shares(medians)}")
     print(f"costliest rules (median evaluation; the {COSTLIEST_RULES} of each group):")
     for r in rows:
-        runs = (("", r.get("rule_costs", {})), (f" @{r.get('rules_before')}", r.get("rule_costs_before", {})))
+        runs = (("", r.get("rule_costs", {})), (f" @{r.get('rules_before')}", r.get("rule_costs_before", {})),
+                (" again", r.get("rule_costs_again", {})))
         for label, costs in runs:
             for group, rules in sorted(costs.items()):
                 top = sorted(rules.items(), key=lambda kv: -kv[1])[:COSTLIEST_RULES]

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from vllm_spec_exporter.mixin import dashboard_files, overview, rule_files, sources
+from vllm_spec_exporter.mixin import dashboard_files, fleet_records, overview, rule_files, sources
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab import processes
 from vllm_spec_lab.exporter_process import ExporterProcess
@@ -228,8 +228,13 @@ class Replay:
 
     def evaluated_at(self, when: float) -> float | None:
         """When the records the overview's ratio stats read at `when` were evaluated (their newest
-        sample at or before it): they trail the raw counters by up to an evaluation."""
-        return self._instant(f"max(timestamp({sources.rate_record(STACK_CONFIG, sources.ACCEPTED)}))", when)
+        sample at or before it): they trail the raw counters by up to an evaluation. At All the
+        stats read the fleet records (promql.Queries.fleet_or_servers), whose group evaluates at
+        its own offset within the interval: a scrape landing between the two groups' evaluations
+        is in one and not the other, so the servers' record's time would pick the wrong samples."""
+        fleet, servers = (f"max(timestamp({record(STACK_CONFIG, sources.ACCEPTED)}))"
+                          for record in (fleet_records.rate_record, sources.rate_record))
+        return self._instant(f"{fleet} or {servers}", when)
 
     def counter_samples(self, metric: str, at: float) -> list[float]:
         """The exporter's counter `metric`: the values Prometheus holds in [at - the rate interval, at]."""

@@ -185,6 +185,13 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
             """{group: worst evaluation s} and each rule's median over the plan's cycles."""
             return watch_rule_groups(lambda: rule_times(server), max(intervals.values()), plan.cycles)
 
+        def restarted(server: Prometheus, files: tuple[Path, ...], features: tuple[str, ...] = ()) -> Prometheus:
+            """`server` stopped, and a Prometheus on the same data evaluating `files` started."""
+            server.stop()
+            fresh = prometheus3(data, live, plan.step, files, features=features)
+            fresh.start(timeout=900)
+            return fresh
+
         cpu, wall = cpu_seconds(prom.proc.pid), time.monotonic()
         watched = watch(prom)
         rule_groups = watched.shares(intervals)
@@ -204,22 +211,16 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
             except (RuntimeError, subprocess.SubprocessError, OSError, KeyError) as error:
                 log(f"browser: {error}")  # the table shows no draw time; the other figures stand
         if plan.concurrent_rules:
-            prom.stop()
-            prom = prometheus3(data, live, plan.step, plan.bundle.rule_files, features=("concurrent-rule-eval",))
-            prom.start(timeout=900)
+            prom = restarted(prom, plan.bundle.rule_files, features=("concurrent-rule-eval",))
             log("prometheus: restarted with concurrent-rule-eval; watching rule evaluations")
             result.rule_groups_concurrent = watch(prom).shares(intervals)
         if plan.rules_before:
             rev, files = plan.rules_before
-            prom.stop()
-            prom = prometheus3(data, live, plan.step, files)
-            prom.start(timeout=900)
+            prom = restarted(prom, files)
             log(f"prometheus: restarted with the rules of {rev}; watching rule evaluations")
             before_intervals = rule_group_intervals(files, plan.step)
             result.keep_rules_before(rev, watch(prom, before_intervals), before_intervals)
-            prom.stop()
-            prom = prometheus3(data, live, plan.step, plan.bundle.rule_files)
-            prom.start(timeout=900)
+            prom = restarted(prom, plan.bundle.rule_files)
             log("prometheus: restarted with the bundle's rules again; watching rule evaluations")
             result.keep_rules_again(watch(prom), intervals)
         return result
@@ -267,13 +268,22 @@ def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget) -> Resul
         # The raw series have no gap (VictoriaMetrics scraped the live target during the import); the
         # records are replayed up to the live vmalert's start.
         catch_up(replay, plan.start, plan.end, plan.step)
-        alert = VMAlert(vm.url, plan.bundle.rule_files, evaluation_interval=f"{plan.step}s",
-                        extra_args=["-loggerLevel=ERROR"])
-        alert.start(timeout=60)
+
+        def started_vmalert(files: tuple[Path, ...]) -> VMAlert:
+            """A live vmalert evaluating `files` against the server (starting stops it if it fails)."""
+            fresh = VMAlert(vm.url, files, evaluation_interval=f"{plan.step}s", extra_args=["-loggerLevel=ERROR"])
+            fresh.start(timeout=60)
+            return fresh
+
+        def watch(server: VMAlert, intervals: dict[str, float] = intervals) -> RuleWatch:
+            """{group: worst evaluation s} and each rule's median over the plan's cycles."""
+            return watch_vmalert(server, list(intervals), max(intervals.values()), plan.cycles)
+
+        alert = started_vmalert(plan.bundle.rule_files)
         log("victoriametrics: watching rule evaluations")
         assert vm.proc is not None and alert.proc is not None
         cpu, wall = cpu_seconds(vm.proc.pid, alert.proc.pid), time.monotonic()
-        watched = watch_vmalert(alert, list(intervals), max(intervals.values()), plan.cycles)
+        watched = watch(alert)
         cores = (cpu_seconds(vm.proc.pid, alert.proc.pid) - cpu) / (time.monotonic() - wall)
         series = int(http_get_json(f"{vm.url}/api/v1/series/count")["data"][0])
         result = Result("VictoriaMetrics", plan.bundle.source, fleet.pods, len(fleet.series), fleet.series_per_pod,
@@ -286,19 +296,14 @@ def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget) -> Resul
         if plan.rules_before:
             rev, files = plan.rules_before
             alert.stop()
-            alert = VMAlert(vm.url, files, evaluation_interval=f"{plan.step}s", extra_args=["-loggerLevel=ERROR"])
-            alert.start(timeout=60)
+            alert = started_vmalert(files)
             log(f"victoriametrics: vmalert restarted with the rules of {rev}; watching rule evaluations")
             before_intervals = rule_group_intervals(files, plan.step)
-            before = watch_vmalert(alert, list(before_intervals), max(before_intervals.values()), plan.cycles)
-            result.keep_rules_before(rev, before, before_intervals)
+            result.keep_rules_before(rev, watch(alert, before_intervals), before_intervals)
             alert.stop()
-            alert = VMAlert(vm.url, plan.bundle.rule_files, evaluation_interval=f"{plan.step}s",
-                            extra_args=["-loggerLevel=ERROR"])
-            alert.start(timeout=60)
+            alert = started_vmalert(plan.bundle.rule_files)
             log("victoriametrics: vmalert restarted with the bundle's rules again; watching rule evaluations")
-            again = watch_vmalert(alert, list(intervals), max(intervals.values()), plan.cycles)
-            result.keep_rules_again(again, intervals)
+            result.keep_rules_again(watch(alert), intervals)
         return result
     finally:
         if alert is not None:

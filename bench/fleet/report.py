@@ -11,6 +11,11 @@ from fleet.measure import Result
 from vllm_spec_lab.grafana_render import PAGE_BOUND_SECONDS
 
 
+def _group_shares(groups: dict[str, tuple[float, float]]) -> dict[str, dict[str, float]]:
+    """{group: (seconds, interval)} as the JSON keeps it: seconds, interval and their share."""
+    return {g: {"seconds": s, "interval": i, "share": s / i} for g, (s, i) in groups.items()}
+
+
 def summary(result: Result) -> dict[str, Any]:
     """The figures one table row shows (also written by --json, read by tests/test_fleet_scale.py)."""
     dashboards: dict[str, dict[str, Any]] = {}
@@ -45,18 +50,14 @@ def summary(result: Result) -> dict[str, Any]:
             "series_seen": result.series_seen, "series_live": result.series_live,
             "compaction_seconds": result.compaction_seconds,
             "load_seconds": result.load_seconds, "cpu_cores": result.cpu_cores,
-            "rule_groups": {g: {"seconds": s, "interval": i, "share": s / i}
-                            for g, (s, i) in result.rule_groups.items()},
+            "rule_groups": _group_shares(result.rule_groups),
             "rules_total_share": sum(s / i for s, i in result.rule_groups.values()),
-            "rule_groups_concurrent": {g: {"seconds": s, "interval": i, "share": s / i}
-                                       for g, (s, i) in result.rule_groups_concurrent.items()},
+            "rule_groups_concurrent": _group_shares(result.rule_groups_concurrent),
             "rule_costs": result.rule_costs, "rules_before": result.rules_before,
             "rule_medians": result.rule_medians, "rule_medians_before": result.rule_medians_before,
-            "rule_groups_before": {g: {"seconds": s, "interval": i, "share": s / i}
-                                   for g, (s, i) in result.rule_groups_before.items()},
+            "rule_groups_before": _group_shares(result.rule_groups_before),
             "rule_costs_before": result.rule_costs_before,
-            "rule_groups_again": {g: {"seconds": s, "interval": i, "share": s / i}
-                                  for g, (s, i) in result.rule_groups_again.items()},
+            "rule_groups_again": _group_shares(result.rule_groups_again),
             "rule_medians_again": result.rule_medians_again, "rule_costs_again": result.rule_costs_again,
             "worst_group": worst_group[0], "dashboards": dashboards,
             "queries": [vars(q) for q in result.queries]}

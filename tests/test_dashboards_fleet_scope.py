@@ -1,7 +1,8 @@
 """The fleet records change where a panel reads from, never what it shows.
 
 At "All" a per-model or fleet-wide panel reads the fleet records (mixin/fleet_records.py); with
-servers selected it reads their source records (promql.Queries.fleet_or_servers). Here every
+servers selected it reads their source records, or per position their scraped counters
+(promql.Queries.fleet_or_servers, counter_rate). Here every
 generated query that reads a fleet record is evaluated by promtool's own PromQL engine next to the
 same panel built without fleet records (`Queries.fleet_scope` patched off, every server's source
 records summed, as before the fleet records existed), on the same synthetic series, under five
@@ -204,12 +205,21 @@ def checks(case: Case, queries: list[PanelQuery]) -> list[dict]:
                 selected = lacks & values.keys()
                 tests.append(test(f"count({fleet_side}) or vector(0)", 0, f"{where}: fleet side") if selected
                              else test(f"count({fleet_side}) > bool 0", 1, f"{where}: fleet side"))
-            for server_side, variable in server_selectors(query.expr):
+            for server_side, variable in spellings_joined(server_selectors(query.expr)):
                 server_side = expand_variables(server_side, RATE_INTERVAL, values)
                 tests.append(test(f"count({server_side}) > bool 0", 1, f"{where}: per-server side ${variable}")
                              if variable in values else
                              test(f"count({server_side}) or vector(0)", 0, f"{where}: per-server side ${variable}"))
     return tests
+
+
+def spellings_joined(selectors: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The per-server side's selectors, those differing only in `__name__` (a direct raw read's
+    spellings, one of which a server is stored under) joined by `or`: one side to have data."""
+    joined: dict[tuple[str, str], list[str]] = {}
+    for selector, variable in selectors:
+        joined.setdefault((re.sub(r'__name__="[^"]*", ', "", selector), variable), []).append(selector)
+    return [(" or ".join(spellings), variable) for (_, variable), spellings in joined.items()]
 
 
 def acceptance_of_server_a(case: Case) -> dict:

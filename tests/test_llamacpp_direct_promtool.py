@@ -113,7 +113,7 @@ def test_direct_bundle_pages_on_llamacpp(promtool: str, tmp_path: Path) -> None:
     per_position = {re.search(r'position="(\d+)"', labels)[1]: value / drafts
                     for (name, labels), value in spec.items() if name.endswith("_per_pos_total")}
     at = f"{MINUTES - 5}m"
-    target = f'job="{JOB}", instance="{SPEC}"'
+    target, on_spec = f'job="{JOB}", instance="{SPEC}"', f'instance="{SPEC}"'
 
     def rate(counter: sources.SourceCounter) -> str:
         # The source layer's record (every ratio downstream divides two of these).
@@ -124,14 +124,14 @@ def test_direct_bundle_pages_on_llamacpp(promtool: str, tmp_path: Path) -> None:
          "eval_time": at, "exp_samples": [{"labels": f"{{{target}}}", "value": rounded(acceptance)}]},
         {"expr": f"round(1 + {rate(sources.ACCEPTED)} / {rate(sources.DRAFTS)}, 1e-9)",
          "eval_time": at, "exp_samples": [{"labels": f"{{{target}}}", "value": rounded(1 + accepted / drafts)}]},
-        {"expr": f"round({rate(sources.ACCEPTED_BY_POSITION)} / ignoring (position) group_left {rate(sources.DRAFTS)}, "
-                 "1e-9)", "eval_time": at,
+        # Per position no record: the runbook's query of the scraped counters.
+        {"expr": f"round({recording_rules.position_acceptance(cfg, on_spec)}, 1e-9)",
+         "eval_time": at,
          "exp_samples": [{"labels": f'{{{target}, position="{p}"}}', "value": rounded(v)}
                          for p, v in sorted(per_position.items())]},
         # Speculation off: llama.cpp serves its spec counters at 0 and no per-position series, so
-        # there is no per-position record at all (absent, never 0).
-        {"expr": f'{sources.rate_record(cfg, sources.ACCEPTED_BY_POSITION)}{{instance="{OFF}"}}', "eval_time": at,
-         "exp_samples": []},
+        # it has no k (absent, never 0).
+        {"expr": f'{sources.k_record(cfg)}{{instance="{OFF}"}}', "eval_time": at, "exp_samples": []},
         {"expr": f'{sources.rate_record(cfg, sources.GENERATED)}{{instance="{OFF}"}}', "eval_time": at,
          "exp_samples": [{"labels": f'{sources.rate_record(cfg, sources.GENERATED)}{{job="{JOB}", instance="{OFF}"}}',
                           "value": per_minute(off)[("llamacpp:tokens_predicted_total", "")] / 60}]},

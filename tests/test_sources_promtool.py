@@ -22,7 +22,15 @@ import pytest
 import yaml
 
 from support.prom import is_version, run_tool
-from vllm_spec_exporter.mixin import alert_rules, alertmanager, generate, recording_rules, rule_files, sources
+from vllm_spec_exporter.mixin import (
+    alert_rules,
+    alertmanager,
+    fleet_records,
+    generate,
+    recording_rules,
+    rule_files,
+    sources,
+)
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.names import MetricName
 
@@ -77,6 +85,10 @@ def translate(scenario: dict, offset: int, rules: list[str]) -> tuple[dict, set[
                 name = prefix + VLLM_NAME[name]
             series.append({**item, "series": f'{{__name__="{name}",{labels}'})
         case["input_series"] = series
+        for check in case.get("promql_expr_test", []):  # a runbook's query of the scraped counters
+            for counter in sources.COUNTERS:
+                sidecar_rate = f'rate({counter.exporter}{{job="{EXPORTER_JOB}"}}[{direct.windows.rate_window}])'
+                check["expr"] = check["expr"].replace(sidecar_rate, f"({sources.raw_rate(direct, counter)})")
         case["alert_rule_test"] = [t for t in case.get("alert_rule_test", [])
                                    if t["alertname"] not in SIDECAR_ONLY_ALERTS]
         for check in case["alert_rule_test"]:
@@ -171,12 +183,12 @@ def test_generate_direct_output_is_the_committed_sidecar_less_bundle(tmp_path: P
 
 def test_a_series_stored_under_two_spellings_is_read_once(promtool: str, tmp_path: Path) -> None:
     """Across a Prometheus 2 -> 3 upgrade one vLLM series is stored as `vllm_…` and as `vllm:…`
-    within one rate window. Every direct source record holds it once, the first spelling's rate
+    within one rate window. Every direct source and fleet rate record holds it once, the first spelling's rate
     (the spellings' `or` nests to the right, sources._either, and must still keep the first):
     here the two spellings' counters grow at different rates, so a sum or the second one shows."""
     cfg = MixinConfig(source="vllm")
     labels = f'job="{VLLM_JOB}", instance="a:8000", model_name="m", engine="0"'
-    rules = {"groups": [{"name": "source", "rules": sources.source_rules(cfg)}]}
+    rules = {"groups": [{"name": "source", "rules": sources.source_rules(cfg)}, fleet_records.fleet_group(cfg)]}
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=1_000_000))
     series, tests = [], []
     for counter in sources.COUNTERS:
@@ -184,8 +196,13 @@ def test_a_series_stored_under_two_spellings_is_read_once(promtool: str, tmp_pat
         colon, underscore = f"vllm:{counter.vllm}", f"vllm_{counter.vllm}"
         series += [{"series": f'{{__name__="{colon}", {labels}{position}}}', "values": "0+60x20"},
                    {"series": f'{{__name__="{underscore}", {labels}{position}}}', "values": "0+600x20"}]
-        tests.append({"expr": f"round({sources.rate_record(cfg, counter)}, 0.001)", "eval_time": "4m",
-                      "exp_samples": [{"labels": f"{{{labels}{position}}}", "value": 4}]})
+        if counter in sources.RECORDED:
+            tests.append({"expr": f"round({sources.rate_record(cfg, counter)}, 0.001)", "eval_time": "4m",
+                          "exp_samples": [{"labels": f"{{{labels}{position}}}", "value": 4}]})
+        # The per-position counter has no source record: the fleet's sum of its one server reads it.
+        fleet_labels = f'job="{VLLM_JOB}", model_name="m", engine="0"{position}'
+        tests.append({"expr": f"round({fleet_records.rate_record(cfg, counter)}, 0.001)", "eval_time": "4m",
+                      "exp_samples": [{"labels": f"{{{fleet_labels}}}", "value": 4}]})
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(
         {"rule_files": ["rules.yaml"], "evaluation_interval": "15s",
          "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": tests}]}, sort_keys=False))
@@ -194,8 +211,8 @@ def test_a_series_stored_under_two_spellings_is_read_once(promtool: str, tmp_pat
 
 
 def test_k_counts_each_position_once_across_a_spelling_switch(promtool: str, tmp_path: Path) -> None:
-    """The direct k record (sources.k_rule) counts the positions of the per-position source record,
-    whose spellings' `or` keeps one: when the scrape switches from `vllm_…` to `vllm:…`, with the
+    """The direct k record (sources.k_rule, in its group as shipped) counts the positions of the
+    per-position rates, whose spellings' `or` keeps one: when the scrape switches from `vllm_…` to `vllm:…`, with the
     old name marked stale (server a) or just ending, as across a Prometheus restart (server c), k
     stays 4 throughout; one regex over the raw spellings would read 8 on c for the lookback.
     llama-server's positions count too."""
@@ -216,7 +233,7 @@ def test_k_counts_each_position_once_across_a_spelling_switch(promtool: str, tmp
     expected = [*({"labels": f"{k}{{{labels}}}", "value": 4} for labels in servers.values()),
                 {"labels": f"{k}{{{llamacpp}}}", "value": 3}]
     tests = [{"expr": k, "eval_time": at, "exp_samples": expected} for at in ("1m", "2m", "2m15s", "2m30s", "3m", "4m")]
-    rules = {"groups": [{"name": "source", "rules": sources.source_rules(cfg)}]}
+    rules = {"groups": [sources.k_group(cfg)]}
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=1_000_000))
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(
         {"rule_files": ["rules.yaml"], "evaluation_interval": "15s",

@@ -12,8 +12,9 @@ import re
 # What lies between a selector's braces: anything but a brace, or a `${variable}` (a `}` inside a
 # quoted value of the configured selectors would end it early: none of the tested configs has one).
 SELECTOR_BODY = r"(?:\$\{\w+\}|[^{}])*"
-# A selector holding `<label>!~"$var"` or `<label>!~"($var)"`.
-_SERVER_SIDE = re.compile(rf'(?<![\w:])[\w:]+\{{{SELECTOR_BODY}?\w+!~"(?:\(\$(\w+)\)|\$(\w+))"{SELECTOR_BODY}\}}')
+# A selector holding `<label>!~"$var"` or `<label>!~"($var)"`, with its metric name before the
+# braces or (a direct raw read, promql.Queries.counter_rate) as `__name__` inside them.
+_SERVER_SIDE = re.compile(rf'(?<![\w:])[\w:]*\{{{SELECTOR_BODY}?\w+!~"(?:\(\$(\w+)\)|\$(\w+))"{SELECTOR_BODY}\}}')
 
 
 def server_selectors(expr: str) -> list[tuple[str, str]]:

@@ -28,11 +28,11 @@ Contract:
   partial window: the total runs low for one rate window, as the servers' records do.)
 - Efficiency weights each server's drafts by its own k, so its two terms are summed here per
   server before the fleet sum (efficiency_terms, which Queries.efficiency also uses per server).
-  Without the sidecar k is the source group's k record (sources.k_rule; with the sidecar, its
-  gauge): its value changes only when a server restarts with another k, so a cycle-old k mixes
-  nothing. What can mix: a server whose k record starts or ends between the two terms' queries
-  (a source write landing between them) counts on one side only, for that one evaluation, with
-  its share of the fleet's drafts.
+  Without the sidecar k is the k group's record (sources.k_group, once a minute; with the
+  sidecar, its gauge): its value changes only when a server restarts with another k, so a
+  minute-old k mixes nothing. What can mix: a server whose k record starts or ends between the
+  two terms' queries (a k write landing between them) counts on one side only, for that one
+  evaluation, with its share of the fleet's drafts.
 """
 
 from __future__ import annotations
@@ -88,8 +88,9 @@ def fleet_rules(cfg: MixinConfig) -> list[dict[str, str]]:
         by = ", ".join((*kept_labels(cfg), "model_name", "engine", *(("position",) if position else ())))
         return f"sum by ({by}) (\n{inner}\n)"
 
-    def raw(counter: SourceCounter) -> str:  # direct: the spellings' `or`, parenthesised on lines of their own
-        return f"(\n{sources.raw_rate(cfg, counter)}\n)" if cfg.direct else sources.raw_rate(cfg, counter)
+    def raw(counter: SourceCounter) -> str:  # direct: the spellings' `or`, parenthesised
+        rate = sources.raw_rate(cfg, counter)
+        return f"({sources.own_lines(cfg, rate)})" if cfg.direct else rate
 
     rules = [{"record": rate_record(cfg, c), "expr": fleet_sum(sources.raw_rate(cfg, c), c.position)}
              for c in COUNTERS]

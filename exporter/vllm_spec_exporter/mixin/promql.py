@@ -188,9 +188,15 @@ class Queries:
         # The rankings of the crowded panels built so far, by variable: the frame adds the variables.
         self.crowds: dict[str, Crowd] = {}
 
-    def counter_rate(self, counter: SourceCounter, matchers: str = "") -> str:
-        """The source record of one counter's rate, per (server, model, engine), on the variables."""
-        return selector(sources.rate_record(self.cfg, counter), matchers or self.sel.series)
+    def counter_rate(self, counter: SourceCounter, matchers: str = "", raw: bool = False) -> str:
+        """One counter's rate per (server, model, engine[, position]) on the variables: its source
+        record, or with `raw` the scraped series' rate over $__rate_interval, as the per-position
+        counter is always read: it has no source record (sources.RECORDED)."""
+        matchers = matchers or self.sel.series
+        if raw or counter not in sources.RECORDED:
+            rate = sources.raw_rate_on(self.cfg, counter, matchers, RATE_INTERVAL)
+            return f"({rate})" if self.direct else rate  # the spellings' `or` binds loosest
+        return selector(sources.rate_record(self.cfg, counter), matchers)
 
     def fleet_scope(self, by: tuple[str, ...]) -> bool:
         """True when a sum `by` these labels can read the fleet records at "All": none of them is
@@ -226,30 +232,35 @@ class Queries:
         engines = self.counter_rate(counter, join_matchers(self.sel.series, only_when_selected("engine")))
         return all_or_selected(by, selector(record, self.sel.series), engines)
 
-    def sum_rate(self, counter: SourceCounter, by: tuple[str, ...] = (), per_server: bool | None = None) -> str:
+    def sum_rate(self, counter: SourceCounter, by: tuple[str, ...] = (), per_server: bool | None = None,
+                 raw: bool = False) -> str:
         """One counter's rate summed `by`: from the fleet records where fleet_scope allows, from
         the per-server records where server_scope does (`per_server` decides instead when given:
-        a quantity reads all its counters from one layer)."""
-        if self.server_scope(counter, by) if per_server is None else per_server:
+        a quantity reads all its counters from one layer), else from the source records, or with
+        `raw` from the scraped series (counter_rate)."""
+        if not raw and (self.server_scope(counter, by) if per_server is None else per_server):
             return self.servers_or_engines(counter, by)
         if not self.fleet_scope(by):
-            return sum_by(by, self.counter_rate(counter))
+            return sum_by(by, self.counter_rate(counter, raw=raw))
         return self.fleet_or_servers(fleet_records.rate_record(self.cfg, counter),
-                                     self.counter_rate(counter, self.sel.servers), by)
+                                     self.counter_rate(counter, self.sel.servers, raw), by)
 
     def quantity(self, quantity: Quantity, by: tuple[str, ...] = ()) -> str:
         """One of recording_rules.QUANTITIES over the panel's `by`, from the source records (at
         All, where fleet_scope allows, the fleet records; at engine All, where server_scope allows
-        for every counter of the quantity, the per-server records). Never numerator and
+        for every counter of the quantity, the per-server records; the scraped series where a
+        counter has no source record, for every counter of the quantity). Never numerator and
         denominator from two layers: a record of a record can be an evaluation behind the
         records it reads (fleet_records.py says what that did)."""
         def by_of(counter: SourceCounter) -> tuple[str, ...]:
             return (*by, "position") if counter.position else by
         counters = (*quantity.numerator, *quantity.denominator)
         per_server = all(self.server_scope(c, by_of(c)) for c in counters)
+        # A counter without a source record (per position) is read raw, so its quantity's others are too.
+        raw = not set(counters) <= set(sources.RECORDED)
 
         def read(counter: SourceCounter) -> str:
-            return self.sum_rate(counter, by_of(counter), per_server)
+            return self.sum_rate(counter, by_of(counter), per_server, raw)
         matching = ""
         if any(c.position for c in quantity.numerator):
             matching = f"on ({', '.join(by)}) group_left ()" if by else "on () group_left ()"

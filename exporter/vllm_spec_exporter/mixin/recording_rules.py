@@ -3,7 +3,9 @@
 Three layers, each reading only the one before it (the kubernetes-mixin way: queries read records):
 
 1. the *source* records (sources.py, group `vllm-spec-decode.source`): per (server, model, engine)
-   rates of the five counters, read from the sidecar or straight from vLLM (`source` knob); beside
+   rates of four of the five counters (sources.RECORDED: not the per-position one, which panels
+   and runbooks read raw for the servers they select), from the sidecar or straight from vLLM
+   (`source` knob), and without the sidecar k in a group of its own (sources.k_group); beside
    it the *fleet* records (fleet_records.py, group `vllm-spec-decode.fleet`), the same rates summed
    per model and engine across the fleet, from the same counters, for the dashboards at "All";
 2. per server and model (`instance_model`: the data-parallel engines summed): rates and the ratios
@@ -192,13 +194,14 @@ PUBLIC_RECORDS = ("acceptance_ratio", "fleet_acceptance_ratio")
 
 
 def position_acceptance(cfg: MixinConfig, matchers: str) -> str:
-    """POSITION_ACCEPTANCE per server, model and position, from the source records on `matchers`
-    (the runbook's query for one server). Not a record: per position and server it cost more
-    series and evaluation time than anything else per server (with its rate, 42 % of the median
-    evaluation time of `vllm-spec-decode.rules`' rules at 1,000 pods, bench/fleet_scale.py), and
-    only a person diagnosing one server read it."""
+    """POSITION_ACCEPTANCE per server, model and position, from the scraped counters on `matchers`
+    (the runbook's query for one server; its drafts read raw too, one layer for both). Not a
+    record, nor is the per-position rate per server (sources.RECORDED): per position and server
+    they cost more series and evaluation time than anything else per server (with its rate, 42 %
+    of the median evaluation time of `vllm-spec-decode.rules`' rules at 1,000 pods,
+    bench/fleet_scale.py), and only a person diagnosing one server read them."""
     def read(counter: SourceCounter) -> str:
-        return f"sum without (engine) ({own(cfg, sources.rate_record(cfg, counter), matchers)})"
+        return f"sum without (engine) ({sources.own_lines(cfg, sources.raw_rate(cfg, counter, matchers))})"
     return POSITION_ACCEPTANCE.expr(read, POSITION_MATCHING)
 
 
@@ -420,6 +423,7 @@ def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
     # interval the holds were rounded to, whatever the server's global evaluation_interval is.
     interval = cfg.windows.evaluation_interval
     return [{"name": SOURCE_GROUP, "interval": interval, "rules": sources.source_rules(cfg)},
+            *([sources.k_group(cfg)] if cfg.direct else []),
             fleet_records.fleet_group(cfg),
             {"name": RECORDING_GROUP, "interval": interval, "rules": recording_rules(cfg)},
             counts_group(cfg),
@@ -444,7 +448,7 @@ def source_meanings(cfg: MixinConfig) -> dict[str, str]:
               else f"the exporter's counters (`{cfg.exporter_selector}`)")
     return {sources.rate_record(cfg, c): f"Source layer, per server, model and engine, from {origin}: "
                                           f"{sources.COUNTER_MEANINGS[c]} per second."
-            for c in sources.COUNTERS}
+            for c in sources.RECORDED}
 
 
 def record_meaning(name: str, n: RecordNames) -> str:

@@ -18,8 +18,10 @@ bounds read rounded counts (the sidecar reads the same text; longer windows blun
 This module turns either into the *source records*, one per (server, model, engine) with every
 target label kept and the metric name replaced:
 
-    instance_model_engine[_position]:<metric>:rate<rate_window>     every counter (dashboards, alerts)
-    instance_model_engine:vllm_spec_decode_draft_positions:count     k, without the sidecar (k_rule)
+    instance_model_engine:<metric>:rate<rate_window>                 every counter but the per-position
+                                                                     one (RECORDED; dashboards, alerts)
+    instance_model_engine:vllm_spec_decode_draft_positions:count     k, without the sidecar (k_rule),
+                                                                     in a group of its own (k_group)
 
 and gives the evidence records (recording_rules.evidence_rules) their terms, `increase_sum`: a
 counter's increase over an alert window, summed over the data-parallel engines in the same
@@ -57,7 +59,9 @@ __all__ = [
     "DRAFT_POSITIONS",
     "DRAFT_TOKENS",
     "GENERATED",
+    "K_GROUP",
     "LLAMACPP_GAUGES",
+    "RECORDED",
     "VLLM_GAUGES",
     "VLLM_PREFIXES",
     "SourceCounter",
@@ -66,13 +70,16 @@ __all__ = [
     "drafts_present",
     "increase_record",
     "increase_sum",
+    "k_group",
     "k_record",
     "k_rule",
     "k_series",
     "own",
+    "own_lines",
     "rate_record",
     "raw_gauge",
     "raw_rate",
+    "raw_rate_on",
     "restarts",
     "scrape_up",
     "selector",
@@ -122,8 +129,14 @@ GENERATED = SourceCounter("vllm_generation_tokens", MetricName.GENERATION_TOKENS
                           "llamacpp:tokens_predicted_total")
 
 COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_BY_POSITION, GENERATED)
-# The metric part of the direct bundle's k record's name (k_record).
+# The counters with a source record: all but the per-position one. Per server its records were
+# k times the series of any other counter's (34,000 at 5,000 pods) and the source group's
+# costliest rule, for panels and a runbook that read a few selected servers, which the scraped
+# series answer as fast; the fleet's per-position sum is a fleet record (fleet_records.py).
+RECORDED = (DRAFTS, DRAFT_TOKENS, ACCEPTED, GENERATED)
+# The metric part of the direct bundle's k record's name (k_record), and its group (k_group).
 DRAFT_POSITIONS = "vllm_spec_decode_draft_positions"
+K_GROUP = "vllm-spec-decode.k"
 # What each counter counts, for the record tables of alerts/README.md.
 COUNTER_MEANINGS = {
     DRAFTS: "drafts (verification steps with a draft)",
@@ -185,7 +198,9 @@ def _with_selector(cfg: MixinConfig, matchers: str) -> str:
 
 
 def rate_record(cfg: MixinConfig, counter: SourceCounter) -> str:
-    """Name of `counter`'s source rate record (per server, model and engine[, position])."""
+    """Name of `counter`'s source rate record (per server, model and engine); only RECORDED have one."""
+    if counter not in RECORDED:
+        raise ValueError(f"{counter.metric} has no source record (sources.RECORDED)")
     return f"{counter.level}:{counter.metric}:rate{cfg.windows.rate_window}"
 
 
@@ -196,7 +211,11 @@ def increase_record(counter: SourceCounter, window: str) -> str:
 
 def _over_range(cfg: MixinConfig, function: str, counter: SourceCounter, window: str, matchers: str = "") -> str:
     """`function(counter{source job, matchers}[window])`, one series per (server, model, engine)."""
-    match = _with_selector(cfg, matchers)
+    return _over_range_on(cfg, function, counter, window, _with_selector(cfg, matchers))
+
+
+def _over_range_on(cfg: MixinConfig, function: str, counter: SourceCounter, window: str, match: str) -> str:
+    """`function(counter{match}[window])` under each spelling the source may hold, `match` complete."""
     if not cfg.direct:
         return f"{function}({counter.exporter}{{{match}}}[{window}])"
     return _either([f'{function}({{__name__="{name}", {match}}}[{window}])' for name in direct_names(counter)])
@@ -212,11 +231,25 @@ def _either(parts: list[str]) -> str:
     return head if not rest else f"{head}\nor (\n{_either(rest)})"
 
 
-def raw_rate(cfg: MixinConfig, counter: SourceCounter) -> str:
-    """`counter`'s rate over rate_window straight from the scraped series, one per (server, model,
-    engine[, position]): the expression of its source record, for rules that must not read records
-    (vmalert writes them back asynchronously: sources.py's docstring)."""
-    return _over_range(cfg, "rate", counter, cfg.windows.rate_window)
+def own_lines(cfg: MixinConfig, expr: str) -> str:
+    """A raw read set on lines of its own inside the parentheses around it when it is the direct
+    spellings' `or` (a rule file a person reads); as it is with the sidecar's one name."""
+    return f"\n{expr}\n" if cfg.direct else expr
+
+
+def raw_rate(cfg: MixinConfig, counter: SourceCounter, matchers: str = "") -> str:
+    """`counter`'s rate over rate_window straight from the scraped series (and `matchers`), one per
+    (server, model, engine[, position]): the expression of its source record, for rules that must
+    not read records (vmalert writes them back asynchronously: sources.py's docstring), and for a
+    runbook's server."""
+    return _over_range(cfg, "rate", counter, cfg.windows.rate_window, matchers)
+
+
+def raw_rate_on(cfg: MixinConfig, counter: SourceCounter, matchers: str, window: str) -> str:
+    """`counter`'s rate over `window` from the scraped series on `matchers`, which already hold
+    the source's selector (a dashboard's selectors), on one line: how a panel reads a counter that
+    has no source record (the per-position one, RECORDED)."""
+    return _over_range_on(cfg, "rate", counter, window, matchers).replace("\n", " ")
 
 
 def k_record(cfg: MixinConfig) -> str:
@@ -236,30 +269,32 @@ def k_series(cfg: MixinConfig, matchers: str) -> str:
 
 
 def k_rule(cfg: MixinConfig) -> dict[str, str]:
-    """The k record: the positions of the per-position source record, counted. It follows that
-    record in the source group, so on Prometheus it reads the same evaluation's (a group's rules
-    run in order) and on vmalert the previous one's (records are written back asynchronously):
-    k exists while the per-position rates do, whatever the spellings, restarts or missed scrapes
-    the rates already ride out. At 5,000 pods efficiency's two fleet terms each counted the
-    34,000 positions' raw rates; a scratch VictoriaMetrics 1.145 holding those pods (one run,
-    median of 7) took 0.97 s for the two terms so, 0.32 s reading this record, and 0.20 s for
-    this record's own count."""
-    per_position = own(cfg, rate_record(cfg, ACCEPTED_BY_POSITION))
-    return {"record": k_record(cfg), "expr": count_positions(per_position)}
+    """The k record: the positions of the per-position rates, counted. k exists while those
+    rates do, whatever the spellings, restarts or missed scrapes the rates already ride out. At
+    5,000 pods efficiency's two fleet terms each counted the 34,000 positions' raw rates; a
+    scratch VictoriaMetrics 1.145 holding those pods (one run, median of 7) took 0.97 s for the
+    two terms so, 0.32 s reading this record, and 0.20 s for this record's own count."""
+    return {"record": k_record(cfg), "expr": count_positions(own_lines(cfg, raw_rate(cfg, ACCEPTED_BY_POSITION)))}
+
+
+def k_group(cfg: MixinConfig) -> dict[str, object]:
+    """The k record's own group, evaluated every `windows.k_interval` (a minute at 15 s): k changes
+    only when a server restarts with another k, and counting it reads every position series of
+    every server. A k up to one such interval old is what the fleet's efficiency terms and the
+    fleet dashboard read; a server's first minute has no k yet, and efficiency leaves it out
+    on both sides (fleet_records.efficiency_terms)."""
+    return {"name": K_GROUP, "interval": cfg.windows.k_interval, "rules": [k_rule(cfg)]}
 
 
 def source_rules(cfg: MixinConfig) -> list[dict[str, str]]:
-    """The source records every panel and the fleet records read: each counter's rate, and
-    without the sidecar k (which the sidecar serves as a gauge)."""
-    rates = [{"record": rate_record(cfg, c), "expr": raw_rate(cfg, c)} for c in COUNTERS]
-    return [*rates, k_rule(cfg)] if cfg.direct else rates
+    """The source records every panel and the fleet records read: each RECORDED counter's rate."""
+    return [{"record": rate_record(cfg, c), "expr": raw_rate(cfg, c)} for c in RECORDED]
 
 
 def increase_sum(cfg: MixinConfig, counter: SourceCounter, window: str) -> str:
     """`counter`'s increase over `window` straight from the scraped series, summed over the
     data-parallel engines: one series per (server, model). The evidence records' terms."""
-    spelled_out = "\n" if cfg.direct else ""  # the four spellings' `or` on lines of their own
-    return f"sum without (engine) ({spelled_out}{_over_range(cfg, 'increase', counter, window)}{spelled_out})"
+    return f"sum without (engine) ({own_lines(cfg, _over_range(cfg, 'increase', counter, window))})"
 
 
 def drafts_present(cfg: MixinConfig) -> str:

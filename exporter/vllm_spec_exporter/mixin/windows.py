@@ -56,6 +56,7 @@ SLOW_SHORT_MIN = 240.0
 SLOW_LONG_MIN = 600.0
 RATE_WINDOW_MIN = 120.0
 SLOW_LONG_PER_SHORT = 2.5  # the slow tier's evidence window stays 2.5x its short window
+K_INTERVAL_MIN = 60.0  # the k record's group: at least a minute, or the evaluation interval
 
 
 
@@ -101,6 +102,7 @@ class AlertWindows:
     fast_short: str
     slow_long: str
     slow_short: str
+    k_interval: str  # the direct k record's group (sources.k_group): k changes only on restart
     warning_hold: str  # SpecDecodeAcceptanceLow: the fast short window held low this long
     critical_hold: str  # SpecDecodeAcceptanceCritical
     slow_hold: str  # both alerts' slow tier
@@ -143,6 +145,7 @@ def alert_windows(cfg: MixinConfig) -> AlertWindows:
         fast_short=fast_short,
         slow_long=slow_long,
         slow_short=slow_short,
+        k_interval=format_duration(max(K_INTERVAL_MIN, evaluation)),
         warning_hold=hold(cfg.acceptance_low_for, cfg.acceptance_warning_threshold),
         critical_hold=hold(cfg.acceptance_critical_for, cfg.acceptance_critical_threshold),
         slow_hold=cfg.acceptance_slow_for or format_duration(_ceil_to(dip + seconds(slow_short), evaluation)),

@@ -82,6 +82,8 @@ def readme_values(cfg: MixinConfig) -> dict[str, object]:
     return {
         "source_group": recording_rules.SOURCE_GROUP,
         "k_record": sources.k_record(cfg),
+        "k_group": sources.K_GROUP,
+        "k_interval": w.k_interval,
         "fleet_group": fleet_records.FLEET_GROUP,
         "fleet_counts_group": fleet_counts.FLEET_COUNTS_GROUP,
         "source_origin": ("vLLM's own series (`source=vllm`)" if cfg.direct

@@ -189,3 +189,17 @@ def test_overlapping_blocks_counts_every_block_inside_an_earlier_ones_span(tmp_p
         (tmp_path / name).rmdir()
     block("d", 100, 200)  # Prometheus' ranges are half-open: touching is not overlapping
     assert overlapping_blocks(tmp_path) == 0
+
+
+def test_a_group_evaluated_less_often_is_watched_over_the_same_span() -> None:
+    """The direct k group evaluates once a minute beside 15 s groups: it counts the evaluations
+    the 15 s groups' watch spans (never more than --cycles, never none), and skips its warm-up
+    only when it counts more than one."""
+    from fleet.servers import evaluations_wanted, warm_ups
+
+    intervals = {"source": 15.0, "k": 60.0, "slow": 600.0}
+    assert evaluations_wanted(intervals, 8) == {"source": 8, "k": 2, "slow": 1}
+    assert warm_ups(evaluations_wanted(intervals, 8)) == {"source": 1, "k": 1, "slow": 0}
+    assert evaluations_wanted(intervals, 2) == {"source": 2, "k": 1, "slow": 1}  # --quick
+    assert warm_ups(evaluations_wanted(intervals, 2)) == {"source": 1, "k": 0, "slow": 0}
+    assert evaluations_wanted({"a": 15.0, "b": 15.0}, 4) == {"a": 4, "b": 4}

@@ -183,7 +183,7 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
 
         def watch(server: Prometheus, intervals: dict[str, float] = intervals) -> RuleWatch:
             """{group: worst evaluation s} and each rule's median over the plan's cycles."""
-            return watch_rule_groups(lambda: rule_times(server), max(intervals.values()), plan.cycles)
+            return watch_rule_groups(lambda: rule_times(server), intervals, plan.cycles)
 
         def restarted(server: Prometheus, files: tuple[Path, ...], features: tuple[str, ...] = ()) -> Prometheus:
             """`server` stopped, and a Prometheus on the same data evaluating `files` started."""
@@ -277,7 +277,7 @@ def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget) -> Resul
 
         def watch(server: VMAlert, intervals: dict[str, float] = intervals) -> RuleWatch:
             """{group: worst evaluation s} and each rule's median over the plan's cycles."""
-            return watch_vmalert(server, list(intervals), max(intervals.values()), plan.cycles)
+            return watch_vmalert(server, intervals, plan.cycles)
 
         alert = started_vmalert(plan.bundle.rule_files)
         log("victoriametrics: watching rule evaluations")

@@ -5,6 +5,7 @@ process); and the one way it runs a tool (`run`: a failure raises with the tool'
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import statistics
@@ -165,47 +166,75 @@ class RuleWatch(NamedTuple):
         return {g: (s, intervals[g]) for g, s in self.worst.items()}
 
 
-def watch_rule_groups(read, interval: float, cycles: int) -> RuleWatch:
-    """The worst and the median evaluation time of each group, and each rule's median, over `cycles`
-    fresh evaluations (the first after a (re)start is not counted: it warms caches)."""
-    times: dict[str, list[float]] = {}
-    per_rule: dict[str, dict[str, list[float]]] = {}
-    seen: dict[str, set[str]] = {}
-    deadline = time.monotonic() + interval * (cycles + 3) + 60
-    while time.monotonic() < deadline:
-        for group, (seconds, _, last, rules) in read().items():
-            if last.startswith("0001"):
-                continue  # not evaluated yet
-            if last not in seen.setdefault(group, set()):
-                seen[group].add(last)
-                if len(seen[group]) > 1:
-                    times.setdefault(group, []).append(seconds)
-                    for rule, rule_seconds in rules.items():
-                        per_rule.setdefault(group, {}).setdefault(rule, []).append(rule_seconds)
-        if seen and all(len(s) > cycles for s in seen.values()):
-            break
-        time.sleep(1)
+def evaluations_wanted(intervals: dict[str, float], cycles: int) -> dict[str, int]:
+    """Evaluations to count of each group: as many as fit in `cycles` of the most frequent
+    groups' interval, so every group is watched over about the same span and a worst is of as
+    many evaluations as before a group moved to a longer interval (the direct k group, once a
+    minute, counts 2 against the 15 s groups' 8), at least 1 and at most `cycles`."""
+    shortest = min(intervals.values())
+    return {g: max(1, min(cycles, math.ceil(cycles * shortest / i))) for g, i in intervals.items()}
+
+
+def warm_ups(wanted: dict[str, int]) -> dict[str, int]:
+    """Evaluations of each group not counted after a (re)start: the first, which warms caches,
+    except in a group of which the span holds one evaluation (waiting for a second would make the
+    watch a minute longer for a group that costs a fraction of its interval)."""
+    return {g: 1 if n > 1 else 0 for g, n in wanted.items()}
+
+
+def _watch_deadline(intervals: dict[str, float], wanted: dict[str, int]) -> float:
+    return time.monotonic() + max((wanted[g] + 3) * i for g, i in intervals.items()) + 60
+
+
+def _watched(times: dict[str, list[float]], per_rule: dict[str, dict[str, list[float]]]) -> RuleWatch:
     return RuleWatch({g: max(t) for g, t in times.items()}, {g: statistics.median(t) for g, t in times.items()},
                      {g: {r: statistics.median(t) for r, t in rules.items()} for g, rules in per_rule.items()})
 
 
-def watch_vmalert(alert: VMAlert, names: list[str], interval: float, cycles: int) -> RuleWatch:
-    """The worst and median evaluation time of each group over `cycles` evaluations after the first
-    (vmalert's running sum and count, read often enough that each evaluation shows as its own
-    increment), and each rule's median (its `evaluationTime` in vmalert's /api/v1/rules)."""
+def watch_rule_groups(read, intervals: dict[str, float], cycles: int) -> RuleWatch:
+    """The worst and the median evaluation time of each group, and each rule's median, over its
+    evaluations_wanted fresh evaluations (after its warm_ups)."""
+    wanted = evaluations_wanted(intervals, cycles)
+    skipped = warm_ups(wanted)
+    times: dict[str, list[float]] = {}
+    per_rule: dict[str, dict[str, list[float]]] = {}
+    seen: dict[str, set[str]] = {}
+    deadline = _watch_deadline(intervals, wanted)
+    while time.monotonic() < deadline:
+        for group, (seconds, _, last, rules) in read().items():
+            if last.startswith("0001"):
+                continue  # not evaluated yet
+            if last not in seen.setdefault(group, set()) and len(times.get(group, [])) < wanted.get(group, cycles):
+                seen[group].add(last)
+                if len(seen[group]) > skipped.get(group, 1):
+                    times.setdefault(group, []).append(seconds)
+                    for rule, rule_seconds in rules.items():
+                        per_rule.setdefault(group, {}).setdefault(rule, []).append(rule_seconds)
+        if all(len(times.get(g, [])) >= n for g, n in wanted.items()):
+            break
+        time.sleep(1)
+    return _watched(times, per_rule)
+
+
+def watch_vmalert(alert: VMAlert, intervals: dict[str, float], cycles: int) -> RuleWatch:
+    """The worst and median evaluation time of each group over its evaluations_wanted evaluations
+    after its warm_ups (vmalert's running sum and count, read often enough that each evaluation
+    shows as its own increment), and each rule's median (its `evaluationTime` in vmalert's
+    /api/v1/rules)."""
+    wanted = evaluations_wanted(intervals, cycles)
+    skipped = warm_ups(wanted)
     times: dict[str, list[float]] = {}
     seen: dict[str, tuple[float, int]] = {}
     per_rule: dict[str, dict[str, list[float]]] = {}
     rule_seen: dict[tuple[str, str], set[str]] = {}
-    evaluations: dict[str, int] = dict.fromkeys(names, 0)
-    deadline = time.monotonic() + interval * (cycles + 3) + 60
-    while time.monotonic() < deadline and not all(evaluations[n] > cycles for n in names):
+    deadline = _watch_deadline(intervals, wanted)
+    while time.monotonic() < deadline and not all(len(times.get(g, [])) >= n for g, n in wanted.items()):
         for group, (total, count) in vmalert_iteration_seconds(alert).items():
             before_total, before_count = seen.get(group, (0.0, 0))
             if count > before_count:
-                if before_count:  # the first evaluation after the start warms caches
+                counted = before_count >= skipped.get(group, 1)  # the first after the start warms caches
+                if counted and len(times.get(group, [])) < wanted.get(group, cycles):
                     times.setdefault(group, []).append((total - before_total) / (count - before_count))
-                evaluations[group] = evaluations.get(group, 0) + count - before_count
                 seen[group] = (total, count)
         for group in alert.rule_groups():
             for rule in group["rules"]:
@@ -213,8 +242,8 @@ def watch_vmalert(alert: VMAlert, names: list[str], interval: float, cycles: int
                 if last.startswith("0001") or last in rule_seen.setdefault(key, set()):
                     continue
                 rule_seen[key].add(last)
-                if len(rule_seen[key]) > 1:
+                kept = per_rule.get(key[0], {}).get(key[1], [])
+                if len(rule_seen[key]) > skipped.get(key[0], 1) and len(kept) < wanted.get(key[0], cycles):
                     per_rule.setdefault(key[0], {}).setdefault(key[1], []).append(rule["evaluationTime"])
         time.sleep(0.25)
-    return RuleWatch({g: max(t) for g, t in times.items()}, {g: statistics.median(t) for g, t in times.items()},
-                     {g: {r: statistics.median(t) for r, t in rules.items()} for g, rules in per_rule.items()})
+    return _watched(times, per_rule)

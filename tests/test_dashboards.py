@@ -24,7 +24,17 @@ import pytest
 import yaml
 
 from vllm_spec_exporter import schema
-from vllm_spec_exporter.mixin import alert_rules, crowd, dashboard_files, fleet_counts, links, promql, recording_rules
+from vllm_spec_exporter.durations import seconds
+from vllm_spec_exporter.mixin import (
+    alert_rules,
+    crowd,
+    dashboard_files,
+    fleet_counts,
+    links,
+    promql,
+    recording_rules,
+    sources,
+)
 from vllm_spec_exporter.mixin import fleet as fleet_dashboard
 from vllm_spec_exporter.mixin import overview as overview_dashboard
 from vllm_spec_exporter.mixin.config import MixinConfig
@@ -447,14 +457,19 @@ def test_promql_is_valid(model: dict) -> None:
             pytest.fail(f"{panel['title']} target {index}: {error}\n{target['expr']}")
 
 
-def test_rates_use_rate_interval_and_counters_only_inside_rates(model: dict) -> None:
+def test_rates_use_rate_interval_and_counters_only_inside_rates(model: dict, cfg: MixinConfig) -> None:
+    """target-rate-interval-rule, with the exclusions written to dashboards/.lint (the per-position
+    panels' reads of the counters, over exactly the records' rate_window), and
+    target-counter-agg-rule."""
+    exclusions = lint_exclusions(cfg)
     problems = []
     for panel, index, target in all_targets(model):
         ast = parse(target["expr"])
+        window = (seconds(cfg.windows.rate_window)
+                  if excluded(exclusions, "target-rate-interval-rule", model, panel, index) else RATE_INTERVAL_SECONDS)
         for node, _ in walk(ast):
-            # target-rate-interval-rule
-            if isinstance(node, promql_parser.MatrixSelector) and node.range.total_seconds() != RATE_INTERVAL_SECONDS:
-                problems.append(f"{panel['title']} {index}: range {node.range} is not $__rate_interval")
+            if isinstance(node, promql_parser.MatrixSelector) and node.range.total_seconds() != window:
+                problems.append(f"{panel['title']} {index}: range {node.range} is not {window} s")
         for selector, call in vector_selectors(ast):
             counters = [name for name in metric_names(selector) if name.endswith("_total")]
             if counters and call not in RANGE_FUNCTIONS:  # target-counter-agg-rule
@@ -853,14 +868,18 @@ def test_efficiency_covers_the_same_series_on_both_sides(tmp_path: Path) -> None
 
 def test_a_quantity_reads_numerator_and_denominator_from_one_layer(cfg: MixinConfig) -> None:
     """Per server and model at engine All, acceptance reads the per-server records for both terms;
-    per-position acceptance, whose numerator has no per-server record, reads the source records
-    for both (a record of a record can lag the records it reads: never mix the two in a ratio)."""
+    per-position acceptance, whose numerator has no record per server, reads the counters for both
+    (a record can lag the counters and a record of a record the records it reads: never mix two
+    layers in a ratio), at All (by model) the fleet records for both."""
     q = promql.Queries(cfg)
     by = (cfg.instance_label, "model_name")
     per_server = {recording_rules.server_rate_record(cfg, c) for c in recording_rules.SERVER_RATE_RECORDS}
+    source = {sources.rate_record(cfg, c) for c in sources.RECORDED}
     acceptance = q.acceptance(by)
     assert {r for r in per_server if r + "{" in acceptance} == {
         recording_rules.server_rate_record(cfg, c) for c in recording_rules.ACCEPTANCE.numerator
         + recording_rules.ACCEPTANCE.denominator}
-    position = q.position_acceptance(by)
-    assert not [r for r in per_server if r + "{" in position], position
+    for position in (q.position_acceptance(by), q.position_acceptance()):
+        assert not [r for r in per_server | source if r + "{" in position], position
+        assert all(f"rate({c.exporter}{{" in position for c in recording_rules.POSITION_ACCEPTANCE.numerator
+                   + recording_rules.POSITION_ACCEPTANCE.denominator), position

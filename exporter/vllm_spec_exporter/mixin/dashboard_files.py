@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import yaml
 
-from . import fleet, fleet_counts, fleet_records, links, overview
+from . import fleet, fleet_counts, fleet_records, links, overview, sources
 from .config import MixinConfig
 from .crowd import CROWD_VARIABLE_PREFIX, SEEN_VARIABLE
 from .promql import VLLM_METRICS_QUERIED, vllm_name_pattern
@@ -107,6 +107,15 @@ def lint_config(models: Sequence[dict]) -> dict:
         for index, target in enumerate(panel.get("targets", []))
         if any(name in target["expr"] for name in unscoped_metrics)
     ]
+    # The per-position panels read the counters with servers selected (promql.Queries.counter_rate).
+    raw_per_position = (sources.ACCEPTED_BY_POSITION.exporter, sources.ACCEPTED_BY_POSITION.vllm)
+    per_position = [
+        {"dashboard": model["title"], "panel": panel["title"], "targetIdx": str(index)}
+        for model in models
+        for panel in iter_panels(model)
+        for index, target in enumerate(panel.get("targets", []))
+        if any(name in target["expr"] for name in raw_per_position)
+    ]
     custom_units = [
         {"dashboard": model["title"], "panel": panel["title"]}
         for model in models
@@ -117,6 +126,13 @@ def lint_config(models: Sequence[dict]) -> dict:
         "target-job-rule": {"reason": unscoped_reason, "entries": unscoped},
         # A copy, so PyYAML writes the list out instead of an &anchor/*alias pair.
         "target-instance-rule": {"reason": unscoped_reason, "entries": [dict(e) for e in unscoped]},
+        "target-rate-interval-rule": {
+            "reason": "With servers selected the per-position panels read the counters, which no per-server "
+                      "record holds (k series a server, read for a few servers), over the recording rules' "
+                      "rate_window: the same window as the fleet records they read at All and as the stats "
+                      "beside them.",
+            "entries": per_position,
+        },
         "panel-units-rule": {
             "reason": "Grafana's custom unit syntax (count:tok/s, as vLLM's own dashboards use) is "
                       "valid in Grafana but missing from the linter's fixed unit list.",

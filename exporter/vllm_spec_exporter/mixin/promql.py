@@ -190,11 +190,13 @@ class Queries:
 
     def counter_rate(self, counter: SourceCounter, matchers: str = "", raw: bool = False) -> str:
         """One counter's rate per (server, model, engine[, position]) on the variables: its source
-        record, or with `raw` the scraped series' rate over $__rate_interval, as the per-position
-        counter is always read: it has no source record (sources.RECORDED)."""
+        record, or with `raw` the scraped series' rate, as the per-position counter is always read:
+        it has no source record (sources.RECORDED). Over the records' rate_window, not
+        $__rate_interval: a panel then shows the same with servers selected as at All, where it
+        reads the fleet records, and as the stats beside it (dashboards/.lint says so)."""
         matchers = matchers or self.sel.series
         if raw or counter not in sources.RECORDED:
-            rate = sources.raw_rate_on(self.cfg, counter, matchers, RATE_INTERVAL)
+            rate = sources.raw_rate_on(self.cfg, counter, matchers, self.cfg.windows.rate_window)
             return f"({rate})" if self.direct else rate  # the spellings' `or` binds loosest
         return selector(sources.rate_record(self.cfg, counter), matchers)
 

@@ -192,7 +192,7 @@ def test_records_equal_derive_on_real_vllm_output_in_every_spelling(tsdb: dict) 
         SPEEDUP: q.speedup_bound(by),
     }
     per_server = {"acceptance": n.acceptance_ratio, "length": n.acceptance_length,
-                  # no record: the runbook's query over the source records
+                  # no record: the runbook's query over the counters
                   "position": recording_rules.position_acceptance(CFG, "")}
     compared: dict[MetricName | str, int] = {}
     problems: list[str] = []

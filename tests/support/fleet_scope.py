@@ -1,8 +1,9 @@
 """Test-only: the parts of a fleet-dashboard query that answer for selected servers only.
 
-The fleet panels read fleet records at "All" and the servers' own source records once servers,
-models or engines are selected (`promql.Queries`); the per-server side's selectors carry a matcher
-`<label>!~"$variable"` or `<label>!~"($variable)"` that matches nothing at All.
+The fleet panels read fleet records at "All" and the servers' own source records (per position
+their counters) once servers, models or engines are selected (`promql.Queries`); the per-server
+side's selectors carry a matcher `<label>!~"$variable"` or `<label>!~"($variable)"` that matches
+nothing at All.
 """
 
 from __future__ import annotations

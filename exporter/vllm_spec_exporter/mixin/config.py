@@ -163,8 +163,8 @@ class MixinConfig:
     )
     rate_window: str = knob(
         WINDOWS, "",
-        "rate() window of the dashboards' recording rules (rates, ratios, per position); empty: 2m, or 4 scrape "
-        "intervals when longer. The alerts use their own windows below. Must hold >= 4 samples.",
+        "rate() window of the dashboards' recording rules (rates, ratios) and of their per-position panels; "
+        "empty: 2m, or 4 scrape intervals when longer. The alerts use their own windows below. Must hold >= 4 samples.",
     )
 
     # --- Acceptance alerts: a decision on evidence ------------------------------------------

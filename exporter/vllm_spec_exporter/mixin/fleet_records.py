@@ -30,7 +30,8 @@ Contract:
   server before the fleet sum (efficiency_terms, which Queries.efficiency also uses per server).
   Without the sidecar k is the k group's record (sources.k_group, once a minute; with the
   sidecar, its gauge): its value changes only when a server restarts with another k, so a
-  minute-old k mixes nothing. What can mix: a server whose k record starts or ends between the
+  minute-old k mixes nothing but a new or restarted server's first minute (sources.k_group says
+  what that leaves out). What can mix: a server whose k record starts or ends between the
   two terms' queries (a k write landing between them) counts on one side only, for that one
   evaluation, with its share of the fleet's drafts.
 """
@@ -90,7 +91,7 @@ def fleet_rules(cfg: MixinConfig) -> list[dict[str, str]]:
 
     def raw(counter: SourceCounter) -> str:  # direct: the spellings' `or`, parenthesised
         rate = sources.raw_rate(cfg, counter)
-        return f"({sources.own_lines(cfg, rate)})" if cfg.direct else rate
+        return f"({sources.spelled_out(cfg, rate)})" if cfg.direct else rate
 
     rules = [{"record": rate_record(cfg, c), "expr": fleet_sum(sources.raw_rate(cfg, c), c.position)}
              for c in COUNTERS]

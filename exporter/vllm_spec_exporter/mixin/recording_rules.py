@@ -22,8 +22,9 @@ Three layers, each reading only the one before it (the kubernetes-mixin way: que
 
 Every record is read by an alert, a dashboard, a runbook, or is part of the documented API
 (`PUBLIC_RECORDS`, the acceptance ratios for users' own alerts and panels): the dashboards compute
-their quantities from the source records with `QUANTITIES` (per-engine filtering needs them), so a
-layer-2 record no one reads would only cost series. tests/test_records_read.py checks it for both
+their quantities from the source records with `QUANTITIES` (per-engine filtering needs them; per
+position, with servers selected, from the counters), so a layer-2 record no one reads would only
+cost series. tests/test_records_read.py checks it for both
 sources and several scrape intervals.
 
 Names follow Prometheus' `level:metric:operations` (https://prometheus.io/docs/practices/rules/):
@@ -200,9 +201,7 @@ def position_acceptance(cfg: MixinConfig, matchers: str) -> str:
     they cost more series and evaluation time than anything else per server (with its rate, 42 %
     of the median evaluation time of `vllm-spec-decode.rules`' rules at 1,000 pods,
     bench/fleet_scale.py), and only a person diagnosing one server read them."""
-    def read(counter: SourceCounter) -> str:
-        return f"sum without (engine) ({sources.own_lines(cfg, sources.raw_rate(cfg, counter, matchers))})"
-    return POSITION_ACCEPTANCE.expr(read, POSITION_MATCHING)
+    return POSITION_ACCEPTANCE.expr(lambda counter: sources.rate_sum(cfg, counter, matchers), POSITION_MATCHING)
 
 
 def public_records(cfg: MixinConfig) -> tuple[str, ...]:

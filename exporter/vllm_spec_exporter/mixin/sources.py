@@ -9,7 +9,7 @@ and llama.cpp's llama-server (`llamacpp:`, b11434, `--metrics`), whose counters 
 quantities: drafts (verification steps), draft tokens, accepted tokens, accepted by 0-based
 position, and predicted (generated) tokens. Its series carry no model_name or engine label, so its
 records lack them too; its per-position counters appear only after the first speculative request,
-and until then its per-position records are absent (never 0), as with every other source. It
+and until then its per-position rates and k are absent (never 0), as with every other source. It
 serves its other spec counters at 0 even without speculation (drafts_present says why it matters).
 And it prints its counters with 6 significant digits (`%g`): above 10^6 an increase is rounded to
 tens, above 10^7 to hundreds, so on a long-running, busy llama-server the direct acceptance and its
@@ -75,16 +75,17 @@ __all__ = [
     "k_rule",
     "k_series",
     "own",
-    "own_lines",
+    "panel_rate",
     "rate_record",
+    "rate_sum",
     "raw_gauge",
     "raw_rate",
-    "raw_rate_on",
     "restarts",
     "scrape_up",
     "selector",
     "selector_labels",
     "source_rules",
+    "spelled_out",
     "vllm_spellings",
 ]
 
@@ -98,8 +99,8 @@ class SourceCounter:
 
     `metric` is the metric part of its record names; `exporter` the sidecar's served name; `vllm`
     vLLM's sample name after the `vllm:` prefix; `llamacpp` llama-server's whole sample name;
-    `position` says the series carry a 0-based draft `position` label (the record's level then ends
-    in `_position`).
+    `position` says the series carry a 0-based draft `position` label (such a counter has no source
+    record: RECORDED; its fleet record's level ends in `_position`).
     """
 
     metric: str
@@ -107,11 +108,6 @@ class SourceCounter:
     vllm: str
     llamacpp: str
     position: bool = False
-
-    @property
-    def level(self) -> str:
-        """The aggregation level of its rate record's name."""
-        return "instance_model_engine_position" if self.position else "instance_model_engine"
 
 
 # llama-server b11434's names: tools/server/server-task.cpp, and tests/fixtures/llamacpp-b11434/.
@@ -131,8 +127,10 @@ GENERATED = SourceCounter("vllm_generation_tokens", MetricName.GENERATION_TOKENS
 COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_BY_POSITION, GENERATED)
 # The counters with a source record: all but the per-position one. Per server its records were
 # k times the series of any other counter's (34,000 at 5,000 pods) and the source group's
-# costliest rule, for panels and a runbook that read a few selected servers, which the scraped
-# series answer as fast; the fleet's per-position sum is a fleet record (fleet_records.py).
+# costliest rule, read only by panels with servers selected and a runbook's server: those read
+# the scraped counters, k series a server (at All the panels read the fleet's per-position sum,
+# a fleet record: fleet_records.py). A config whose selector matches on the instance label has
+# no fleet scope (promql.Queries.fleet_scope): its per-position panels read every server's.
 RECORDED = (DRAFTS, DRAFT_TOKENS, ACCEPTED, GENERATED)
 # The metric part of the direct bundle's k record's name (k_record), and its group (k_group).
 DRAFT_POSITIONS = "vllm_spec_decode_draft_positions"
@@ -201,7 +199,7 @@ def rate_record(cfg: MixinConfig, counter: SourceCounter) -> str:
     """Name of `counter`'s source rate record (per server, model and engine); only RECORDED have one."""
     if counter not in RECORDED:
         raise ValueError(f"{counter.metric} has no source record (sources.RECORDED)")
-    return f"{counter.level}:{counter.metric}:rate{cfg.windows.rate_window}"
+    return f"instance_model_engine:{counter.metric}:rate{cfg.windows.rate_window}"
 
 
 def increase_record(counter: SourceCounter, window: str) -> str:
@@ -231,24 +229,25 @@ def _either(parts: list[str]) -> str:
     return head if not rest else f"{head}\nor (\n{_either(rest)})"
 
 
-def own_lines(cfg: MixinConfig, expr: str) -> str:
-    """A raw read set on lines of its own inside the parentheses around it when it is the direct
-    spellings' `or` (a rule file a person reads); as it is with the sidecar's one name."""
+def spelled_out(cfg: MixinConfig, expr: str) -> str:
+    """`expr`, a raw read, on lines of its own inside the parentheses around it when it is the
+    direct spellings' `or` (in a rule file or runbook a person reads); as it is with the sidecar's
+    one name."""
     return f"\n{expr}\n" if cfg.direct else expr
 
 
 def raw_rate(cfg: MixinConfig, counter: SourceCounter, matchers: str = "") -> str:
-    """`counter`'s rate over rate_window straight from the scraped series (and `matchers`), one per
-    (server, model, engine[, position]): the expression of its source record, for rules that must
-    not read records (vmalert writes them back asynchronously: sources.py's docstring), and for a
-    runbook's server."""
+    """`counter`'s rate over rate_window straight from the scraped series (the source's selector,
+    and `matchers`), one per (server, model, engine[, position]): a source record's expression,
+    and what rules that must not read records read (vmalert writes them back asynchronously:
+    sources.py's docstring)."""
     return _over_range(cfg, "rate", counter, cfg.windows.rate_window, matchers)
 
 
-def raw_rate_on(cfg: MixinConfig, counter: SourceCounter, matchers: str, window: str) -> str:
-    """`counter`'s rate over `window` from the scraped series on `matchers`, which already hold
-    the source's selector (a dashboard's selectors), on one line: how a panel reads a counter that
-    has no source record (the per-position one, RECORDED)."""
+def panel_rate(cfg: MixinConfig, counter: SourceCounter, matchers: str, window: str) -> str:
+    """raw_rate as a panel reads it: over `window`, on `matchers` taken as they are (a dashboard's
+    selectors hold the source's selector already), on one line. For a counter without a source
+    record (the per-position one, RECORDED) and the quantities it is part of."""
     return _over_range_on(cfg, "rate", counter, window, matchers).replace("\n", " ")
 
 
@@ -274,15 +273,22 @@ def k_rule(cfg: MixinConfig) -> dict[str, str]:
     5,000 pods efficiency's two fleet terms each counted the 34,000 positions' raw rates; a
     scratch VictoriaMetrics 1.145 holding those pods (one run, median of 7) took 0.97 s for the
     two terms so, 0.32 s reading this record, and 0.20 s for this record's own count."""
-    return {"record": k_record(cfg), "expr": count_positions(own_lines(cfg, raw_rate(cfg, ACCEPTED_BY_POSITION)))}
+    return {"record": k_record(cfg), "expr": count_positions(spelled_out(cfg, raw_rate(cfg, ACCEPTED_BY_POSITION)))}
 
 
 def k_group(cfg: MixinConfig) -> dict[str, object]:
     """The k record's own group, evaluated every `windows.k_interval` (a minute at 15 s): k changes
     only when a server restarts with another k, and counting it reads every position series of
-    every server. A k up to one such interval old is what the fleet's efficiency terms and the
-    fleet dashboard read; a server's first minute has no k yet, and efficiency leaves it out
-    on both sides (fleet_records.efficiency_terms)."""
+    every server. What the fleet's efficiency terms and the fleet dashboard read is up to one
+    such interval old:
+    - a server has no k for up to that interval after its per-position rates first exist
+      (llama-server: after its first speculative request); efficiency leaves it out on both sides
+      meanwhile (fleet_records.efficiency_terms), and the fleet dashboard's k and servers-per-model
+      panels miss it;
+    - after a restart with another k on the same labels, the old k stands for up to rate_window
+      (the old positions' rates) plus that interval;
+    - when the rules are first loaded (or this group is renamed), k is absent until the group's
+      first evaluation, up to that interval."""
     return {"name": K_GROUP, "interval": cfg.windows.k_interval, "rules": [k_rule(cfg)]}
 
 
@@ -294,7 +300,14 @@ def source_rules(cfg: MixinConfig) -> list[dict[str, str]]:
 def increase_sum(cfg: MixinConfig, counter: SourceCounter, window: str) -> str:
     """`counter`'s increase over `window` straight from the scraped series, summed over the
     data-parallel engines: one series per (server, model). The evidence records' terms."""
-    return f"sum without (engine) ({own_lines(cfg, _over_range(cfg, 'increase', counter, window))})"
+    return f"sum without (engine) ({spelled_out(cfg, _over_range(cfg, 'increase', counter, window))})"
+
+
+def rate_sum(cfg: MixinConfig, counter: SourceCounter, matchers: str) -> str:
+    """`counter`'s rate over rate_window straight from the scraped series on `matchers`, summed
+    over the data-parallel engines: one series per (server, model[, position]). A runbook's read
+    of one server."""
+    return f"sum without (engine) ({spelled_out(cfg, raw_rate(cfg, counter, matchers))})"
 
 
 def drafts_present(cfg: MixinConfig) -> str:

@@ -214,12 +214,18 @@ def checks(case: Case, queries: list[PanelQuery]) -> list[dict]:
 
 
 def spellings_joined(selectors: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The per-server side's selectors, those differing only in `__name__` (a direct raw read's
-    spellings, one of which a server is stored under) joined by `or`: one side to have data."""
-    joined: dict[tuple[str, str], list[str]] = {}
+    """The per-server side's selectors, the spellings of one counter in one read (a direct raw
+    read: a server is stored under one of them) joined by `or`: one side to have data."""
+    counter_of = {name: counter.metric for counter in sources.COUNTERS for name in sources.direct_names(counter)}
+    joined: dict[tuple[str, str, str], list[str]] = {}
     for selector, variable in selectors:
-        joined.setdefault((re.sub(r'__name__="[^"]*", ', "", selector), variable), []).append(selector)
-    return [(" or ".join(spellings), variable) for (_, variable), spellings in joined.items()]
+        name = re.search(r'__name__="([^"]*)"', selector)
+        if name is None:  # a record or the sidecar's counter: a read of its own
+            joined[(selector, "", variable)] = [selector]
+            continue
+        key = (re.sub(r'__name__="[^"]*", ', "", selector), counter_of[name[1]], variable)
+        joined.setdefault(key, []).append(selector)
+    return [(" or ".join(spellings), variable) for (_, _, variable), spellings in joined.items()]
 
 
 def acceptance_of_server_a(case: Case) -> dict:

@@ -129,8 +129,10 @@ def test_direct_bundle_pages_on_llamacpp(promtool: str, tmp_path: Path) -> None:
          "eval_time": at,
          "exp_samples": [{"labels": f'{{{target}, position="{p}"}}', "value": rounded(v)}
                          for p, v in sorted(per_position.items())]},
-        # Speculation off: llama.cpp serves its spec counters at 0 and no per-position series, so
-        # it has no k (absent, never 0).
+        # k: the positions it serves; speculation off, llama.cpp serves its spec counters at 0 and
+        # no per-position series, so it has no k (absent, never 0).
+        {"expr": f'{sources.k_record(cfg)}{{instance="{SPEC}"}}', "eval_time": at,
+         "exp_samples": [{"labels": f"{sources.k_record(cfg)}{{{target}}}", "value": len(per_position)}]},
         {"expr": f'{sources.k_record(cfg)}{{instance="{OFF}"}}', "eval_time": at, "exp_samples": []},
         {"expr": f'{sources.rate_record(cfg, sources.GENERATED)}{{instance="{OFF}"}}', "eval_time": at,
          "exp_samples": [{"labels": f'{sources.rate_record(cfg, sources.GENERATED)}{{job="{JOB}", instance="{OFF}"}}',

@@ -211,11 +211,12 @@ def test_a_series_stored_under_two_spellings_is_read_once(promtool: str, tmp_pat
 
 
 def test_k_counts_each_position_once_across_a_spelling_switch(promtool: str, tmp_path: Path) -> None:
-    """The direct k record (sources.k_rule, in its group as shipped) counts the positions of the
-    per-position rates, whose spellings' `or` keeps one: when the scrape switches from `vllm_…` to `vllm:…`, with the
-    old name marked stale (server a) or just ending, as across a Prometheus restart (server c), k
-    stays 4 throughout; one regex over the raw spellings would read 8 on c for the lookback.
-    llama-server's positions count too."""
+    """The direct k record (sources.k_rule, in its group; promtool evaluates every group at the
+    test's interval) counts the positions of the per-position rates, whose spellings' `or` keeps
+    one: when the scrape switches from `vllm_…` to `vllm:…`, with the old name marked stale
+    (server a) or just ending, as across a Prometheus restart (server c), k stays 4 throughout;
+    one regex over the raw spellings would read 8 on c for the lookback. llama-server's positions
+    count too."""
     cfg = MixinConfig(source="vllm")
     switched = {"a": "0+60x8 stale", "c": "0+60x8"}
     servers = {name: f'job="{VLLM_JOB}", instance="{name}:8000", model_name="m", engine="0"' for name in switched}
@@ -234,6 +235,46 @@ def test_k_counts_each_position_once_across_a_spelling_switch(promtool: str, tmp
                 {"labels": f"{k}{{{llamacpp}}}", "value": 3}]
     tests = [{"expr": k, "eval_time": at, "exp_samples": expected} for at in ("1m", "2m", "2m15s", "2m30s", "3m", "4m")]
     rules = {"groups": [sources.k_group(cfg)]}
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=1_000_000))
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(
+        {"rule_files": ["rules.yaml"], "evaluation_interval": "15s",
+         "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": tests}]}, sort_keys=False))
+    result = run_tool([promtool, "test", "rules", "test.yaml"], cwd=tmp_path)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+
+
+def test_a_server_without_k_yet_is_left_out_of_efficiency_on_both_sides(promtool: str, tmp_path: Path) -> None:
+    """The k group runs once a minute (sources.k_group), so a new server's rates exist before its k:
+    efficiency's fleet terms leave it out of numerator and denominator alike until its k comes,
+    and read a k sampled once a minute between its samples. Here the k record is an input
+    sampled every minute (promtool evaluates every group at the test's interval, whatever its
+    `interval:`): server a (k 4) throughout, b (k 2) drafting from 3m with its first k at 6m."""
+    cfg = MixinConfig(source="vllm")
+    k = sources.k_record(cfg)
+    # k; drafts and accepted per step; the first step with counters, and with a k
+    servers = {"a": (4, 60, 120, 0, 0), "b": (2, 30, 30, 12, 24)}
+    series = []
+    for name, (positions, drafts, accepted, first, first_k) in servers.items():
+        labels = f'job="{VLLM_JOB}", instance="{name}:8000", model_name="m", engine="0"'
+        gap = f"_x{first} " if first else ""
+        series += [{"series": f'{{__name__="vllm:{sources.DRAFTS.vllm}", {labels}}}',
+                    "values": f"{gap}0+{drafts}x{40 - first}"},
+                   {"series": f'{{__name__="vllm:{sources.ACCEPTED.vllm}", {labels}}}',
+                    "values": f"{gap}0+{accepted}x{40 - first}"},
+                   {"series": f"{k}{{{labels}}}",
+                    "values": " ".join(str(positions) if i % 4 == 0 and i >= first_k else "_" for i in range(41))}]
+    fleet = 'job="vllm", model_name="m", engine="0"'
+    emitted, emittable = (fleet_records.efficiency_record(cfg, term) for term in fleet_records.EFFICIENCY_TERMS)
+    drafts = fleet_records.rate_record(cfg, sources.DRAFTS)
+
+    def check(record: str, at: str, value: float) -> dict:
+        return {"expr": f"round({record}, 1e-6)", "eval_time": at, "exp_samples": [{"labels": f"{{{fleet}}}",
+                                                                                         "value": value}]}
+    tests = [check(drafts, "5m30s", 4 + 2),  # b drafts at 5m30s (its whole rate window) ...
+             check(emitted, "5m30s", 4 + 8), check(emittable, "5m30s", 4 * 5),  # ... but has no k yet
+             check(emitted, "6m30s", 4 + 8 + 2 + 2), check(emittable, "6m30s", 4 * 5 + 2 * 3),
+             check(emittable, "7m45s", 4 * 5 + 2 * 3)]  # 45 s after both k samples
+    rules = {"groups": [fleet_records.fleet_group(cfg)]}
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=1_000_000))
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(
         {"rule_files": ["rules.yaml"], "evaluation_interval": "15s",

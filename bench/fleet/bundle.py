@@ -162,13 +162,15 @@ def expand_records(expr: str, lookup: Callable[[str], str]) -> str:
 
 
 def expanded_rules_file(path: Path, bundle: Bundle) -> Path:
-    """The recording rules alone, each with its expression in raw PromQL (for backfill tools)."""
+    """The recording rules alone, each with its expression in raw PromQL, in their groups at the
+    groups' own intervals (for backfill tools: the direct k group's history once a minute)."""
     exprs = record_exprs(bundle)
 
     def expanded(rule: dict[str, Any]) -> dict[str, Any]:
         labels = {"labels": rule["labels"]} if rule.get("labels") else {}
         return {"record": rule["record"], "expr": expand_records(rule["expr"], exprs.__getitem__), **labels}
-    groups = [{"name": g["name"], "rules": [expanded(r) for r in g["rules"] if "record" in r]}
+    groups = [{"name": g["name"], **({"interval": g["interval"]} if "interval" in g else {}),
+               "rules": [expanded(r) for r in g["rules"] if "record" in r]}
               for f in bundle.rules() for g in f["groups"]]
     path.write_text(yaml.safe_dump({"groups": [g for g in groups if g["rules"]]}, sort_keys=False))
     return path

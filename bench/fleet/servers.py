@@ -167,10 +167,12 @@ class RuleWatch(NamedTuple):
 
 
 def evaluations_wanted(intervals: dict[str, float], cycles: int) -> dict[str, int]:
-    """Evaluations to count of each group: as many as fit in `cycles` of the most frequent
-    groups' interval, so every group is watched over about the same span and a worst is of as
-    many evaluations as before a group moved to a longer interval (the direct k group, once a
-    minute, counts 2 against the 15 s groups' 8), at least 1 and at most `cycles`."""
+    """Evaluations to count of each group: as many as `cycles` of the most frequent groups'
+    interval hold, at least 1 and at most `cycles`. Every group is then watched over about the same
+    span: with --cycles 8 the direct k group (once a minute) counts 2 against the 15 s groups' 8,
+    and with the default 4 it counts 1, its first after the start (warm_ups)."""
+    if not intervals:
+        return {}
     shortest = min(intervals.values())
     return {g: max(1, min(cycles, math.ceil(cycles * shortest / i))) for g, i in intervals.items()}
 
@@ -183,10 +185,12 @@ def warm_ups(wanted: dict[str, int]) -> dict[str, int]:
 
 
 def _watch_deadline(intervals: dict[str, float], wanted: dict[str, int]) -> float:
+    """When a watch gives up: every group's wanted evaluations and 3 more intervals, plus a minute."""
     return time.monotonic() + max((wanted[g] + 3) * i for g, i in intervals.items()) + 60
 
 
 def _watched(times: dict[str, list[float]], per_rule: dict[str, dict[str, list[float]]]) -> RuleWatch:
+    """The RuleWatch of each group's and each rule's timed evaluations."""
     return RuleWatch({g: max(t) for g, t in times.items()}, {g: statistics.median(t) for g, t in times.items()},
                      {g: {r: statistics.median(t) for r, t in rules.items()} for g, rules in per_rule.items()})
 
@@ -220,7 +224,8 @@ def watch_vmalert(alert: VMAlert, intervals: dict[str, float], cycles: int) -> R
     """The worst and median evaluation time of each group over its evaluations_wanted evaluations
     after its warm_ups (vmalert's running sum and count, read often enough that each evaluation
     shows as its own increment), and each rule's median (its `evaluationTime` in vmalert's
-    /api/v1/rules)."""
+    /api/v1/rules). Called right after vmalert starts: a group counted from its first evaluation
+    (no warm-up) is then the mean of the evaluations since the start, the first only, or a few."""
     wanted = evaluations_wanted(intervals, cycles)
     skipped = warm_ups(wanted)
     times: dict[str, list[float]] = {}

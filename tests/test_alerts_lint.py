@@ -23,6 +23,7 @@ from vllm_spec_exporter.mixin import (
     fleet_counts,
     fleet_records,
     generate,
+    positions,
     recording_rules,
     rule_files,
     runbooks,
@@ -185,7 +186,7 @@ def test_recording_rule_names_and_inputs(root: str) -> None:
     windows = recording_rules.alert_windows(DEFAULT)
     for name in recorded:
         assert RECORD_NAME.match(name), name
-        if name in (fleet_counts.band_record(DEFAULT), sources.k_record(DEFAULT)):
+        if name in (fleet_counts.band_record(DEFAULT), positions.k_record(DEFAULT)):
             assert name.endswith(":count"), name  # a count of servers (positions) now, no window
         elif name in dashboard_records:
             assert name.endswith(DEFAULT.windows.rate_window), name  # every record has the one window

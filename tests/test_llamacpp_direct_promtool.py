@@ -34,6 +34,7 @@ from vllm_spec_exporter.mixin import (
     dashboard_files,
     generate,
     overview,
+    positions,
     recording_rules,
     rule_files,
     sources,
@@ -131,9 +132,9 @@ def test_direct_bundle_pages_on_llamacpp(promtool: str, tmp_path: Path) -> None:
                          for p, v in sorted(per_position.items())]},
         # k: the positions it serves; speculation off, llama.cpp serves its spec counters at 0 and
         # no per-position series, so it has no k (absent, never 0).
-        {"expr": f'{sources.k_record(cfg)}{{instance="{SPEC}"}}', "eval_time": at,
-         "exp_samples": [{"labels": f"{sources.k_record(cfg)}{{{target}}}", "value": len(per_position)}]},
-        {"expr": f'{sources.k_record(cfg)}{{instance="{OFF}"}}', "eval_time": at, "exp_samples": []},
+        {"expr": f'{positions.k_record(cfg)}{{instance="{SPEC}"}}', "eval_time": at,
+         "exp_samples": [{"labels": f"{positions.k_record(cfg)}{{{target}}}", "value": len(per_position)}]},
+        {"expr": f'{positions.k_record(cfg)}{{instance="{OFF}"}}', "eval_time": at, "exp_samples": []},
         {"expr": f'{sources.rate_record(cfg, sources.GENERATED)}{{instance="{OFF}"}}', "eval_time": at,
          "exp_samples": [{"labels": f'{sources.rate_record(cfg, sources.GENERATED)}{{job="{JOB}", instance="{OFF}"}}',
                           "value": per_minute(off)[("llamacpp:tokens_predicted_total", "")] / 60}]},

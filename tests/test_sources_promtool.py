@@ -27,6 +27,7 @@ from vllm_spec_exporter.mixin import (
     alertmanager,
     fleet_records,
     generate,
+    positions,
     recording_rules,
     rule_files,
     sources,
@@ -211,7 +212,7 @@ def test_a_series_stored_under_two_spellings_is_read_once(promtool: str, tmp_pat
 
 
 def test_k_counts_each_position_once_across_a_spelling_switch(promtool: str, tmp_path: Path) -> None:
-    """The direct k record (sources.k_rule, in its group; promtool evaluates every group at the
+    """The direct k record (positions.k_rule, in its group; promtool evaluates every group at the
     test's interval) counts the positions of the per-position rates, whose spellings' `or` keeps
     one: when the scrape switches from `vllm_…` to `vllm:…`, with the old name marked stale
     (server a) or just ending, as across a Prometheus restart (server c), k stays 4 throughout;
@@ -230,11 +231,11 @@ def test_k_counts_each_position_once_across_a_spelling_switch(promtool: str, tmp
                        {"series": f'{{__name__="vllm:{per_position.vllm}", {labels}}}', "values": "_x9 0+60x12"}]
     series += [{"series": f'{{__name__="{per_position.llamacpp}", {llamacpp}, position="{position}"}}',
                 "values": "0+30x21"} for position in range(3)]
-    k = sources.k_record(cfg)
+    k = positions.k_record(cfg)
     expected = [*({"labels": f"{k}{{{labels}}}", "value": 4} for labels in servers.values()),
                 {"labels": f"{k}{{{llamacpp}}}", "value": 3}]
     tests = [{"expr": k, "eval_time": at, "exp_samples": expected} for at in ("1m", "2m", "2m15s", "2m30s", "3m", "4m")]
-    rules = {"groups": [sources.k_group(cfg)]}
+    rules = {"groups": [positions.k_group(cfg)]}
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=1_000_000))
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(
         {"rule_files": ["rules.yaml"], "evaluation_interval": "15s",
@@ -244,17 +245,17 @@ def test_k_counts_each_position_once_across_a_spelling_switch(promtool: str, tmp
 
 
 def test_a_server_without_k_yet_is_left_out_of_efficiency_on_both_sides(promtool: str, tmp_path: Path) -> None:
-    """The k group runs once a minute (sources.k_group), so a new server's rates exist before its k:
+    """The k group runs once a minute (positions.k_group), so a new server's rates exist before its k:
     efficiency's fleet terms leave it out of numerator and denominator alike until its k comes,
     and read a k sampled once a minute between its samples. Here the k record is an input
     sampled every minute (promtool evaluates every group at the test's interval, whatever its
     `interval:`): server a (k 4) throughout, b (k 2) drafting from 3m with its first k at 6m."""
     cfg = MixinConfig(source="vllm")
-    k = sources.k_record(cfg)
+    k = positions.k_record(cfg)
     # k; drafts and accepted per step; the first step with counters, and with a k
     servers = {"a": (4, 60, 120, 0, 0), "b": (2, 30, 30, 12, 24)}
     series = []
-    for name, (positions, drafts, accepted, first, first_k) in servers.items():
+    for name, (server_k, drafts, accepted, first, first_k) in servers.items():
         labels = f'job="{VLLM_JOB}", instance="{name}:8000", model_name="m", engine="0"'
         gap = f"_x{first} " if first else ""
         series += [{"series": f'{{__name__="vllm:{sources.DRAFTS.vllm}", {labels}}}',
@@ -262,7 +263,7 @@ def test_a_server_without_k_yet_is_left_out_of_efficiency_on_both_sides(promtool
                    {"series": f'{{__name__="vllm:{sources.ACCEPTED.vllm}", {labels}}}',
                     "values": f"{gap}0+{accepted}x{40 - first}"},
                    {"series": f"{k}{{{labels}}}",
-                    "values": " ".join(str(positions) if i % 4 == 0 and i >= first_k else "_" for i in range(41))}]
+                    "values": " ".join(str(server_k) if i % 4 == 0 and i >= first_k else "_" for i in range(41))}]
     fleet = 'job="vllm", model_name="m", engine="0"'
     emitted, emittable = (fleet_records.efficiency_record(cfg, term) for term in fleet_records.EFFICIENCY_TERMS)
     drafts = fleet_records.rate_record(cfg, sources.DRAFTS)

@@ -28,9 +28,9 @@ Contract:
   partial window: the total runs low for one rate window, as the servers' records do.)
 - Efficiency weights each server's drafts by its own k, so its two terms are summed here per
   server before the fleet sum (efficiency_terms, which Queries.efficiency also uses per server).
-  Without the sidecar k is the k group's record (sources.k_group, once a minute; with the
+  Without the sidecar k is the k group's record (positions.k_group, once a minute; with the
   sidecar, its gauge): its value changes only when a server restarts with another k, so a
-  minute-old k mixes nothing but a new or restarted server's first minute (sources.k_group says
+  minute-old k mixes nothing but a new or restarted server's first minute (positions.k_group says
   what that leaves out). What can mix: a server whose k record starts or ends between the
   two terms' queries (a k write landing between them) counts on one side only, for that one
   evaluation, with its share of the fleet's drafts.
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import sources
+from . import positions, sources
 from .config import MixinConfig
 from .sources import ACCEPTED, COUNTER_MEANINGS, COUNTERS, DRAFTS, SourceCounter
 
@@ -95,7 +95,7 @@ def fleet_rules(cfg: MixinConfig) -> list[dict[str, str]]:
 
     rules = [{"record": rate_record(cfg, c), "expr": fleet_sum(sources.raw_rate(cfg, c), c.position)}
              for c in COUNTERS]
-    terms = efficiency_terms(raw(DRAFTS), raw(ACCEPTED), sources.k_series(cfg, sources.selector(cfg)))
+    terms = efficiency_terms(raw(DRAFTS), raw(ACCEPTED), positions.k_series(cfg, sources.selector(cfg)))
     rules += [{"record": efficiency_record(cfg, name), "expr": fleet_sum(term)}
               for name, term in zip(EFFICIENCY_TERMS, terms, strict=True)]
     return rules

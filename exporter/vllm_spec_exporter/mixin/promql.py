@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..names import MetricName
-from . import crowd, fleet_counts, fleet_records, recording_rules, sources
+from . import crowd, fleet_counts, fleet_records, positions, recording_rules, sources
 from .config import MixinConfig
 from .crowd import Crowd, ServerVariable
 from .fleet_counts import Band
@@ -275,8 +275,8 @@ class Queries:
         return self.quantity(MEAN_ACCEPTANCE_LENGTH, by)
 
     def k_series(self, matchers: str = "") -> str:
-        """k per (server, model, engine) on the variables (sources.k_series)."""
-        return sources.k_series(self.cfg, matchers or self.sel.series)
+        """k per (server, model, engine) on the variables (positions.k_series)."""
+        return positions.k_series(self.cfg, matchers or self.sel.series)
 
     def max_acceptance_length(self, by: tuple[str, ...] = ()) -> str:
         """k + 1: the most tokens one verification step can emit (all drafts + the bonus)."""
@@ -375,7 +375,7 @@ class Queries:
         if not (self.direct and self.fleet_scope(by)):
             return sum_by(by, self.k_series(), op="max")
         fleet = selector(fleet_records.rate_record(self.cfg, ACCEPTED_BY_POSITION), self.sel.series)
-        return all_or_selected(by, sources.count_positions(fleet),
+        return all_or_selected(by, positions.count_positions(fleet),
                                self.k_series(self.sel.servers), op="max")
 
     def worst_first(self, expr: str) -> str:

@@ -5,7 +5,7 @@ Three layers, each reading only the one before it (the kubernetes-mixin way: que
 1. the *source* records (sources.py, group `vllm-spec-decode.source`): per (server, model, engine)
    rates of four of the five counters (sources.RECORDED: not the per-position one, which panels
    and runbooks read raw for the servers they select), from the sidecar or straight from vLLM
-   (`source` knob), and without the sidecar k in a group of its own (sources.k_group); beside
+   (`source` knob), and without the sidecar k in a group of its own (positions.k_group); beside
    it the *fleet* records (fleet_records.py, group `vllm-spec-decode.fleet`), the same rates summed
    per model and engine across the fleet, from the same counters, for the dashboards at "All";
 2. per server and model (`instance_model`: the data-parallel engines summed): rates and the ratios
@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..names import MetricName
-from . import fleet_counts, fleet_records, links, sources
+from . import fleet_counts, fleet_records, links, positions, sources
 from .config import MixinConfig
 from .fleet_records import FLEET_GROUP
 from .sources import ACCEPTED, ACCEPTED_BY_POSITION, DRAFT_TOKENS, DRAFTS, GENERATED, SourceCounter, own
@@ -422,7 +422,7 @@ def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
     # interval the holds were rounded to, whatever the server's global evaluation_interval is.
     interval = cfg.windows.evaluation_interval
     return [{"name": SOURCE_GROUP, "interval": interval, "rules": sources.source_rules(cfg)},
-            *([sources.k_group(cfg)] if cfg.direct else []),
+            *([positions.k_group(cfg)] if cfg.direct else []),
             fleet_records.fleet_group(cfg),
             {"name": RECORDING_GROUP, "interval": interval, "rules": recording_rules(cfg)},
             counts_group(cfg),

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from . import alert_rules, config, fleet_counts, fleet_records, recording_rules, sources
+from . import alert_rules, config, fleet_counts, fleet_records, positions, recording_rules
 from .config import MixinConfig
 from .templates import fill
 from .yaml_text import CONFIG_HEADER, dump_yaml
@@ -81,8 +81,8 @@ def readme_values(cfg: MixinConfig) -> dict[str, object]:
                  for knob in config.knobs()]
     return {
         "source_group": recording_rules.SOURCE_GROUP,
-        "k_record": sources.k_record(cfg),
-        "k_group": sources.K_GROUP,
+        "k_record": positions.k_record(cfg),
+        "k_group": positions.K_GROUP,
         "k_interval": w.k_interval,
         "fleet_group": fleet_records.FLEET_GROUP,
         "fleet_counts_group": fleet_counts.FLEET_COUNTS_GROUP,

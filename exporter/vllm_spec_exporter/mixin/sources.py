@@ -20,8 +20,8 @@ target label kept and the metric name replaced:
 
     instance_model_engine:<metric>:rate<rate_window>                 every counter but the per-position
                                                                      one (RECORDED; dashboards, alerts)
-    instance_model_engine:vllm_spec_decode_draft_positions:count     k, without the sidecar (k_rule),
-                                                                     in a group of its own (k_group)
+
+and without the sidecar, in a group of its own, k (positions.py).
 
 and gives the evidence records (recording_rules.evidence_rules) their terms, `increase_sum`: a
 counter's increase over an alert window, summed over the data-parallel engines in the same
@@ -56,24 +56,17 @@ __all__ = [
     "COUNTERS",
     "COUNTER_MEANINGS",
     "DRAFTS",
-    "DRAFT_POSITIONS",
     "DRAFT_TOKENS",
     "GENERATED",
-    "K_GROUP",
     "LLAMACPP_GAUGES",
     "RECORDED",
     "VLLM_GAUGES",
     "VLLM_PREFIXES",
     "SourceCounter",
-    "count_positions",
     "direct_names",
     "drafts_present",
     "increase_record",
     "increase_sum",
-    "k_group",
-    "k_record",
-    "k_rule",
-    "k_series",
     "own",
     "panel_rate",
     "rate_record",
@@ -132,9 +125,6 @@ COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_BY_POSITION, GENERATED)
 # a fleet record: fleet_records.py). A config whose selector matches on the instance label has
 # no fleet scope (promql.Queries.fleet_scope): its per-position panels read every server's.
 RECORDED = (DRAFTS, DRAFT_TOKENS, ACCEPTED, GENERATED)
-# The metric part of the direct bundle's k record's name (k_record), and its group (k_group).
-DRAFT_POSITIONS = "vllm_spec_decode_draft_positions"
-K_GROUP = "vllm-spec-decode.k"
 # What each counter counts, for the record tables of alerts/README.md.
 COUNTER_MEANINGS = {
     DRAFTS: "drafts (verification steps with a draft)",
@@ -249,47 +239,6 @@ def panel_rate(cfg: MixinConfig, counter: SourceCounter, matchers: str, window: 
     selectors hold the source's selector already), on one line. For a counter without a source
     record (the per-position one, RECORDED) and the quantities it is part of."""
     return _over_range_on(cfg, "rate", counter, window, matchers).replace("\n", " ")
-
-
-def k_record(cfg: MixinConfig) -> str:
-    """Name of the direct bundle's k record: draft positions per (server, model, engine)."""
-    return f"instance_model_engine:{DRAFT_POSITIONS}:count"
-
-
-def count_positions(per_position: str) -> str:
-    """k from per-position series: vLLM creates every position series 0..k-1 at start-up."""
-    return f"count without (position) ({per_position})"
-
-
-def k_series(cfg: MixinConfig, matchers: str) -> str:
-    """k per (server, model, engine) on `matchers` (the source's selector included): the sidecar's
-    gauge, or directly the k record (k_rule)."""
-    return f"{k_record(cfg) if cfg.direct else MetricName.NUM_SPECULATIVE_TOKENS}{{{matchers}}}"
-
-
-def k_rule(cfg: MixinConfig) -> dict[str, str]:
-    """The k record: the positions of the per-position rates, counted. k exists while those
-    rates do, whatever the spellings, restarts or missed scrapes the rates already ride out. At
-    5,000 pods efficiency's two fleet terms each counted the 34,000 positions' raw rates; a
-    scratch VictoriaMetrics 1.145 holding those pods (one run, median of 7) took 0.97 s for the
-    two terms so, 0.32 s reading this record, and 0.20 s for this record's own count."""
-    return {"record": k_record(cfg), "expr": count_positions(spelled_out(cfg, raw_rate(cfg, ACCEPTED_BY_POSITION)))}
-
-
-def k_group(cfg: MixinConfig) -> dict[str, object]:
-    """The k record's own group, evaluated every `windows.k_interval` (a minute at 15 s): k changes
-    only when a server restarts with another k, and counting it reads every position series of
-    every server. What the fleet's efficiency terms and the fleet dashboard read is up to one
-    such interval old:
-    - a server has no k for up to that interval after its per-position rates first exist
-      (llama-server: after its first speculative request); efficiency leaves it out on both sides
-      meanwhile (fleet_records.efficiency_terms), and the fleet dashboard's k and servers-per-model
-      panels miss it;
-    - after a restart with another k on the same labels, the old k stands for up to rate_window
-      (the old positions' rates) plus that interval;
-    - when the rules are first loaded (or this group is renamed), k is absent until the group's
-      first evaluation, up to that interval."""
-    return {"name": K_GROUP, "interval": cfg.windows.k_interval, "rules": [k_rule(cfg)]}
 
 
 def source_rules(cfg: MixinConfig) -> list[dict[str, str]]:

@@ -102,7 +102,7 @@ class AlertWindows:
     fast_short: str
     slow_long: str
     slow_short: str
-    k_interval: str  # the direct k record's group (sources.k_group): k changes only on restart
+    k_interval: str  # the direct k record's group (positions.k_group): k changes only on restart
     warning_hold: str  # SpecDecodeAcceptanceLow: the fast short window held low this long
     critical_hold: str  # SpecDecodeAcceptanceCritical
     slow_hold: str  # both alerts' slow tier

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from support.prom import require_version, run_tool
-from vllm_spec_exporter.mixin import alertmanager, generate, rule_files
+from vllm_spec_exporter.mixin import alertmanager, generate, recording_rules, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab.binaries import AMTOOL_OLDEST_BIN
 from vllm_spec_lab.monitoring import AMTOOL_BIN, PROMTOOL_BIN, PROMTOOL_OLDEST_BIN
@@ -38,6 +38,16 @@ def test_promtool_check_rules_on_committed_files(promtool: str) -> None:
     # fast tier's)
     assert "SUCCESS: 42 rules found" in result.stdout
     assert "SUCCESS: 8 rules found" in result.stdout
+
+
+def test_the_scenarios_per_position_check_is_the_runbooks_query() -> None:
+    """recording_rules_test.yaml checks per-position acceptance, which no record holds, by the
+    runbook's query written out: it must be the generated one (recording_rules.position_acceptance),
+    so the check follows a change of the query and cannot pass on a stale copy."""
+    scenario = yaml.safe_load((ROOT / "tests" / "promtool" / "recording_rules_test.yaml").read_text())
+    written = [" ".join(check["expr"].split()) for case in scenario["tests"]
+               for check in case.get("promql_expr_test", []) if "by_position" in check["expr"]]
+    assert written == [" ".join(recording_rules.position_acceptance(MixinConfig(), "").split())]
 
 
 def test_promtool_check_rules_on_prometheusrule_spec(promtool: str, tmp_path: Path) -> None:

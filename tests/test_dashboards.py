@@ -866,11 +866,13 @@ def test_efficiency_covers_the_same_series_on_both_sides(tmp_path: Path) -> None
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_a_quantity_reads_numerator_and_denominator_from_one_layer(cfg: MixinConfig) -> None:
+@pytest.mark.parametrize("source", ["exporter", "vllm"])
+def test_a_quantity_reads_numerator_and_denominator_from_one_layer(source: str) -> None:
     """Per server and model at engine All, acceptance reads the per-server records for both terms;
     per-position acceptance, whose numerator has no record per server, reads the counters for both
     (a record can lag the counters and a record of a record the records it reads: never mix two
     layers in a ratio), at All (by model) the fleet records for both."""
+    cfg = MixinConfig().with_overrides({"source": source})
     q = promql.Queries(cfg)
     by = (cfg.instance_label, "model_name")
     per_server = {recording_rules.server_rate_record(cfg, c) for c in recording_rules.SERVER_RATE_RECORDS}
@@ -881,5 +883,8 @@ def test_a_quantity_reads_numerator_and_denominator_from_one_layer(cfg: MixinCon
         + recording_rules.ACCEPTANCE.denominator}
     for position in (q.position_acceptance(by), q.position_acceptance()):
         assert not [r for r in per_server | source if r + "{" in position], position
-        assert all(f"rate({c.exporter}{{" in position for c in recording_rules.POSITION_ACCEPTANCE.numerator
-                   + recording_rules.POSITION_ACCEPTANCE.denominator), position
+        counters = recording_rules.POSITION_ACCEPTANCE.numerator + recording_rules.POSITION_ACCEPTANCE.denominator
+        raw = [f'rate({{__name__="{sources.direct_names(c)[0]}", ' if cfg.direct else f"rate({c.exporter}{{"
+               for c in counters]
+        assert all(read in position for read in raw), position
+        assert f"[{cfg.windows.rate_window}])" in position, position  # the records' window, not $__rate_interval

@@ -33,7 +33,7 @@ import pytest
 from support.prom import require_binary
 from vllm_spec_exporter.advisor import speedup_bound
 from vllm_spec_exporter.derive import derive_series, figures
-from vllm_spec_exporter.mixin import promql, recording_rules, sources
+from vllm_spec_exporter.mixin import fleet_records, positions, promql, recording_rules, sources
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.names import MetricName, SeriesKey
 from vllm_spec_exporter.normalise import normalise
@@ -157,7 +157,8 @@ def query(tsdb: dict, expr: str, at: float) -> dict[tuple, float]:
 
 
 def records() -> dict[str, str]:
-    rules = [*sources.source_rules(CFG), *recording_rules.recording_rules(CFG)]
+    rules = [*sources.source_rules(CFG), positions.k_rule(CFG), *fleet_records.fleet_rules(CFG),
+             *recording_rules.recording_rules(CFG)]
     return {r["record"]: r["expr"] for r in rules}
 
 
@@ -281,7 +282,10 @@ EMPTY_BY_DESIGN = ("ALERTS{",)
 def test_every_direct_dashboard_query_returns_data_in_every_spelling(tsdb: dict) -> None:
     """The sidecar-less dashboards (direct/dashboards/) on real vLLM output: every query returns
     data for each of the four spellings (per-instance queries for each instance), the restart of
-    RESTART shows in the restarts panel and annotation, and the spec-off server is named."""
+    RESTART shows in the restarts panel and annotation, and the spec-off server is named. The
+    variables are at All and every record is inlined (the fleet records too, which the panels
+    read at All; the per-position panels' servers side reads the counters and matches nothing
+    there)."""
     from vllm_spec_exporter.mixin import dashboard_files, fleet, overview
 
     rec = records()

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from support.prom import require_binary, run_tool
-from vllm_spec_exporter.mixin import compose, generate, kubernetes, recording_rules, rule_files, windows
+from vllm_spec_exporter.mixin import compose, generate, kubernetes, positions, recording_rules, rule_files, windows
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab.monitoring import PROMTOOL_BIN
 
@@ -107,6 +107,16 @@ def test_the_bundle_carries_the_interval_everywhere(interval: str) -> None:
     records = {r["record"] for g in yaml.safe_load(files[rule_files.RULES_FILE])["groups"] for r in g["rules"]}
     for window in cfg.windows.evidence:
         assert recording_rules.evidence_names(window).upper in records
+
+
+@pytest.mark.parametrize(("interval", "k_interval"), [("15s", "1m"), ("60s", "1m"), ("90s", "1m30s"), ("120s", "2m")])
+def test_the_direct_k_group_runs_once_a_minute_or_at_the_evaluation_interval(interval: str, k_interval: str) -> None:
+    """Without the sidecar k is counted in a group of its own (positions.k_group), at least a
+    minute apart; every other group keeps the evaluation interval."""
+    files = generate.render_all(at(interval, source="vllm"))
+    intervals = {g["name"]: g["interval"] for g in yaml.safe_load(files[rule_files.RULES_FILE])["groups"]}
+    assert intervals.pop(positions.K_GROUP) == k_interval
+    assert set(intervals.values()) == {interval}
 
 
 @pytest.mark.prometheus

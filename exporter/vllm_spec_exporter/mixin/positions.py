@@ -5,8 +5,9 @@ it a record that counts the per-position rates, in a group of its own.
 
 vLLM serves no k; it creates every position series 0..k-1 at start-up, so k is their number
 (count_positions), and at All the dashboards count the fleet's per-position record the same way
-(promql.Queries.k). Efficiency's terms (fleet_records.efficiency_terms) and the fleet dashboard
-read k_series.
+(promql.Queries.k). Efficiency's terms (fleet_records.efficiency_terms) and both dashboards (tokens
+per step vs k+1, efficiency, draft length vs k and positions that pay with servers selected; the
+fleet dashboard's k and servers per model) read k_series.
 """
 
 from __future__ import annotations
@@ -43,19 +44,20 @@ def k_rule(cfg: MixinConfig) -> dict[str, str]:
     rates do, whatever the spellings, restarts or missed scrapes the rates already ride out. At
     5,000 pods efficiency's two fleet terms each counted the 34,000 positions' raw rates; a
     scratch VictoriaMetrics 1.145 holding those pods (one run, median of 7) took 0.97 s for the
-    two terms so, 0.32 s reading this record, and 0.20 s for this record's own count."""
+    two terms so, 0.32 s reading this record. Counting the raw rates takes 0.60-0.77 s an
+    evaluation on VictoriaMetrics and 0.21-0.23 s on Prometheus at 5,000 pods (bench/fleet_scale.py;
+    2.5-3x what counting the per-position record took before it went), once a minute (k_group)."""
     return {"record": k_record(cfg), "expr": count_positions(spelled_out(cfg, raw_rate(cfg, ACCEPTED_BY_POSITION)))}
 
 
 def k_group(cfg: MixinConfig) -> dict[str, object]:
     """The k record's own group, evaluated every `windows.k_interval` (a minute at 15 s): k changes
     only when a server restarts with another k, and counting it reads every position series of
-    every server. What the fleet's efficiency terms and the fleet dashboard read is up to one
-    such interval old:
+    every server. What its readers (module docstring) read is up to one such interval old:
     - a server has no k for up to that interval after its per-position rates first exist
       (llama-server: after its first speculative request); efficiency leaves it out on both sides
-      meanwhile (fleet_records.efficiency_terms), and the fleet dashboard's k and servers-per-model
-      panels miss it;
+      meanwhile (fleet_records.efficiency_terms), and the panels of k with it selected, and the
+      fleet dashboard's k and servers-per-model panels, miss it;
     - after a restart with another k on the same labels, the old k stands for up to rate_window
       (the old positions' rates) plus that interval;
     - when the rules are first loaded (or this group is renamed), k is absent until the group's

@@ -1,14 +1,16 @@
 """PromQL for the dashboards: selectors, guarded division and every query, as plain strings.
 
-Nothing here knows about panels or layout (kubernetes-mixin keeps its queries apart the same
-way): each query is a function of the config's selectors. The conventions hold by construction:
-queries read records (the source layer's per-(server, model, engine) rates, summed per panel; at
-All the fleet records, and at engine All the per-server records, where a panel's grouping allows;
-and the acceptance evidence), every selector carries the dashboard variables, ratios are the
-QUANTITIES of recording_rules (sum-then-divide with a `(den > 0)` guard: no NaN/Inf when idle),
-and every raw series comes from sources.py (the sidecar's health gauges from names.MetricName).
-With source=vllm there is no sidecar: `Queries.direct` tells the dashboards which panels to leave
-out, and the few that read the sidecar's gauges read vLLM's own or compute the same in PromQL.
+Nothing here knows about panels or layout (kubernetes-mixin keeps its queries apart the same way):
+each query is a function of the config's selectors. The conventions hold by construction: queries
+read records (the source layer's per-(server, model, engine) rates, summed per panel; at All the
+fleet records, and at engine All the per-server records, where a panel's grouping allows; and the
+acceptance evidence), but per position with servers selected, where no record exists and the
+counters are read over the records' rate_window (Queries.counter_rate), every selector carries the
+dashboard variables, ratios are the QUANTITIES of recording_rules (sum-then-divide with a
+`(den > 0)` guard: no NaN/Inf when idle), and every raw series comes from sources.py (the sidecar's health
+gauges from names.MetricName). With source=vllm there is no sidecar: `Queries.direct` tells the
+dashboards which panels to leave out, and the few that read the sidecar's gauges read vLLM's own or
+compute the same in PromQL.
 """
 
 from __future__ import annotations

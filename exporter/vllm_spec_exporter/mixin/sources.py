@@ -21,18 +21,19 @@ target label kept and the metric name replaced:
     instance_model_engine:<metric>:rate<rate_window>                 every counter but the per-position
                                                                      one (RECORDED; dashboards, alerts)
 
-and without the sidecar, in a group of its own, k (positions.py).
+(k, without the sidecar, is positions.py's record), and gives the evidence records
+(recording_rules.evidence_rules) their terms, `increase_sum`: a counter's increase over an alert
+window, summed over the data-parallel engines in the same expression, not one layer later: the
+Wilson bounds the alerts read are then one record away from the counters, as they were before this
+layer existed. vmalert writes records back asynchronously, so a record read by the next rule of its
+own group is the previous evaluation's (its docs: do not rely on chaining); every extra layer
+between counters and bounds would page one evaluation later on vmalert. Per-engine increases would
+only be summed again (and cost series at fleet scale).
 
-and gives the evidence records (recording_rules.evidence_rules) their terms, `increase_sum`: a
-counter's increase over an alert window, summed over the data-parallel engines in the same
-expression, not one layer later: the Wilson bounds the alerts read are then one record away from
-the counters, as they were before this layer existed. vmalert writes records back asynchronously,
-so a record read by the next rule of its own group is the previous evaluation's (its docs: do not
-rely on chaining); every extra layer between counters and bounds would page one evaluation later
-on vmalert. Per-engine increases would only be summed again (and cost series at fleet scale).
-
-Everything downstream (recording_rules, alert_rules, promql) reads those records, so both sources
-give the same evidence, pages and panels. The few raw series that are not counters of a quantity
+Everything downstream (recording_rules, alert_rules, promql) reads those records or, where a record
+must not be read (the fleet records, the evidence, k) or none exists (per position, for the servers
+a panel or runbook selects), the same counters through raw_rate, panel_rate and increase_sum; so
+both sources give the same evidence, pages and panels. The few raw series that are not counters of a quantity
 (`up`, restarts, "are the spec-decode counters there at all", vLLM's load gauges) are also named
 only here, as expressions the alerts and dashboards embed.
 
@@ -242,7 +243,8 @@ def panel_rate(cfg: MixinConfig, counter: SourceCounter, matchers: str, window: 
 
 
 def source_rules(cfg: MixinConfig) -> list[dict[str, str]]:
-    """The source records every panel and the fleet records read: each RECORDED counter's rate."""
+    """The source records: each RECORDED counter's rate, which the panels, the per-server records
+    and the alerts read."""
     return [{"record": rate_record(cfg, c), "expr": raw_rate(cfg, c)} for c in RECORDED]
 
 

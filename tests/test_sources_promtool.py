@@ -182,6 +182,16 @@ def test_generate_direct_output_is_the_committed_sidecar_less_bundle(tmp_path: P
     assert 'job="vllm-spec-exporter"' not in (out / rule_files.RULES_FILE).read_text()
 
 
+def run_scenario(promtool: str, tmp_path: Path, groups: list[dict], series: list[dict], tests: list[dict]) -> None:
+    """promtool's unit test of `groups` on `series`, every 15 s: `tests` must hold."""
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}, sort_keys=False, width=1_000_000))
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(
+        {"rule_files": ["rules.yaml"], "evaluation_interval": "15s",
+         "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": tests}]}, sort_keys=False))
+    result = run_tool([promtool, "test", "rules", "test.yaml"], cwd=tmp_path)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+
+
 def test_a_series_stored_under_two_spellings_is_read_once(promtool: str, tmp_path: Path) -> None:
     """Across a Prometheus 2 -> 3 upgrade one vLLM series is stored as `vllm_…` and as `vllm:…`
     within one rate window. Every direct source and fleet rate record holds it once, the first spelling's rate
@@ -189,8 +199,6 @@ def test_a_series_stored_under_two_spellings_is_read_once(promtool: str, tmp_pat
     here the two spellings' counters grow at different rates, so a sum or the second one shows."""
     cfg = MixinConfig(source="vllm")
     labels = f'job="{VLLM_JOB}", instance="a:8000", model_name="m", engine="0"'
-    rules = {"groups": [{"name": "source", "rules": sources.source_rules(cfg)}, fleet_records.fleet_group(cfg)]}
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=1_000_000))
     series, tests = [], []
     for counter in sources.COUNTERS:
         position = ', position="0"' if counter.position else ""
@@ -204,11 +212,8 @@ def test_a_series_stored_under_two_spellings_is_read_once(promtool: str, tmp_pat
         fleet_labels = f'job="{VLLM_JOB}", model_name="m", engine="0"{position}'
         tests.append({"expr": f"round({fleet_records.rate_record(cfg, counter)}, 0.001)", "eval_time": "4m",
                       "exp_samples": [{"labels": f"{{{fleet_labels}}}", "value": 4}]})
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump(
-        {"rule_files": ["rules.yaml"], "evaluation_interval": "15s",
-         "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": tests}]}, sort_keys=False))
-    result = run_tool([promtool, "test", "rules", "test.yaml"], cwd=tmp_path)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    groups = [{"name": "source", "rules": sources.source_rules(cfg)}, fleet_records.fleet_group(cfg)]
+    run_scenario(promtool, tmp_path, groups, series, tests)
 
 
 def test_k_counts_each_position_once_across_a_spelling_switch(promtool: str, tmp_path: Path) -> None:
@@ -235,13 +240,7 @@ def test_k_counts_each_position_once_across_a_spelling_switch(promtool: str, tmp
     expected = [*({"labels": f"{k}{{{labels}}}", "value": 4} for labels in servers.values()),
                 {"labels": f"{k}{{{llamacpp}}}", "value": 3}]
     tests = [{"expr": k, "eval_time": at, "exp_samples": expected} for at in ("1m", "2m", "2m15s", "2m30s", "3m", "4m")]
-    rules = {"groups": [positions.k_group(cfg)]}
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=1_000_000))
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump(
-        {"rule_files": ["rules.yaml"], "evaluation_interval": "15s",
-         "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": tests}]}, sort_keys=False))
-    result = run_tool([promtool, "test", "rules", "test.yaml"], cwd=tmp_path)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    run_scenario(promtool, tmp_path, [positions.k_group(cfg)], series, tests)
 
 
 def test_a_server_without_k_yet_is_left_out_of_efficiency_on_both_sides(promtool: str, tmp_path: Path) -> None:
@@ -275,10 +274,4 @@ def test_a_server_without_k_yet_is_left_out_of_efficiency_on_both_sides(promtool
              check(emitted, "5m30s", 4 + 8), check(emittable, "5m30s", 4 * 5),  # ... but has no k yet
              check(emitted, "6m30s", 4 + 8 + 2 + 2), check(emittable, "6m30s", 4 * 5 + 2 * 3),
              check(emittable, "7m45s", 4 * 5 + 2 * 3)]  # 45 s after both k samples
-    rules = {"groups": [fleet_records.fleet_group(cfg)]}
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=1_000_000))
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump(
-        {"rule_files": ["rules.yaml"], "evaluation_interval": "15s",
-         "tests": [{"interval": "15s", "input_series": series, "promql_expr_test": tests}]}, sort_keys=False))
-    result = run_tool([promtool, "test", "rules", "test.yaml"], cwd=tmp_path)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    run_scenario(promtool, tmp_path, [fleet_records.fleet_group(cfg)], series, tests)

@@ -99,23 +99,16 @@ def lint_config(models: Sequence[dict]) -> dict:
         "engine variables. ALERTS is shown for every server on purpose: a page elsewhere must stay "
         "visible."
     )
-    unscoped_metrics = (*(vllm_name_pattern(name) for name in VLLM_METRICS_QUERIED), "ALERTS{")
-    unscoped = [
-        {"dashboard": model["title"], "panel": panel["title"], "targetIdx": str(index)}
-        for model in models
-        for panel in iter_panels(model)
-        for index, target in enumerate(panel.get("targets", []))
-        if any(name in target["expr"] for name in unscoped_metrics)
-    ]
+    def targets_reading(names: Sequence[str]) -> list[dict[str, str]]:
+        return [{"dashboard": model["title"], "panel": panel["title"], "targetIdx": str(index)}
+                for model in models
+                for panel in iter_panels(model)
+                for index, target in enumerate(panel.get("targets", []))
+                if any(name in target["expr"] for name in names)]
+
+    unscoped = targets_reading((*(vllm_name_pattern(name) for name in VLLM_METRICS_QUERIED), "ALERTS{"))
     # The per-position panels read the counters with servers selected (promql.Queries.counter_rate).
-    raw_per_position = (sources.ACCEPTED_BY_POSITION.exporter, sources.ACCEPTED_BY_POSITION.vllm)
-    per_position = [
-        {"dashboard": model["title"], "panel": panel["title"], "targetIdx": str(index)}
-        for model in models
-        for panel in iter_panels(model)
-        for index, target in enumerate(panel.get("targets", []))
-        if any(name in target["expr"] for name in raw_per_position)
-    ]
+    per_position = targets_reading((sources.ACCEPTED_BY_POSITION.exporter, sources.ACCEPTED_BY_POSITION.vllm))
     custom_units = [
         {"dashboard": model["title"], "panel": panel["title"]}
         for model in models

@@ -203,3 +203,15 @@ def test_a_group_evaluated_less_often_is_watched_over_the_same_span() -> None:
     assert evaluations_wanted(intervals, 2) == {"source": 2, "k": 1, "slow": 1}  # --quick
     assert warm_ups(evaluations_wanted(intervals, 2)) == {"source": 1, "k": 0, "slow": 0}
     assert evaluations_wanted({"a": 15.0, "b": 15.0}, 4) == {"a": 4, "b": 4}
+
+
+def test_a_group_the_rule_files_do_not_hold_stops_the_watch() -> None:
+    """A group the server evaluates but the watched rule files do not list (a bench wiring the
+    wrong files) is an error naming it, not a group watched for a guessed number of evaluations."""
+    from fleet.servers import watch_rule_groups
+
+    def read() -> dict[str, tuple[float, float, str, dict[str, float]]]:
+        return {"source": (0.1, 15.0, "2026-12-03T18:00:00Z", {}), "stray": (0.1, 15.0, "2026-12-03T18:00:00Z", {})}
+
+    with pytest.raises(RuntimeError, match="'stray'"):
+        watch_rule_groups(read, {"source": 15.0}, 2)

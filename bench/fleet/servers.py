@@ -189,6 +189,14 @@ def _watch_deadline(intervals: dict[str, float], wanted: dict[str, int]) -> floa
     return time.monotonic() + max((wanted[g] + 3) * i for g, i in intervals.items()) + 60
 
 
+def _listed(group: str, wanted: dict[str, int]) -> str:
+    """`group`, which the server evaluates, once checked against the rule files' groups: a group
+    missing from them would be watched for a guessed number of evaluations."""
+    if group not in wanted:
+        raise RuntimeError(f"the server evaluates rule group {group!r}, which the watched rule files do not hold")
+    return group
+
+
 def _watched(times: dict[str, list[float]], per_rule: dict[str, dict[str, list[float]]]) -> RuleWatch:
     """The RuleWatch of each group's and each rule's timed evaluations."""
     return RuleWatch({g: max(t) for g, t in times.items()}, {g: statistics.median(t) for g, t in times.items()},
@@ -208,9 +216,9 @@ def watch_rule_groups(read, intervals: dict[str, float], cycles: int) -> RuleWat
         for group, (seconds, _, last, rules) in read().items():
             if last.startswith("0001"):
                 continue  # not evaluated yet
-            if last not in seen.setdefault(group, set()) and len(times.get(group, [])) < wanted.get(group, cycles):
+            if last not in seen.setdefault(group, set()) and len(times.get(group, [])) < wanted[_listed(group, wanted)]:
                 seen[group].add(last)
-                if len(seen[group]) > skipped.get(group, 1):
+                if len(seen[group]) > skipped[group]:
                     times.setdefault(group, []).append(seconds)
                     for rule, rule_seconds in rules.items():
                         per_rule.setdefault(group, {}).setdefault(rule, []).append(rule_seconds)
@@ -237,8 +245,8 @@ def watch_vmalert(alert: VMAlert, intervals: dict[str, float], cycles: int) -> R
         for group, (total, count) in vmalert_iteration_seconds(alert).items():
             before_total, before_count = seen.get(group, (0.0, 0))
             if count > before_count:
-                counted = before_count >= skipped.get(group, 1)  # the first after the start warms caches
-                if counted and len(times.get(group, [])) < wanted.get(group, cycles):
+                counted = before_count >= skipped[_listed(group, wanted)]  # the first warms caches
+                if counted and len(times.get(group, [])) < wanted[group]:
                     times.setdefault(group, []).append((total - before_total) / (count - before_count))
                 seen[group] = (total, count)
         for group in alert.rule_groups():
@@ -248,7 +256,7 @@ def watch_vmalert(alert: VMAlert, intervals: dict[str, float], cycles: int) -> R
                     continue
                 rule_seen[key].add(last)
                 kept = per_rule.get(key[0], {}).get(key[1], [])
-                if len(rule_seen[key]) > skipped.get(key[0], 1) and len(kept) < wanted.get(key[0], cycles):
+                if len(rule_seen[key]) > skipped[_listed(key[0], wanted)] and len(kept) < wanted[key[0]]:
                     per_rule.setdefault(key[0], {}).setdefault(key[1], []).append(rule["evaluationTime"])
         time.sleep(0.25)
     return _watched(times, per_rule)

@@ -89,9 +89,8 @@ def fleet_rules(cfg: MixinConfig) -> list[dict[str, str]]:
         by = ", ".join((*kept_labels(cfg), "model_name", "engine", *(("position",) if position else ())))
         return f"sum by ({by}) (\n{inner}\n)"
 
-    def raw(counter: SourceCounter) -> str:  # direct: the spellings' `or`, parenthesised
-        rate = sources.raw_rate(cfg, counter)
-        return f"({sources.spelled_out(cfg, rate)})" if cfg.direct else rate
+    def raw(counter: SourceCounter) -> str:
+        return sources.operand(cfg, sources.spelled_out(cfg, sources.raw_rate(cfg, counter)))
 
     rules = [{"record": rate_record(cfg, c), "expr": fleet_sum(sources.raw_rate(cfg, c), c.position)}
              for c in COUNTERS]

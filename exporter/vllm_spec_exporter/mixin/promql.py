@@ -198,8 +198,8 @@ class Queries:
         reads the fleet records, and as the stats beside it (dashboards/.lint says so)."""
         matchers = matchers or self.sel.series
         if raw or counter not in sources.RECORDED:
-            rate = sources.panel_rate(self.cfg, counter, matchers, self.cfg.windows.rate_window)
-            return f"({rate})" if self.direct else rate  # the spellings' `or` binds loosest
+            return sources.operand(self.cfg, sources.panel_rate(self.cfg, counter, matchers,
+                                                                self.cfg.windows.rate_window))
         return selector(sources.rate_record(self.cfg, counter), matchers)
 
     def fleet_scope(self, by: tuple[str, ...]) -> bool:

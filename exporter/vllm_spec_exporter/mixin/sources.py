@@ -68,6 +68,7 @@ __all__ = [
     "drafts_present",
     "increase_record",
     "increase_sum",
+    "operand",
     "own",
     "panel_rate",
     "rate_record",
@@ -225,6 +226,12 @@ def spelled_out(cfg: MixinConfig, expr: str) -> str:
     direct spellings' `or` (in a rule file or runbook a person reads); as it is with the sidecar's
     one name."""
     return f"\n{expr}\n" if cfg.direct else expr
+
+
+def operand(cfg: MixinConfig, expr: str) -> str:
+    """`expr`, a raw read, as an operand of a binary operator: in parentheses when it is the direct
+    spellings' `or`, which binds loosest of all; as it is with the sidecar's one name."""
+    return f"({expr})" if cfg.direct else expr
 
 
 def raw_rate(cfg: MixinConfig, counter: SourceCounter, matchers: str = "") -> str:

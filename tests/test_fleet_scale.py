@@ -7,6 +7,7 @@ counts add up and the crowded per-server panels stayed readable."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -110,6 +111,9 @@ def check_watched_again(row: dict[str, Any]) -> None:
         assert all(0 < g["seconds"] < g["interval"] for g in row[watch].values()), (row["backend"], watch)
     assert set(row["rule_medians_again"]) == set(row["rule_groups"])
     assert row["rule_costs_again"] and set(row["rule_costs_again"]) <= set(row["rule_groups"])
+    # Each watch has the server's CPU beside it (whether a slower watch worked more or waited more).
+    assert all(0 < row[cores] < 2 * (os.cpu_count() or 1) for cores in ("cpu_cores", "cpu_cores_before",
+                                                                          "cpu_cores_again")), row["backend"]
 
 
 def no_variables(url: str, model: dict, end: float, repeat: int) -> tuple[dict[str, str], list]:

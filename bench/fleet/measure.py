@@ -19,7 +19,6 @@ from fleet.dashboards import QueryTime, browser_draw, dashboard_load
 from fleet.history import SLICE_SAMPLES, LiveTarget, vm_import_lines, write_openmetrics
 from fleet.servers import (
     RuleWatch,
-    cpu_seconds,
     log,
     prometheus3,
     rfc3339,
@@ -31,6 +30,7 @@ from fleet.servers import (
     wait_for_compaction,
     watch_rule_groups,
     watch_vmalert,
+    watched_cores,
 )
 from fleet.synth import Fleet
 from vllm_spec_lab.binaries import TESTING_BIN_DIR as BIN
@@ -50,7 +50,7 @@ class Result:
     head_series: int
     rss_mb: float
     load_seconds: float  # backfill or import of the history
-    cpu_cores: float = 0.0  # CPU seconds per second while the rule cycles were watched (scrape + rules)
+    cpu_cores: float = 0.0  # the server's CPU seconds per second while its rules were watched (scrape + rules)
     rule_groups: dict[str, tuple[float, float]] = field(default_factory=dict)  # group: (worst s, interval s)
     queries: list[QueryTime] = field(default_factory=list)
     draw_seconds: dict[str, float] = field(default_factory=dict)
@@ -65,11 +65,13 @@ class Result:
     rule_groups_before: dict[str, tuple[float, float]] = field(default_factory=dict)
     rule_medians_before: dict[str, float] = field(default_factory=dict)
     rule_costs_before: dict[str, dict[str, float]] = field(default_factory=dict)
+    cpu_cores_before: float = 0.0
     # ... then the bundle's own rules once more (A-B-A): how far the same rules drift between two
     # watches of one run, one estimate of the drift under a before/after difference.
     rule_groups_again: dict[str, tuple[float, float]] = field(default_factory=dict)
     rule_medians_again: dict[str, float] = field(default_factory=dict)
     rule_costs_again: dict[str, dict[str, float]] = field(default_factory=dict)
+    cpu_cores_again: float = 0.0
 
     def keep_rules(self, watched: RuleWatch) -> None:
         """Each group's median and each rule's median of the bundle's own rules."""
@@ -80,11 +82,12 @@ class Result:
         self.rules_before = rev
         self.rule_groups_before = watched.shares(intervals)
         self.rule_costs_before, self.rule_medians_before = watched.rules, watched.median
+        self.cpu_cores_before = watched.cores
 
     def keep_rules_again(self, watched: RuleWatch, intervals: dict[str, float]) -> None:
         """The bundle's own rules watched again after another revision's (A-B-A)."""
         self.rule_groups_again, self.rule_medians_again = watched.shares(intervals), watched.median
-        self.rule_costs_again = watched.rules
+        self.rule_costs_again, self.cpu_cores_again = watched.rules, watched.cores
 
 
 @dataclass
@@ -182,8 +185,10 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
         intervals = plan.bundle.group_intervals(plan.step)
 
         def watch(server: Prometheus, intervals: dict[str, float] = intervals) -> RuleWatch:
-            """{group: worst evaluation s} and each rule's median over the plan's cycles."""
-            return watch_rule_groups(lambda: rule_times(server), intervals, plan.cycles)
+            """{group: worst evaluation s}, each rule's median over the plan's cycles, the CPU used."""
+            assert server.proc is not None
+            return watched_cores(lambda: watch_rule_groups(lambda: rule_times(server), intervals, plan.cycles),
+                                 server.proc.pid)
 
         def restarted(server: Prometheus, files: tuple[Path, ...], features: tuple[str, ...] = ()) -> Prometheus:
             """`server` stopped, and a Prometheus on the same data evaluating `files` started."""
@@ -192,10 +197,8 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
             fresh.start(timeout=900)
             return fresh
 
-        cpu, wall = cpu_seconds(prom.proc.pid), time.monotonic()
         watched = watch(prom)
-        rule_groups = watched.shares(intervals)
-        cores = (cpu_seconds(prom.proc.pid) - cpu) / (time.monotonic() - wall)
+        rule_groups, cores = watched.shares(intervals), watched.cores
         log("prometheus: dashboards")
         result = Result("Prometheus 3", plan.bundle.source, fleet.pods, len(fleet.series), fleet.series_per_pod,
                         prom.head_series(), rss_mb(prom.proc.pid), load, cores, rule_groups)
@@ -276,19 +279,18 @@ def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget) -> Resul
             return fresh
 
         def watch(server: VMAlert, intervals: dict[str, float] = intervals) -> RuleWatch:
-            """{group: worst evaluation s} and each rule's median over the plan's cycles."""
-            return watch_vmalert(server, intervals, plan.cycles)
+            """{group: worst evaluation s}, each rule's median over the plan's cycles, the CPU used."""
+            assert vm.proc is not None and server.proc is not None
+            return watched_cores(lambda: watch_vmalert(server, intervals, plan.cycles), vm.proc.pid, server.proc.pid)
 
         alert = started_vmalert(plan.bundle.rule_files)
         log("victoriametrics: watching rule evaluations")
         assert vm.proc is not None and alert.proc is not None
-        cpu, wall = cpu_seconds(vm.proc.pid, alert.proc.pid), time.monotonic()
         watched = watch(alert)
-        cores = (cpu_seconds(vm.proc.pid, alert.proc.pid) - cpu) / (time.monotonic() - wall)
         series = int(http_get_json(f"{vm.url}/api/v1/series/count")["data"][0])
         result = Result("VictoriaMetrics", plan.bundle.source, fleet.pods, len(fleet.series), fleet.series_per_pod,
-                        series, rss_mb(vm.proc.pid) + rss_mb(alert.proc.pid), load, cores,
-                        watched.shares(intervals))
+                        series, rss_mb(vm.proc.pid) + rss_mb(alert.proc.pid), load,
+                        watched.cores, watched.shares(intervals))
         result.keep_rules(watched)
         result.series_seen = series_seen(vm.url, fleet, plan.bundle.job)
         result.series_live = series_seen(vm.url, fleet, plan.bundle.job, after=plan.end)

@@ -56,9 +56,10 @@ def summary(result: Result) -> dict[str, Any]:
             "rule_costs": result.rule_costs, "rules_before": result.rules_before,
             "rule_medians": result.rule_medians, "rule_medians_before": result.rule_medians_before,
             "rule_groups_before": _group_shares(result.rule_groups_before),
-            "rule_costs_before": result.rule_costs_before,
+            "rule_costs_before": result.rule_costs_before, "cpu_cores_before": result.cpu_cores_before,
             "rule_groups_again": _group_shares(result.rule_groups_again),
             "rule_medians_again": result.rule_medians_again, "rule_costs_again": result.rule_costs_again,
+            "cpu_cores_again": result.cpu_cores_again,
             "worst_group": worst_group[0], "dashboards": dashboards,
             "queries": [vars(q) for q in result.queries]}
 
@@ -67,11 +68,12 @@ COSTLIEST_RULES = 3  # rules shown per group
 NOT_DRAWN = f"{PAGE_BOUND_SECONDS}+"  # a dashboard the renderer gave up on (its bound, in s)
 
 
-def _watches(r: dict[str, Any]) -> tuple[tuple[str, str, str], ...]:
-    """(label, worst key, median key) of each watch of one row's rule groups (no median: "")."""
-    return (("", "rule_groups", "rule_medians"), (", concurrent-rule-eval", "rule_groups_concurrent", ""),
-            (f", rules of {r.get('rules_before')}", "rule_groups_before", "rule_medians_before"),
-            (", own rules again (drift)", "rule_groups_again", "rule_medians_again"))
+def _watches(r: dict[str, Any]) -> tuple[tuple[str, str, str, str], ...]:
+    """(label, worst key, median key, CPU key) of each watch of one row's rule groups (none: "")."""
+    return (("", "rule_groups", "rule_medians", "cpu_cores"),
+            (", concurrent-rule-eval", "rule_groups_concurrent", "", ""),
+            (f", rules of {r.get('rules_before')}", "rule_groups_before", "rule_medians_before", "cpu_cores_before"),
+            (", own rules again (drift)", "rule_groups_again", "rule_medians_again", "cpu_cores_again"))
 
 
 def _shares(groups: dict[str, dict[str, float]]) -> str:
@@ -103,17 +105,17 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             first = False
     print("rule groups (worst evaluation, share of the interval):")
     for r in rows:
-        for label, worst, _ in _watches(r):
+        for label, worst, _, _ in _watches(r):
             if r.get(worst):
                 print(f"  {r['pods']:>6} pods{label}: {_shares(r[worst])}")
     if any(r.get("rule_medians") for r in rows):
-        print("rule groups (median evaluation, share of the interval):")
+        print("rule groups (median evaluation, share of the interval; the server's CPU, cores, meanwhile):")
     for r in rows:
-        for label, worst, median in _watches(r):
+        for label, worst, median, cores in _watches(r):
             if median and r.get(median):
                 medians = {g: {"seconds": s, "share": s / r[worst][g]["interval"]}
                            for g, s in r[median].items() if g in r[worst]}
-                print(f"  {r['pods']:>6} pods{label}: {_shares(medians)}")
+                print(f"  {r['pods']:>6} pods{label} (CPU {r.get(cores, 0):.2f}): {_shares(medians)}")
     print(f"costliest rules (median evaluation; the {COSTLIEST_RULES} of each group):")
     for r in rows:
         runs = (("", r.get("rule_costs", {})), (f" @{r.get('rules_before')}", r.get("rule_costs_before", {})),

@@ -154,16 +154,27 @@ def series_seen(url: str, fleet: Fleet, job: str, after: float | None = None) ->
 
 
 class RuleWatch(NamedTuple):
-    """What watching a server's rule groups measured: each group's worst evaluation, and each
-    rule's median one (which rules make a group slow)."""
+    """What watching a server's rule groups measured: each group's worst evaluation, each rule's
+    median one (which rules make a group slow), and the CPU the server used meanwhile (whether a
+    watch slower than another did more work or waited more: on two cores the groups, the scrape
+    and everything else on the machine share them)."""
 
     worst: dict[str, float]  # group: worst evaluation seconds
     median: dict[str, float]  # group: median evaluation seconds
     rules: dict[str, dict[str, float]]  # group: {rule: median evaluation seconds}
+    cores: float = 0.0  # the server's CPU seconds per second during the watch (watched_cores)
 
     def shares(self, intervals: dict[str, float]) -> dict[str, tuple[float, float]]:
         """{group: (worst evaluation s, interval s)}: what Result keeps and report prints as a share."""
         return {g: (s, intervals[g]) for g, s in self.worst.items()}
+
+
+def watched_cores(watch: Callable[[], RuleWatch], *pids: int) -> RuleWatch:
+    """watch(), with the CPU seconds per second the processes `pids` (the server: Prometheus, or
+    VictoriaMetrics and vmalert) used while it ran."""
+    cpu, wall = cpu_seconds(*pids), time.monotonic()
+    watched = watch()
+    return watched._replace(cores=(cpu_seconds(*pids) - cpu) / (time.monotonic() - wall))
 
 
 def evaluations_wanted(intervals: dict[str, float], cycles: int) -> dict[str, int]:

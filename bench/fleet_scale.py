@@ -32,7 +32,9 @@ vmalert), unpacked under $VLLM_SPEC_EXPORTER_CACHE/debian-testing, run by the la
 restart. Everything listens on 127.0.0.1 and is stopped whatever happens.
 
 Usage: python bench/fleet_scale.py [--quick] [--pods 100,1000,5000] [--no-vm] [--no-browser] [--no-raw]
-                                  [--dashboards-before REV]
+                                  [--dashboards-before REV] [--rules-before REV] [--set KEY=VALUE ...]
+`--set` measures the bundles as `generate --set` renders them (e.g. scrape_interval=30s: the rules
+evaluated every 30 s, and the scrape at 30 s unless --interval says otherwise), not the committed ones.
 `--quick`: N = 100, 15 min of history at a 5 s interval, 2 cycles, each query timed once, no browser,
 no wait for compaction (CI: ~2 minutes; it checks the path and the counts, not the timings).
 """
@@ -58,6 +60,8 @@ from fleet.report import load_average, print_table, summary
 from fleet.servers import run
 from fleet.synth import build_fleet
 
+from vllm_spec_exporter import durations
+from vllm_spec_exporter.mixin.config import load_config
 from vllm_spec_lab.binaries import TESTING_BIN_DIR as BIN
 from vllm_spec_lab.binaries import testing_package_versions
 
@@ -68,7 +72,8 @@ def main() -> None:
                         help="N = 100, 15 min of history at 5 s, 2 cycles, one timing a query, no browser (CI)")
     parser.add_argument("--pods", default="100,1000,5000", help="comma-separated fleet sizes")
     parser.add_argument("--history-minutes", type=int, default=75)
-    parser.add_argument("--interval", type=int, default=15, help="scrape and evaluation interval, seconds")
+    parser.add_argument("--interval", type=int,
+                        help="scrape and evaluation interval, seconds (default: the bundle's scrape_interval, 15)")
     parser.add_argument("--cycles", type=int, default=4, help="rule evaluations watched per backend")
     parser.add_argument("--repeat", type=int, default=3,
                         help="time each dashboard query (and its raw baseline) this many times, keep the fastest")
@@ -87,12 +92,22 @@ def main() -> None:
                              "a before/after comparison of the dashboards alone")
     parser.add_argument("--dashboards-before", metavar="REV",
                         help="also measure REV's dashboards (before/after a dashboard change, same run)")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="measure the bundles generated with this config override instead of the committed ones "
+                             "(as `vllm-spec-exporter generate --set`), e.g. --set scrape_interval=30s")
     parser.add_argument("--rules-before", metavar="REV",
                         help="also watch REV's rule groups on the same server (Prometheus restarted with them, "
                              "vmalert restarted with them), after everything else, then this revision's again: "
                              "before/after a rule change, same run, and how far the same rules drift between two "
                              "watches (the server then also holds this revision's records)")
     args = parser.parse_args()
+    if args.sets and (args.rules_before or args.dashboards_before):
+        raise SystemExit("--rules-before and --dashboards-before compare committed files; they cannot be "
+                         "combined with --set")
+    try:
+        args.interval = args.interval or round(durations.seconds(load_config(sets=args.sets).scrape_interval))
+    except ValueError as error:
+        raise SystemExit(f"--set: {error}") from None
     if args.quick:  # CI: the whole path once, small (the browser has its own tests)
         args.pods, args.history_minutes, args.interval, args.cycles, args.no_browser = "100", 15, 5, 2, True
         args.repeat = 1
@@ -104,7 +119,11 @@ def main() -> None:
     vm_version = testing_package_versions().get("victoria-metrics", "?")  # its binaries print none
     print(f"{version}; VictoriaMetrics {vm_version}; {os.cpu_count()} cores; interval {args.interval}s; "
           f"history {args.history_minutes} min")
-    bundles = [Bundle.load(source) for source in args.source.split(",")]
+    # Removed when main ends, returning or failing (the object's finaliser).
+    generated = tempfile.TemporaryDirectory(prefix="fleet-bundle-") if args.sets else None
+    bundles = [Bundle.load(source, args.sets, generated and Path(generated.name)) for source in args.source.split(",")]
+    if args.sets:
+        print(f"bundles generated with {' '.join(args.sets)} (not the committed ones)")
     for bundle in bundles:
         if args.dashboards_before:
             bundle.add_dashboards_before(args.dashboards_before)

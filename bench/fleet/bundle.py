@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,8 @@ from typing import Any
 import yaml
 
 from vllm_spec_exporter import durations
-from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.config import MixinConfig, load_config
+from vllm_spec_exporter.mixin.generate import render_all
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,18 +36,27 @@ class Bundle:
     job: str
     port: int
     dashboards: dict[str, dict] = field(default_factory=dict)
+    committed: bool = True  # the checkout's own files (else rendered for other settings: generated)
 
     @classmethod
-    def load(cls, source: str) -> Bundle:
-        cfg = MixinConfig()
+    def load(cls, source: str, sets: Sequence[str] = (), folder: Path | None = None) -> Bundle:
+        """The committed bundle, or with `sets` (`KEY=VALUE` config overrides, as `generate --set`
+        takes them) the bundle an operator would generate with them, rendered into `folder`."""
+        cfg = load_config(sets=list(sets))
+        root = ROOT
+        if sets:
+            if folder is None:
+                raise ValueError("a bundle generated with --set needs a folder to be written into")
+            root = generated(cfg, folder)
         if source == "exporter":
-            bundle = cls(source, ROOT, _job(cfg.exporter_selector), 9850)
+            bundle = cls(source, root, _job(cfg.exporter_selector), 9850)
         elif source == "direct":
-            bundle = cls(source, ROOT / "direct", _job(cfg.vllm_selector), 8000)
+            bundle = cls(source, root / "direct", _job(cfg.vllm_selector), 8000)
         else:
             raise SystemExit(f"--source: unknown bundle {source!r} (exporter or direct)")
         bundle.dashboards = {p.stem.removeprefix("vllm-spec-decode-"): json.loads(p.read_text())
                              for p in bundle.dashboard_files}
+        bundle.committed = not sets
         return bundle
 
     @property
@@ -86,6 +96,14 @@ class Bundle:
 
     def group_intervals(self, default: float) -> dict[str, float]:
         return rule_group_intervals(self.rule_files, default)
+
+
+def generated(cfg: MixinConfig, folder: Path) -> Path:
+    """Every artifact `generate` renders from `cfg`, written under `folder`; returns it."""
+    for relative, text in render_all(cfg).items():
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        (folder / relative).write_text(text)
+    return folder
 
 
 def rule_group_intervals(files: tuple[Path, ...], default: float) -> dict[str, float]:

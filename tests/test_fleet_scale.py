@@ -219,3 +219,20 @@ def test_a_group_the_rule_files_do_not_hold_stops_the_watch() -> None:
 
     with pytest.raises(RuntimeError, match="'stray'"):
         watch_rule_groups(read, {"source": 15.0}, 2)
+
+
+def test_a_bundle_generated_with_set_is_what_generate_renders(tmp_path: Path) -> None:
+    """`--set scrape_interval=30s`: the bench measures the bundle an operator would generate for a
+    30 s scrape (every group evaluated every 30 s but the once-a-minute k group), not the committed
+    one; the bench refuses to compare such a bundle with a revision's committed files."""
+    from fleet.bundle import Bundle
+
+    bundle = Bundle.load("direct", ["scrape_interval=30s"], tmp_path)
+    assert bundle.root == tmp_path / "direct"
+    intervals = bundle.group_intervals(15)
+    assert intervals.pop("vllm-spec-decode.k") == 60 and set(intervals.values()) == {30}, intervals
+    assert set(bundle.dashboards) == {"overview", "fleet"}
+    assert set(Bundle.load("direct").group_intervals(15).values()) == {15, 60}  # the committed one
+    refused = subprocess.run([sys.executable, str(ROOT / "bench" / "fleet_scale.py"), "--set", "scrape_interval=30s",
+                              "--rules-before", "HEAD"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert refused.returncode != 0 and "cannot be combined with --set" in refused.stderr, refused.stderr

@@ -36,7 +36,6 @@ class Bundle:
     job: str
     port: int
     dashboards: dict[str, dict] = field(default_factory=dict)
-    committed: bool = True  # the checkout's own files (else rendered for other settings: generated)
 
     @classmethod
     def load(cls, source: str, sets: Sequence[str] = (), folder: Path | None = None) -> Bundle:
@@ -56,7 +55,6 @@ class Bundle:
             raise SystemExit(f"--source: unknown bundle {source!r} (exporter or direct)")
         bundle.dashboards = {p.stem.removeprefix("vllm-spec-decode-"): json.loads(p.read_text())
                              for p in bundle.dashboard_files}
-        bundle.committed = not sets
         return bundle
 
     @property

@@ -33,8 +33,9 @@ restart. Everything listens on 127.0.0.1 and is stopped whatever happens.
 
 Usage: python bench/fleet_scale.py [--quick] [--pods 100,1000,5000] [--no-vm] [--no-browser] [--no-raw]
                                   [--dashboards-before REV] [--rules-before REV] [--set KEY=VALUE ...]
-`--set` measures the bundles as `generate --set` renders them (e.g. scrape_interval=30s: the rules
-evaluated every 30 s, and the scrape at 30 s unless --interval says otherwise), not the committed ones.
+`--set` measures the bundles as `generate --set` renders them (e.g. scrape_interval=30s: the rule
+groups evaluated every 30 s, the k group still once a minute, and the scrape at 30 s unless
+--interval says otherwise), not the committed ones.
 `--quick`: N = 100, 15 min of history at a 5 s interval, 2 cycles, each query timed once, no browser,
 no wait for compaction (CI: ~2 minutes; it checks the path and the counts, not the timings).
 """
@@ -42,6 +43,7 @@ no wait for compaction (CI: ~2 minutes; it checks the path and the counts, not t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -53,7 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # fleet/ and bench_pipeline, beside this script
 
-from fleet.bundle import Bundle
+from fleet.bundle import ROOT, Bundle, render
 from fleet.history import LiveTarget
 from fleet.measure import Plan, Result, measure_prometheus, measure_victoriametrics
 from fleet.report import load_average, print_table, summary
@@ -61,7 +63,7 @@ from fleet.servers import run
 from fleet.synth import build_fleet
 
 from vllm_spec_exporter import durations
-from vllm_spec_exporter.mixin.config import load_config
+from vllm_spec_exporter.mixin.config import MixinConfig, load_config
 from vllm_spec_lab.binaries import TESTING_BIN_DIR as BIN
 from vllm_spec_lab.binaries import testing_package_versions
 
@@ -101,16 +103,7 @@ def main() -> None:
                              "before/after a rule change, same run, and how far the same rules drift between two "
                              "watches (the server then also holds this revision's records)")
     args = parser.parse_args()
-    if args.sets and (args.rules_before or args.dashboards_before):
-        raise SystemExit("--rules-before and --dashboards-before compare committed files; they cannot be "
-                         "combined with --set")
-    try:
-        args.interval = args.interval or round(durations.seconds(load_config(sets=args.sets).scrape_interval))
-    except ValueError as error:
-        raise SystemExit(f"--set: {error}") from None
-    if args.quick:  # CI: the whole path once, small (the browser has its own tests)
-        args.pods, args.history_minutes, args.interval, args.cycles, args.no_browser = "100", 15, 5, 2, True
-        args.repeat = 1
+    cfg = settled(args)
     for binary in ("prometheus", "promtool", *(() if args.no_vm else ("victoria-metrics", "vmalert"))):
         if not (BIN / binary).exists():
             raise SystemExit(f"{BIN / binary} missing: unpack Debian testing's prometheus/victoria-metrics "
@@ -119,11 +112,38 @@ def main() -> None:
     vm_version = testing_package_versions().get("victoria-metrics", "?")  # its binaries print none
     print(f"{version}; VictoriaMetrics {vm_version}; {os.cpu_count()} cores; interval {args.interval}s; "
           f"history {args.history_minutes} min")
-    # Removed when main ends, returning or failing (the object's finaliser).
-    generated = tempfile.TemporaryDirectory(prefix="fleet-bundle-") if args.sets else None
-    bundles = [Bundle.load(source, args.sets, generated and Path(generated.name)) for source in args.source.split(",")]
-    if args.sets:
-        print(f"bundles generated with {' '.join(args.sets)} (not the committed ones)")
+    with contextlib.ExitStack() as cleanup:
+        root = ROOT
+        if args.sets:
+            root = render(cfg, Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="fleet-bundle-"))))
+            print(f"bundles generated with {' '.join(args.sets)} (not the committed ones)")
+        measure_all(args, [Bundle.load(source, cfg, root) for source in args.source.split(",")])
+
+
+def settled(args: argparse.Namespace) -> MixinConfig:
+    """The config the bundles are measured with (the defaults, or generate's with --set), once the
+    options are checked and filled in: `--interval` defaults to its scrape_interval (--quick: 5 s,
+    unless --set says otherwise); --quick's small sizes. One-line errors for what cannot work."""
+    if args.sets and (args.rules_before or args.dashboards_before):
+        raise SystemExit("--rules-before and --dashboards-before compare committed files; they cannot be "
+                         "combined with --set")
+    try:
+        cfg = load_config(sets=args.sets)
+    except ValueError as error:
+        raise SystemExit(f"--set: {error}") from None
+    if cfg.direct:  # generate would render the direct bundle where the sidecar's belongs
+        raise SystemExit("--set source=...: choose the bundle with --source exporter,direct instead")
+    if args.interval is None:
+        args.interval = 5 if args.quick and not args.sets else round(durations.seconds(cfg.scrape_interval))
+    if args.interval < 1:
+        raise SystemExit(f"--interval / scrape_interval: {args.interval} s; the bench scrapes every whole second")
+    if args.quick:  # CI: the whole path once, small (the browser has its own tests)
+        args.pods, args.history_minutes, args.cycles, args.no_browser, args.repeat = "100", 15, 2, True, 1
+    return cfg
+
+
+def measure_all(args: argparse.Namespace, bundles: list[Bundle]) -> None:
+    """Every fleet size on every bundle and backend the options ask for; the tables at the end."""
     for bundle in bundles:
         if args.dashboards_before:
             bundle.add_dashboards_before(args.dashboards_before)
@@ -131,7 +151,7 @@ def main() -> None:
     summaries: dict[str, list[dict[str, Any]]] = {}
 
     def keep(key: str, result: Result) -> None:
-        summaries.setdefault(key, []).append(summary(result))
+        summaries.setdefault(key, []).append({**summary(result), "generated_with": args.sets})
         if args.json:  # after every measurement: a long run stopped early keeps what it measured
             args.json.write_text(json.dumps(summaries, indent=1))
 

@@ -223,16 +223,65 @@ def test_a_group_the_rule_files_do_not_hold_stops_the_watch() -> None:
 
 def test_a_bundle_generated_with_set_is_what_generate_renders(tmp_path: Path) -> None:
     """`--set scrape_interval=30s`: the bench measures the bundle an operator would generate for a
-    30 s scrape (every group evaluated every 30 s but the once-a-minute k group), not the committed
-    one; the bench refuses to compare such a bundle with a revision's committed files."""
-    from fleet.bundle import Bundle
+    30 s scrape (every group evaluated every 30 s but the once-a-minute k group), file for file
+    what `generate` renders, not the committed one."""
+    from fleet.bundle import Bundle, render
 
-    bundle = Bundle.load("direct", ["scrape_interval=30s"], tmp_path)
+    from vllm_spec_exporter.mixin.config import load_config
+    from vllm_spec_exporter.mixin.generate import render_all
+
+    cfg = load_config(sets=["scrape_interval=30s"])
+    bundle = Bundle.load("direct", cfg, render(cfg, tmp_path))
     assert bundle.root == tmp_path / "direct"
+    rendered = render_all(cfg)
+    for path in bundle.rule_files:
+        assert path.read_text() == rendered[path.relative_to(tmp_path).as_posix()], path
     intervals = bundle.group_intervals(15)
     assert intervals.pop("vllm-spec-decode.k") == 60 and set(intervals.values()) == {30}, intervals
     assert set(bundle.dashboards) == {"overview", "fleet"}
     assert set(Bundle.load("direct").group_intervals(15).values()) == {15, 60}  # the committed one
-    refused = subprocess.run([sys.executable, str(ROOT / "bench" / "fleet_scale.py"), "--set", "scrape_interval=30s",
-                              "--rules-before", "HEAD"], capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert refused.returncode != 0 and "cannot be combined with --set" in refused.stderr, refused.stderr
+
+
+def bench_options(*argv: str) -> tuple[Any, MixinConfig]:
+    """fleet_scale's options as its parser would leave them for `argv`, then settled."""
+    import argparse
+
+    import fleet_scale
+
+    args = argparse.Namespace(sets=[], interval=None, quick=False, rules_before=None, dashboards_before=None,
+                              pods="100,1000,5000", history_minutes=75, cycles=4, no_browser=False, repeat=3)
+    for option, value in zip(argv[::2], argv[1::2], strict=True):
+        if option == "--set":
+            args.sets.append(value)
+        else:
+            setattr(args, option.removeprefix("--").replace("-", "_"), value)
+    return args, fleet_scale.settled(args)
+
+
+def test_the_bench_scrapes_at_the_generated_scrape_interval_and_refuses_what_cannot_work() -> None:
+    """--interval follows --set scrape_interval (and --quick's 5 s gives way to it); an explicit
+    --interval wins. --set cannot pick the direct bundle (--source does) nor be compared with a
+    revision's committed files."""
+    assert bench_options()[0].interval == 15
+    assert bench_options("--set", "scrape_interval=30s")[0].interval == 30
+    assert bench_options("--quick", True)[0].interval == 5
+    assert bench_options("--quick", True, "--set", "scrape_interval=30s")[0].interval == 30
+    assert bench_options("--interval", 20, "--set", "scrape_interval=30s")[0].interval == 20
+    for argv, error in ((("--set", "source=vllm"), "--source"), (("--set", "scrape_interval=30s", "--rules-before",
+                                                                  "HEAD"), "cannot be combined with --set"),
+                        (("--set", "no_such_key=1"), "--set")):
+        with pytest.raises(SystemExit, match=error):
+            bench_options(*argv)
+
+
+def test_vmalert_reporting_a_group_the_rule_files_do_not_hold_stops_the_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same check in the vmalert watcher, which reads iteration counts from vmalert's metrics."""
+    from fleet import servers
+
+    class Alert:
+        def rule_groups(self) -> list[dict[str, Any]]:
+            return []
+
+    monkeypatch.setattr(servers, "vmalert_iteration_seconds", lambda alert: {"stray": (0.1, 1)})
+    with pytest.raises(RuntimeError, match="'stray'"):
+        servers.watch_vmalert(Alert(), {"source": 15.0}, 2)  # type: ignore[arg-type]

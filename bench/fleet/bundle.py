@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from vllm_spec_exporter import durations
-from vllm_spec_exporter.mixin.config import MixinConfig, load_config
+from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.generate import render_all
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,15 +38,10 @@ class Bundle:
     dashboards: dict[str, dict] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, source: str, sets: Sequence[str] = (), folder: Path | None = None) -> Bundle:
-        """The committed bundle, or with `sets` (`KEY=VALUE` config overrides, as `generate --set`
-        takes them) the bundle an operator would generate with them, rendered into `folder`."""
-        cfg = load_config(sets=list(sets))
-        root = ROOT
-        if sets:
-            if folder is None:
-                raise ValueError("a bundle generated with --set needs a folder to be written into")
-            root = generated(cfg, folder)
+    def load(cls, source: str, cfg: MixinConfig | None = None, root: Path = ROOT) -> Bundle:
+        """The bundle under `root`: the committed one (the checkout, the default config), or one
+        `render` wrote there from `cfg` (the bench's --set)."""
+        cfg = cfg or MixinConfig()
         if source == "exporter":
             bundle = cls(source, root, _job(cfg.exporter_selector), 9850)
         elif source == "direct":
@@ -96,8 +91,9 @@ class Bundle:
         return rule_group_intervals(self.rule_files, default)
 
 
-def generated(cfg: MixinConfig, folder: Path) -> Path:
-    """Every artifact `generate` renders from `cfg`, written under `folder`; returns it."""
+def render(cfg: MixinConfig, folder: Path) -> Path:
+    """Every artifact `generate` renders from `cfg`, written under `folder` (both bundles: the
+    sidecar's at the top, the direct one under direct/); returns `folder`."""
     for relative, text in render_all(cfg).items():
         (folder / relative).parent.mkdir(parents=True, exist_ok=True)
         (folder / relative).write_text(text)

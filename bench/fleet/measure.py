@@ -30,7 +30,7 @@ from fleet.servers import (
     wait_for_compaction,
     watch_rule_groups,
     watch_vmalert,
-    watched_cores,
+    with_cores,
 )
 from fleet.synth import Fleet
 from vllm_spec_lab.binaries import TESTING_BIN_DIR as BIN
@@ -65,13 +65,13 @@ class Result:
     rule_groups_before: dict[str, tuple[float, float]] = field(default_factory=dict)
     rule_medians_before: dict[str, float] = field(default_factory=dict)
     rule_costs_before: dict[str, dict[str, float]] = field(default_factory=dict)
-    cpu_cores_before: float = 0.0
+    cpu_cores_before: float | None = None
     # ... then the bundle's own rules once more (A-B-A): how far the same rules drift between two
     # watches of one run, one estimate of the drift under a before/after difference.
     rule_groups_again: dict[str, tuple[float, float]] = field(default_factory=dict)
     rule_medians_again: dict[str, float] = field(default_factory=dict)
     rule_costs_again: dict[str, dict[str, float]] = field(default_factory=dict)
-    cpu_cores_again: float = 0.0
+    cpu_cores_again: float | None = None
 
     def keep_rules(self, watched: RuleWatch) -> None:
         """Each group's median and each rule's median of the bundle's own rules."""
@@ -187,7 +187,7 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
         def watch(server: Prometheus, intervals: dict[str, float] = intervals) -> RuleWatch:
             """{group: worst evaluation s}, each rule's median over the plan's cycles, the CPU used."""
             assert server.proc is not None
-            return watched_cores(lambda: watch_rule_groups(lambda: rule_times(server), intervals, plan.cycles),
+            return with_cores(lambda: watch_rule_groups(lambda: rule_times(server), intervals, plan.cycles),
                                  server.proc.pid)
 
         def restarted(server: Prometheus, files: tuple[Path, ...], features: tuple[str, ...] = ()) -> Prometheus:
@@ -281,7 +281,7 @@ def measure_victoriametrics(fleet: Fleet, plan: Plan, live: LiveTarget) -> Resul
         def watch(server: VMAlert, intervals: dict[str, float] = intervals) -> RuleWatch:
             """{group: worst evaluation s}, each rule's median over the plan's cycles, the CPU used."""
             assert vm.proc is not None and server.proc is not None
-            return watched_cores(lambda: watch_vmalert(server, intervals, plan.cycles), vm.proc.pid, server.proc.pid)
+            return with_cores(lambda: watch_vmalert(server, intervals, plan.cycles), vm.proc.pid, server.proc.pid)
 
         alert = started_vmalert(plan.bundle.rule_files)
         log("victoriametrics: watching rule evaluations")

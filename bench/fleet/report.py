@@ -115,7 +115,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             if median and r.get(median):
                 medians = {g: {"seconds": s, "share": s / r[worst][g]["interval"]}
                            for g, s in r[median].items() if g in r[worst]}
-                print(f"  {r['pods']:>6} pods{label} (CPU {r.get(cores, 0):.2f}): {_shares(medians)}")
+                cpu = "-" if r.get(cores) is None else f"{r[cores]:.2f}"
+                print(f"  {r['pods']:>6} pods{label} (CPU {cpu}): {_shares(medians)}")
     print(f"costliest rules (median evaluation; the {COSTLIEST_RULES} of each group):")
     for r in rows:
         runs = (("", r.get("rule_costs", {})), (f" @{r.get('rules_before')}", r.get("rule_costs_before", {})),

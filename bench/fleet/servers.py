@@ -162,14 +162,14 @@ class RuleWatch(NamedTuple):
     worst: dict[str, float]  # group: worst evaluation seconds
     median: dict[str, float]  # group: median evaluation seconds
     rules: dict[str, dict[str, float]]  # group: {rule: median evaluation seconds}
-    cores: float = 0.0  # the server's CPU seconds per second during the watch (watched_cores)
+    cores: float = math.nan  # the server's CPU seconds per second during the watch (with_cores)
 
     def shares(self, intervals: dict[str, float]) -> dict[str, tuple[float, float]]:
         """{group: (worst evaluation s, interval s)}: what Result keeps and report prints as a share."""
         return {g: (s, intervals[g]) for g, s in self.worst.items()}
 
 
-def watched_cores(watch: Callable[[], RuleWatch], *pids: int) -> RuleWatch:
+def with_cores(watch: Callable[[], RuleWatch], *pids: int) -> RuleWatch:
     """watch(), with the CPU seconds per second the processes `pids` (the server: Prometheus, or
     VictoriaMetrics and vmalert) used while it ran."""
     cpu, wall = cpu_seconds(*pids), time.monotonic()
@@ -200,9 +200,10 @@ def _watch_deadline(intervals: dict[str, float], wanted: dict[str, int]) -> floa
     return time.monotonic() + max((wanted[g] + 3) * i for g, i in intervals.items()) + 60
 
 
-def _listed(group: str, wanted: dict[str, int]) -> str:
-    """`group`, which the server evaluates, once checked against the rule files' groups: a group
-    missing from them would be watched for a guessed number of evaluations."""
+def _known(group: str, wanted: dict[str, int]) -> str:
+    """`group`, a group the server evaluates, returned as it is when the watched rule files hold it;
+    raises RuntimeError naming it when they do not (it would be watched for a guessed number of
+    evaluations)."""
     if group not in wanted:
         raise RuntimeError(f"the server evaluates rule group {group!r}, which the watched rule files do not hold")
     return group
@@ -227,7 +228,7 @@ def watch_rule_groups(read, intervals: dict[str, float], cycles: int) -> RuleWat
         for group, (seconds, _, last, rules) in read().items():
             if last.startswith("0001"):
                 continue  # not evaluated yet
-            if last not in seen.setdefault(group, set()) and len(times.get(group, [])) < wanted[_listed(group, wanted)]:
+            if last not in seen.setdefault(group, set()) and len(times.get(group, [])) < wanted[_known(group, wanted)]:
                 seen[group].add(last)
                 if len(seen[group]) > skipped[group]:
                     times.setdefault(group, []).append(seconds)
@@ -256,7 +257,7 @@ def watch_vmalert(alert: VMAlert, intervals: dict[str, float], cycles: int) -> R
         for group, (total, count) in vmalert_iteration_seconds(alert).items():
             before_total, before_count = seen.get(group, (0.0, 0))
             if count > before_count:
-                counted = before_count >= skipped[_listed(group, wanted)]  # the first warms caches
+                counted = before_count >= skipped[_known(group, wanted)]  # the first warms caches
                 if counted and len(times.get(group, [])) < wanted[group]:
                     times.setdefault(group, []).append((total - before_total) / (count - before_count))
                 seen[group] = (total, count)
@@ -267,7 +268,7 @@ def watch_vmalert(alert: VMAlert, intervals: dict[str, float], cycles: int) -> R
                     continue
                 rule_seen[key].add(last)
                 kept = per_rule.get(key[0], {}).get(key[1], [])
-                if len(rule_seen[key]) > skipped[_listed(key[0], wanted)] and len(kept) < wanted[key[0]]:
+                if len(rule_seen[key]) > skipped[_known(key[0], wanted)] and len(kept) < wanted[key[0]]:
                     per_rule.setdefault(key[0], {}).setdefault(key[1], []).append(rule["evaluationTime"])
         time.sleep(0.25)
     return _watched(times, per_rule)

@@ -26,9 +26,10 @@ Contract:
   the same pods into one TSDB during a migration: client_python#1177 changes only the name), and a
   fleet total must not double. (While a job switches spelling, the `or` reads the new name's
   partial window: the total runs low for one rate window, as the servers' records do.) `or`-ing
-  each spelling's fleet sum instead (the first spelling of each model and engine) is as fast
-  (468 -> 217 ms, 9 alternated rounds, same server) and never doubles, but while a job's servers
-  mix spellings (a canary on a vLLM whose prometheus_client escapes names; Ray Serve beside plain
+  each spelling's fleet sum instead (the first spelling of each job, model, engine and position)
+  costs about what one spelling's sum does (217 ms against the per-series `or`'s 468 ms; 9
+  alternated rounds on one server, 2026-12-03) and never doubles, but while a job's servers mix
+  spellings (a canary on a vLLM whose prometheus_client escapes names; Ray Serve beside plain
   vLLM) it leaves the later spelling's servers out of the total. Any per-series `or` stops
   VictoriaMetrics aggregating as it reads (two spellings cost as much as five: 461 / 468 ms): the
   price of exact totals, about twice the sum of one spelling.

@@ -267,9 +267,10 @@ def test_the_bench_scrapes_at_the_generated_scrape_interval_and_refuses_what_can
     assert bench_options("--quick", True)[0].interval == 5
     assert bench_options("--quick", True, "--set", "scrape_interval=30s")[0].interval == 30
     assert bench_options("--interval", 20, "--set", "scrape_interval=30s")[0].interval == 20
-    for argv, error in ((("--set", "source=vllm"), "--source"), (("--set", "scrape_interval=30s", "--rules-before",
-                                                                  "HEAD"), "cannot be combined with --set"),
-                        (("--set", "no_such_key=1"), "--set")):
+    refused = {("--set", "source=vllm"): "--source",
+               ("--set", "scrape_interval=30s", "--rules-before", "HEAD"): "cannot be combined with --set",
+               ("--set", "no_such_key=1"): "--set"}
+    for argv, error in refused.items():
         with pytest.raises(SystemExit, match=error):
             bench_options(*argv)
 

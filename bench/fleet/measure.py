@@ -188,7 +188,7 @@ def measure_prometheus(fleet: Fleet, plan: Plan, live: LiveTarget) -> Result:
             """{group: worst evaluation s}, each rule's median over the plan's cycles, the CPU used."""
             assert server.proc is not None
             return with_cores(lambda: watch_rule_groups(lambda: rule_times(server), intervals, plan.cycles),
-                                 server.proc.pid)
+                              server.proc.pid)
 
         def restarted(server: Prometheus, files: tuple[Path, ...], features: tuple[str, ...] = ()) -> Prometheus:
             """`server` stopped, and a Prometheus on the same data evaluating `files` started."""

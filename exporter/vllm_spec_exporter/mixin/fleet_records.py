@@ -28,9 +28,9 @@ Contract:
   partial window: the total runs low for one rate window, as the servers' records do.) `or`-ing
   each spelling's fleet sum instead (the first spelling of each job, model, engine and position)
   costs about what one spelling's sum does (217 and 182 ms against the per-series `or`'s 468
-  and 448 ms; two runs of 9 alternated rounds, 2026-12-03) and never doubles, but while a job's servers mix
-  spellings (a canary on a vLLM whose prometheus_client escapes names; Ray Serve beside plain
-  vLLM) it leaves the later spelling's servers out of the total. Any per-series `or` stops
+  and 448 ms; two runs of 9 alternated rounds, 2026-12-03) and never doubles, but while a
+  job's servers mix spellings (a canary on a vLLM whose prometheus_client escapes names; Ray
+  Serve beside plain vLLM) it leaves the later spelling's servers out of the total. Any per-series `or` stops
   VictoriaMetrics aggregating as it reads (two spellings cost as much as five: 461 / 468 ms): the
   price of exact totals, about twice the sum of one spelling.
 - Efficiency weights each server's drafts by its own k, so its two terms are summed here per

@@ -7,10 +7,10 @@ fleet records, and at engine All the per-server records, where a panel's groupin
 acceptance evidence), but per position with servers selected, where no record exists and the
 counters are read over the records' rate_window (Queries.counter_rate), every selector carries the
 dashboard variables, ratios are the QUANTITIES of recording_rules (sum-then-divide with a
-`(den > 0)` guard: no NaN/Inf when idle), and every raw series comes from sources.py (the sidecar's health
-gauges from names.MetricName). With source=vllm there is no sidecar: `Queries.direct` tells the
-dashboards which panels to leave out, and the few that read the sidecar's gauges read vLLM's own or
-compute the same in PromQL.
+`(den > 0)` guard: no NaN/Inf when idle), and every raw series comes from sources.py (the
+sidecar's health gauges from names.MetricName). With source=vllm there is no sidecar:
+`Queries.direct` tells the dashboards which panels to leave out, and the few that read the
+sidecar's gauges read vLLM's own or compute the same in PromQL.
 """
 
 from __future__ import annotations

@@ -33,9 +33,9 @@ only be summed again (and cost series at fleet scale).
 Everything downstream (recording_rules, alert_rules, promql) reads those records or, where a record
 must not be read (the fleet records, the evidence, k) or none exists (per position, for the servers
 a panel or runbook selects), the same counters through raw_rate, panel_rate and increase_sum; so
-both sources give the same evidence, pages and panels. The few raw series that are not counters of a quantity
-(`up`, restarts, "are the spec-decode counters there at all", vLLM's load gauges) are also named
-only here, as expressions the alerts and dashboards embed.
+both sources give the same evidence, pages and panels. The few raw series that are not counters
+of a quantity (`up`, restarts, "are the spec-decode counters there at all", vLLM's load gauges)
+are also named only here, as expressions the alerts and dashboards embed.
 
 Direct mode reads each spelling with its own range selector joined by `or` (left operand wins), not
 one `__name__=~` regex: while a scrape job switches spelling, both names hold samples inside the

@@ -223,8 +223,8 @@ def test_a_group_the_rule_files_do_not_hold_stops_the_watch() -> None:
 
 def test_a_bundle_generated_with_set_is_what_generate_renders(tmp_path: Path) -> None:
     """`--set scrape_interval=30s`: the bench measures the bundle an operator would generate for a
-    30 s scrape (every group evaluated every 30 s but the once-a-minute k group), file for file
-    what `generate` renders, not the committed one."""
+    30 s scrape (every group evaluated every 30 s but the once-a-minute k and fleet groups), file
+    for file what `generate` renders, not the committed one."""
     from fleet.bundle import Bundle, render
 
     from vllm_spec_exporter.mixin.config import load_config
@@ -237,7 +237,8 @@ def test_a_bundle_generated_with_set_is_what_generate_renders(tmp_path: Path) ->
     for path in bundle.rule_files:
         assert path.read_text() == rendered[path.relative_to(tmp_path).as_posix()], path
     intervals = bundle.group_intervals(15)
-    assert intervals.pop("vllm-spec-decode.k") == 60 and set(intervals.values()) == {30}, intervals
+    once_a_minute = ("vllm-spec-decode.k", "vllm-spec-decode.fleet", "vllm-spec-decode.fleet.counts")
+    assert [intervals.pop(name) for name in once_a_minute] == [60] * 3 and set(intervals.values()) == {30}, intervals
     assert set(bundle.dashboards) == {"overview", "fleet"}
     assert set(Bundle.load("direct").group_intervals(15).values()) == {15, 60}  # the committed one
 

@@ -13,11 +13,22 @@ import pytest
 import yaml
 
 from support.prom import require_binary, run_tool
-from vllm_spec_exporter.mixin import compose, generate, kubernetes, positions, recording_rules, rule_files, windows
+from vllm_spec_exporter.mixin import (
+    compose,
+    fleet_counts,
+    fleet_records,
+    generate,
+    kubernetes,
+    positions,
+    recording_rules,
+    rule_files,
+    windows,
+)
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_lab.monitoring import PROMTOOL_BIN
 
 DEFAULT = MixinConfig()
+FLEET_GROUPS = (fleet_records.FLEET_GROUP, fleet_counts.FLEET_COUNTS_GROUP)
 INTERVALS = ["10s", "15s", "20s", "30s", "45s", "60s", "90s", "120s"]
 
 
@@ -95,7 +106,8 @@ def test_the_bundle_carries_the_interval_everywhere(interval: str) -> None:
     files = generate.render_all(cfg)
     for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE):
         for group in yaml.safe_load(files[rel])["groups"]:
-            assert group["interval"] == interval, (rel, group["name"])
+            if group["name"] not in FLEET_GROUPS:  # a minute at least (the next tests)
+                assert group["interval"] == interval, (rel, group["name"])
     podmonitor = yaml.safe_load(files[kubernetes.PODMONITOR_FILE])
     assert podmonitor["spec"]["podMetricsEndpoints"][0]["interval"] == interval
     for rel in (compose.PROMETHEUS_FILE, compose.MONITORING_PROMETHEUS_FILE):
@@ -109,14 +121,29 @@ def test_the_bundle_carries_the_interval_everywhere(interval: str) -> None:
         assert recording_rules.evidence_names(window).upper in records
 
 
-@pytest.mark.parametrize(("interval", "k_interval"), [("15s", "1m"), ("60s", "1m"), ("90s", "1m30s"), ("120s", "2m")])
-def test_the_direct_k_group_runs_once_a_minute_or_at_the_evaluation_interval(interval: str, k_interval: str) -> None:
-    """Without the sidecar k is counted in a group of its own (positions.k_group), at least a
-    minute apart; every other group keeps the evaluation interval."""
-    files = generate.render_all(at(interval, source="vllm"))
+@pytest.mark.parametrize(("interval", "at_least_a_minute"),
+                         [("15s", "1m"), ("60s", "1m"), ("90s", "1m30s"), ("120s", "2m")])
+@pytest.mark.parametrize("source", ["exporter", "vllm"])
+def test_k_and_the_fleet_groups_run_once_a_minute_or_at_the_evaluation_interval(
+        interval: str, at_least_a_minute: str, source: str) -> None:
+    """Without the sidecar k is counted in a group of its own (positions.k_group); the fleet groups
+    feed only dashboards. Each runs at least a minute apart; every other group keeps the
+    evaluation interval."""
+    files = generate.render_all(at(interval, source=source))
     intervals = {g["name"]: g["interval"] for g in yaml.safe_load(files[rule_files.RULES_FILE])["groups"]}
-    assert intervals.pop(positions.K_GROUP) == k_interval
+    assert {name: intervals.pop(name) for name in FLEET_GROUPS} == dict.fromkeys(FLEET_GROUPS, at_least_a_minute)
+    if source == "vllm":
+        assert intervals.pop(positions.K_GROUP) == at_least_a_minute
     assert set(intervals.values()) == {interval}
+
+
+def test_an_explicit_fleet_interval_wins_and_may_not_outlast_the_rate_window() -> None:
+    groups = yaml.safe_load(generate.render_all(at("15s", fleet_evaluation_interval="30s"))[rule_files.RULES_FILE])
+    assert {g["name"]: g["interval"] for g in groups["groups"] if g["name"] in FLEET_GROUPS} == dict.fromkeys(
+        FLEET_GROUPS, "30s")
+    with pytest.raises(ValueError) as error:
+        at("15s", fleet_evaluation_interval="3m")
+    assert str(error.value).startswith("fleet_evaluation_interval (3m) must not be longer than rate_window (2m)")
 
 
 @pytest.mark.prometheus

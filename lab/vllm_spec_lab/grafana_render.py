@@ -63,9 +63,11 @@ PAGE_BOUND_SECONDS = 120
 SHOT_HANG_SECONDS = 2 * PAGE_BOUND_SECONDS
 # The bundle generated for these scrapes. The dashboards read the recording rules' source records,
 # so the replay's Prometheus loads them; their rate window is the panels' $__rate_interval here
-# (the committed 2m would blend the replay's phases).
+# (the committed 2m would blend the replay's phases). The fleet groups too run every scrape: the
+# pictures read them at All seconds after a phase (a phase lasts about two scrapes here).
 STACK_CONFIG = MixinConfig().with_overrides({"scrape_interval": f"{SCRAPE_INTERVAL_SECONDS}s",
                                              "evaluation_interval": f"{SCRAPE_INTERVAL_SECONDS}s",
+                                             "fleet_evaluation_interval": f"{SCRAPE_INTERVAL_SECONDS}s",
                                              "rate_window": RATE_INTERVAL})
 
 

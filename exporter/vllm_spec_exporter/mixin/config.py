@@ -161,6 +161,14 @@ class MixinConfig:
         WINDOWS, "",
         "The rule groups' `interval:` (empty: the scrape interval). The holds are rounded up to it.",
     )
+    fleet_evaluation_interval: str = knob(
+        WINDOWS, "",
+        "The `interval:` of the two fleet groups (`vllm-spec-decode.fleet`, `.fleet.counts`): sums and counts over "
+        "every server that only the dashboards' \"All\" panels read, never an alert. Empty: a minute (the rate "
+        "window when shorter), or the evaluation interval when longer; at 5,000 pods `fleet` was among the costliest "
+        "groups on VictoriaMetrics (README \"Sizing\"). Their panels step once an interval. At most rate_window, "
+        "or the fleet rates skip traffic between evaluations.",
+    )
     rate_window: str = knob(
         WINDOWS, "",
         "rate() window of the dashboards' recording rules (rates, ratios) and of their per-position panels; "
@@ -436,6 +444,9 @@ class MixinConfig:
             problem = samples_problem(key, window, self.scrape_interval, minimum)
             if problem:
                 raise ValueError(problem)
+        if self.fleet_evaluation_interval and seconds(w.fleet_interval) > seconds(w.rate_window):
+            raise ValueError(f"fleet_evaluation_interval ({w.fleet_interval}) must not be longer than rate_window "
+                             f"({w.rate_window}): the fleet rates would skip traffic between evaluations")
         for tier, long_, short in (("fast", w.fast_long, w.fast_short), ("slow", w.slow_long, w.slow_short)):
             if seconds(short) >= seconds(long_):
                 raise ValueError(f"acceptance_{tier}_short_window ({short}) must be shorter than "
@@ -466,7 +477,7 @@ class MixinConfig:
 
 # Prometheus durations as rule files accept them (units largest first, no fractions).
 _DURATION_KEYS = (
-    "scrape_interval", "evaluation_interval", "acceptance_dip_tolerance", "rate_window",
+    "scrape_interval", "evaluation_interval", "fleet_evaluation_interval", "acceptance_dip_tolerance", "rate_window",
     "acceptance_low_for", "acceptance_critical_for",
     "acceptance_slow_for", "acceptance_fast_long_window", "acceptance_fast_short_window",
     "acceptance_slow_long_window", "acceptance_slow_short_window",
@@ -477,8 +488,8 @@ _DURATION_KEYS = (
 
 # Empty means "derived from scrape_interval" (windows.py).
 _DERIVED_KEYS = frozenset({
-    "evaluation_interval", "rate_window", "acceptance_fast_long_window", "acceptance_fast_short_window",
-    "acceptance_slow_long_window", "acceptance_slow_short_window", "acceptance_low_for",
+    "evaluation_interval", "fleet_evaluation_interval", "rate_window", "acceptance_fast_long_window",
+    "acceptance_fast_short_window", "acceptance_slow_long_window", "acceptance_slow_short_window", "acceptance_low_for",
     "acceptance_critical_for", "acceptance_slow_for",
 })
 

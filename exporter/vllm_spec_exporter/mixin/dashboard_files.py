@@ -184,6 +184,7 @@ def readme_markdown(cfg: MixinConfig, models: dict[str, dict]) -> str:
         vllm_selector=cfg.vllm_selector,
         fleet_group=fleet_records.FLEET_GROUP,
         fleet_counts_group=fleet_counts.FLEET_COUNTS_GROUP,
+        fleet_interval=cfg.windows.fleet_interval,
         variable_rows="\n".join(variable_rows),
         crowd_variables=", ".join(f"`{name}`" for name in crowds),
         seen_variable=SEEN_VARIABLE,

@@ -1,4 +1,4 @@
-"""The fleet counts: what the dashboards count over every server, counted once an evaluation.
+"""The fleet counts: what the dashboards count over every server, counted once a fleet interval.
 
 Two panels summarise every server of the fleet at each step of their range: the fleet dashboard's
 "Servers per acceptance band" (how many servers' acceptance lies in each band) and the overview's
@@ -24,6 +24,8 @@ Contract:
 - Each band is 0, not absent, while some server has draft traffic, and absent while none has:
   an idle fleet is not a healthy one (the panels show "No traffic").
 - Scrape errors are rates of the sidecars' own counter, per reason, read straight from it.
+- The group runs every `windows.fleet_interval` (fleet_records says why), so a band count is up to
+  that much older than the servers' records.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ def scrape_error_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
 
 
 def fleet_counts_group(cfg: MixinConfig, server_acceptance: str, drafting: str) -> dict[str, Any]:
-    return {"name": FLEET_COUNTS_GROUP, "interval": cfg.windows.evaluation_interval,
+    return {"name": FLEET_COUNTS_GROUP, "interval": cfg.windows.fleet_interval,
             "rules": band_rules(cfg, server_acceptance, drafting) + scrape_error_rules(cfg)}
 
 

@@ -86,6 +86,7 @@ def readme_values(cfg: MixinConfig) -> dict[str, object]:
         "k_interval": w.k_interval,
         "fleet_group": fleet_records.FLEET_GROUP,
         "fleet_counts_group": fleet_counts.FLEET_COUNTS_GROUP,
+        "fleet_interval": w.fleet_interval,
         "source_origin": ("vLLM's own series (`source=vllm`)" if cfg.direct
                           else "the exporter's counters (`source=exporter`, the default)"),
         "recording_group": recording_rules.RECORDING_GROUP,
@@ -124,7 +125,8 @@ def readme_values(cfg: MixinConfig) -> dict[str, object]:
 def _derived_defaults(cfg: MixinConfig) -> dict[str, str]:
     """What each empty (derived) knob resolves to for `cfg` (windows.py)."""
     w = cfg.windows
-    return {"evaluation_interval": w.evaluation_interval, "rate_window": w.rate_window,
+    return {"evaluation_interval": w.evaluation_interval, "fleet_evaluation_interval": w.fleet_interval,
+            "rate_window": w.rate_window,
             "acceptance_fast_long_window": w.fast_long, "acceptance_fast_short_window": w.fast_short,
             "acceptance_slow_long_window": w.slow_long, "acceptance_slow_short_window": w.slow_short,
             "acceptance_low_for": w.warning_hold, "acceptance_critical_for": w.critical_hold,

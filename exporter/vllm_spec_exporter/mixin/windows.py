@@ -57,6 +57,7 @@ SLOW_LONG_MIN = 600.0
 RATE_WINDOW_MIN = 120.0
 SLOW_LONG_PER_SHORT = 2.5  # the slow tier's evidence window stays 2.5x its short window
 K_INTERVAL_MIN = 60.0  # the k record's group: at least a minute, or the evaluation interval
+FLEET_INTERVAL_MIN = 60.0  # the fleet groups (dashboards only): likewise, within the rate window
 
 
 
@@ -103,6 +104,7 @@ class AlertWindows:
     slow_long: str
     slow_short: str
     k_interval: str  # the direct k record's group (positions.k_group): k changes only on restart
+    fleet_interval: str  # the fleet groups (fleet_records, fleet_counts): only dashboards read them
     warning_hold: str  # SpecDecodeAcceptanceLow: the fast short window held low this long
     critical_hold: str  # SpecDecodeAcceptanceCritical
     slow_hold: str  # both alerts' slow tier
@@ -133,6 +135,7 @@ def alert_windows(cfg: MixinConfig) -> AlertWindows:
     slow_long = cfg.acceptance_slow_long_window or _window(
         max(SLOW_LONG_MIN, SLOW_LONG_PER_SHORT * seconds(slow_short)), scrape, ALWAYS_SAMPLES)
     dip, healthy = seconds(cfg.acceptance_dip_tolerance), cfg.acceptance_healthy_floor
+    rate_window = cfg.rate_window or _window(RATE_WINDOW_MIN, scrape, ALWAYS_SAMPLES)
 
     def hold(explicit: str, threshold: float) -> str:
         return explicit or dip_hold(dip, seconds(fast_short), threshold, healthy, evaluation)
@@ -140,12 +143,14 @@ def alert_windows(cfg: MixinConfig) -> AlertWindows:
     return AlertWindows(
         scrape_interval=cfg.scrape_interval,
         evaluation_interval=evaluation_interval,
-        rate_window=cfg.rate_window or _window(RATE_WINDOW_MIN, scrape, ALWAYS_SAMPLES),
+        rate_window=rate_window,
         fast_long=fast_long,
         fast_short=fast_short,
         slow_long=slow_long,
         slow_short=slow_short,
         k_interval=format_duration(max(K_INTERVAL_MIN, evaluation)),
+        fleet_interval=cfg.fleet_evaluation_interval or format_duration(
+            max(evaluation, min(FLEET_INTERVAL_MIN, seconds(rate_window)))),
         warning_hold=hold(cfg.acceptance_low_for, cfg.acceptance_warning_threshold),
         critical_hold=hold(cfg.acceptance_critical_for, cfg.acceptance_critical_threshold),
         slow_hold=cfg.acceptance_slow_for or format_duration(_ceil_to(dip + seconds(slow_short), evaluation)),

@@ -866,6 +866,31 @@ def test_efficiency_covers_the_same_series_on_both_sides(tmp_path: Path) -> None
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_scrape_errors_at_all_hold_between_fleet_counts(tmp_path: Path) -> None:
+    """The fleet's scrape-error count is recorded once a fleet interval (a minute); the panel averages
+    it over $__rate_interval, 40 s at a 10 s scrape, which at times holds no record: the panel
+    shows the last one then, once (not beside the average). promtool's own PromQL engine on the
+    generated expression, the record written at a minute's spacing."""
+    from support.prom import require_binary, run_tool
+    from vllm_spec_exporter.mixin import fleet_counts
+    from vllm_spec_lab.monitoring import PROMTOOL_BIN
+
+    promtool = require_binary(PROMTOOL_BIN)
+    cfg = MixinConfig().with_overrides({"scrape_interval": "10s"})
+    assert cfg.windows.fleet_interval == "1m"
+    expr = expand_variables(promql.Queries(cfg).scrape_errors_by_reason(), "40s")
+    record = f'{fleet_counts.scrape_errors_record(cfg)}{{job="vllm-spec-exporter",reason="timeout"}}'
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump({
+        "rule_files": [], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": [{"series": record, "values": "0.2 0.4 0.6"}],
+                   "promql_expr_test": [
+                       {"expr": expr, "eval_time": eval_time, "exp_samples": [{"labels": '{reason="timeout"}',
+                                                                               "value": value}]}
+                       for eval_time, value in (("100s", 0.4), ("120s", 0.6))]}]}))
+    done = run_tool([promtool, "test", "rules", "test.yaml"], cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("source", ["exporter", "vllm"])
 def test_a_quantity_reads_numerator_and_denominator_from_one_layer(source: str) -> None:
     """Per server and model at engine All, acceptance reads the per-server records for both terms;

@@ -7,12 +7,14 @@ naming the knob) and of the rendered bundle (group `interval:`, PodMonitor, comp
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from support.prom import require_binary, run_tool
+from vllm_spec_exporter.durations import seconds
 from vllm_spec_exporter.mixin import (
     compose,
     fleet_counts,
@@ -39,6 +41,7 @@ def at(interval: str, **more: object) -> MixinConfig:
 def test_default_windows_are_the_measured_15s_bundle() -> None:
     w = DEFAULT.windows
     assert (w.fast_long, w.fast_short, w.slow_long, w.slow_short) == ("5m", "1m", "10m", "4m")
+    assert (w.evaluation_interval, w.fleet_interval, w.k_interval) == ("15s", "1m", "1m")
     assert (w.warning_hold, w.critical_hold, w.slow_hold, w.rate_window) == ("3m", "2m30s", "6m", "2m")
     assert w.evaluation_interval == "15s"
     assert w.evidence == ("5m", "1m", "10m", "4m")
@@ -137,13 +140,28 @@ def test_k_and_the_fleet_groups_run_once_a_minute_or_at_the_evaluation_interval(
     assert set(intervals.values()) == {interval}
 
 
-def test_an_explicit_fleet_interval_wins_and_may_not_outlast_the_rate_window() -> None:
+@pytest.mark.parametrize("interval", INTERVALS)
+def test_the_derived_fleet_interval_never_outlasts_the_rate_window(interval: str) -> None:
+    """A minute, the rate window when that is shorter (a 10 s scrape with a 45 s window), never
+    shorter than the evaluation interval."""
+    for cfg in (at(interval), at(interval, rate_window=f"{4 * int(interval[:-1]) + 5}s")):
+        w = cfg.windows
+        assert seconds(w.evaluation_interval) <= seconds(w.fleet_interval) <= seconds(w.rate_window)
+        assert seconds(w.fleet_interval) == max(seconds(w.evaluation_interval), min(60, seconds(w.rate_window)))
+    assert at("10s", rate_window="45s").windows.fleet_interval == "45s"
+
+
+@pytest.mark.parametrize(("knob", "message"), [
+    ("3m", "fleet_evaluation_interval (3m) must not be longer than rate_window (2m)"),
+    ("10s", "fleet_evaluation_interval (10s) must not be shorter than the evaluation interval (15s)"),
+])
+def test_an_explicit_fleet_interval_stays_within_evaluation_and_rate_window(knob: str, message: str) -> None:
+    """Set explicitly it wins (30 s) within those bounds, and outside them is a one-line error."""
     groups = yaml.safe_load(generate.render_all(at("15s", fleet_evaluation_interval="30s"))[rule_files.RULES_FILE])
     assert {g["name"]: g["interval"] for g in groups["groups"] if g["name"] in FLEET_GROUPS} == dict.fromkeys(
         FLEET_GROUPS, "30s")
-    with pytest.raises(ValueError) as error:
-        at("15s", fleet_evaluation_interval="3m")
-    assert str(error.value).startswith("fleet_evaluation_interval (3m) must not be longer than rate_window (2m)")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        at("15s", fleet_evaluation_interval=knob)
 
 
 @pytest.mark.prometheus

@@ -166,8 +166,8 @@ class MixinConfig:
         "The `interval:` of the two fleet groups (`vllm-spec-decode.fleet`, `.fleet.counts`): sums and counts over "
         "every server that only the dashboards' \"All\" panels read, never an alert. Empty: a minute (the rate "
         "window when shorter), or the evaluation interval when longer; at 5,000 pods `fleet` was among the costliest "
-        "groups on VictoriaMetrics (README \"Sizing\"). Their panels step once an interval. At most rate_window, "
-        "or the fleet rates skip traffic between evaluations.",
+        "groups on VictoriaMetrics (README \"Sizing\"). Their panels step once an interval at All. At least the "
+        "evaluation interval; at most rate_window, or the fleet rates skip traffic between evaluations.",
     )
     rate_window: str = knob(
         WINDOWS, "",
@@ -447,6 +447,9 @@ class MixinConfig:
         if self.fleet_evaluation_interval and seconds(w.fleet_interval) > seconds(w.rate_window):
             raise ValueError(f"fleet_evaluation_interval ({w.fleet_interval}) must not be longer than rate_window "
                              f"({w.rate_window}): the fleet rates would skip traffic between evaluations")
+        if self.fleet_evaluation_interval and seconds(w.fleet_interval) < seconds(w.evaluation_interval):
+            raise ValueError(f"fleet_evaluation_interval ({w.fleet_interval}) must not be shorter than the evaluation "
+                             f"interval ({w.evaluation_interval}): the fleet counts read records written that often")
         for tier, long_, short in (("fast", w.fast_long, w.fast_short), ("slow", w.slow_long, w.slow_short)):
             if seconds(short) >= seconds(long_):
                 raise ValueError(f"acceptance_{tier}_short_window ({short}) must be shorter than "

@@ -17,9 +17,9 @@ Contract:
 - A server's acceptance sums its models and engines before dividing (ACCEPTANCE, built by the
   caller), read from the per-server records of `vllm-spec-decode.rules` (engines already summed:
   fewer series than the source records wherever servers run data-parallel engines). Records of
-  records of another group: up to two evaluations behind the counters on any ruler, and on
-  vmalert the two rates of one server may come from different evaluations, so a server near a
-  threshold can sit in the neighbouring band for an evaluation. A panel can afford that; a page
+  records of another group: up to a fleet interval and two evaluations behind the counters on any
+  ruler, and on vmalert the two rates of one server may come from different evaluations, so a
+  server near a threshold can sit in the neighbouring band for a fleet interval. A panel can afford that; a page
   could not (the evidence groups read the counters).
 - Each band is 0, not absent, while some server has draft traffic, and absent while none has:
   an idle fleet is not a healthy one (the panels show "No traffic").

@@ -531,13 +531,15 @@ class Queries:
     def scrape_errors_by_reason(self) -> str:
         """The sidecars' failed polls per second by reason: the fleet count at All (fleet_counts.py),
         averaged over the panel's rate interval so a burst between two steps of a long range still
-        shows; with servers selected their own counters. Per target: no model or engine label, so
-        only the server selection switches."""
+        shows, else its last value (its name dropped, as the average's): the count is recorded once
+        a fleet interval (a minute), which a short rate interval (4 scrapes of 10 s) may not hold;
+        with servers selected their own
+        counters. Per target: no model or engine label, so only the server selection switches."""
         by = ("reason",)
         if not self.fleet_scope(()):  # the record keeps `reason` besides the fleet's labels
             return sum_rate(MetricName.SCRAPE_ERRORS_TOTAL, self.sel.target, by)
         record = selector(fleet_counts.scrape_errors_record(self.cfg), self.sel.target)
-        fleet = f"avg_over_time({record}[{RATE_INTERVAL}])"
+        fleet = f"(avg_over_time({record}[{RATE_INTERVAL}]) or sum without () ({record}))"
         servers = rate(MetricName.SCRAPE_ERRORS_TOTAL, join_matchers(self.sel.target, 'job!~"$instance"'))
         return f"({sum_by(by, fleet)} or {sum_by(by, servers)})"
 

@@ -57,7 +57,7 @@ SLOW_LONG_MIN = 600.0
 RATE_WINDOW_MIN = 120.0
 SLOW_LONG_PER_SHORT = 2.5  # the slow tier's evidence window stays 2.5x its short window
 K_INTERVAL_MIN = 60.0  # the k record's group: at least a minute, or the evaluation interval
-FLEET_INTERVAL_MIN = 60.0  # the fleet groups (dashboards only): likewise, within the rate window
+FLEET_INTERVAL = 60.0  # the fleet groups (dashboards only): a minute, within the rate window
 
 
 
@@ -150,7 +150,7 @@ def alert_windows(cfg: MixinConfig) -> AlertWindows:
         slow_short=slow_short,
         k_interval=format_duration(max(K_INTERVAL_MIN, evaluation)),
         fleet_interval=cfg.fleet_evaluation_interval or format_duration(
-            max(evaluation, min(FLEET_INTERVAL_MIN, seconds(rate_window)))),
+            max(evaluation, min(FLEET_INTERVAL, seconds(rate_window)))),
         warning_hold=hold(cfg.acceptance_low_for, cfg.acceptance_warning_threshold),
         critical_hold=hold(cfg.acceptance_critical_for, cfg.acceptance_critical_threshold),
         slow_hold=cfg.acceptance_slow_for or format_duration(_ceil_to(dip + seconds(slow_short), evaluation)),

@@ -41,7 +41,7 @@ def at(interval: str, **more: object) -> MixinConfig:
 def test_default_windows_are_the_measured_15s_bundle() -> None:
     w = DEFAULT.windows
     assert (w.fast_long, w.fast_short, w.slow_long, w.slow_short) == ("5m", "1m", "10m", "4m")
-    assert (w.evaluation_interval, w.fleet_interval, w.k_interval) == ("15s", "1m", "1m")
+    assert (w.fleet_interval, w.k_interval) == ("1m", "1m")
     assert (w.warning_hold, w.critical_hold, w.slow_hold, w.rate_window) == ("3m", "2m30s", "6m", "2m")
     assert w.evaluation_interval == "15s"
     assert w.evidence == ("5m", "1m", "10m", "4m")

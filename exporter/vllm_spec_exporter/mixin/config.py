@@ -444,12 +444,15 @@ class MixinConfig:
             problem = samples_problem(key, window, self.scrape_interval, minimum)
             if problem:
                 raise ValueError(problem)
-        if self.fleet_evaluation_interval and seconds(w.fleet_interval) > seconds(w.rate_window):
-            raise ValueError(f"fleet_evaluation_interval ({w.fleet_interval}) must not be longer than rate_window "
-                             f"({w.rate_window}): the fleet rates would skip traffic between evaluations")
-        if self.fleet_evaluation_interval and seconds(w.fleet_interval) < seconds(w.evaluation_interval):
-            raise ValueError(f"fleet_evaluation_interval ({w.fleet_interval}) must not be shorter than the evaluation "
-                             f"interval ({w.evaluation_interval}): the fleet counts read records written that often")
+        if self.fleet_evaluation_interval:  # derived, it lies between the two (windows.py)
+            if seconds(w.fleet_interval) > seconds(w.rate_window):
+                raise ValueError(f"fleet_evaluation_interval ({w.fleet_interval}) must not be longer than "
+                                 f"rate_window ({w.rate_window}): the fleet rates would skip traffic between "
+                                 "evaluations")
+            if seconds(w.fleet_interval) < seconds(w.evaluation_interval):
+                raise ValueError(f"fleet_evaluation_interval ({w.fleet_interval}) must not be shorter than the "
+                                 f"evaluation interval ({w.evaluation_interval}): the fleet counts read records "
+                                 "written that often")
         for tier, long_, short in (("fast", w.fast_long, w.fast_short), ("slow", w.slow_long, w.slow_short)):
             if seconds(short) >= seconds(long_):
                 raise ValueError(f"acceptance_{tier}_short_window ({short}) must be shorter than "

@@ -17,15 +17,14 @@ Contract:
 - A server's acceptance sums its models and engines before dividing (ACCEPTANCE, built by the
   caller), read from the per-server records of `vllm-spec-decode.rules` (engines already summed:
   fewer series than the source records wherever servers run data-parallel engines). Records of
-  records of another group: up to a fleet interval and two evaluations behind the counters on any
-  ruler, and on vmalert the two rates of one server may come from different evaluations, so a
-  server near a threshold can sit in the neighbouring band for a fleet interval. A panel can afford that; a page
-  could not (the evidence groups read the counters).
+  records of another group, counted every `windows.fleet_interval` (fleet_records says why): up
+  to a fleet interval and two evaluations behind the counters on any ruler, and on vmalert the
+  two rates of one server may come from different evaluations, so a server near a threshold can
+  sit in the neighbouring band for a fleet interval. A panel can afford that; a page could not
+  (the evidence groups read the counters).
 - Each band is 0, not absent, while some server has draft traffic, and absent while none has:
   an idle fleet is not a healthy one (the panels show "No traffic").
 - Scrape errors are rates of the sidecars' own counter, per reason, read straight from it.
-- The group runs every `windows.fleet_interval` (fleet_records says why), so a band count is up to
-  that much older than the servers' records.
 """
 
 from __future__ import annotations

@@ -533,8 +533,8 @@ class Queries:
         averaged over the panel's rate interval so a burst between two steps of a long range still
         shows, else its last value (its name dropped, as the average's): the count is recorded once
         a fleet interval (a minute), which a short rate interval (4 scrapes of 10 s) may not hold;
-        with servers selected their own
-        counters. Per target: no model or engine label, so only the server selection switches."""
+        with servers selected their own counters. Per target: no model or engine label, so only the
+        server selection switches."""
         by = ("reason",)
         if not self.fleet_scope(()):  # the record keeps `reason` besides the fleet's labels
             return sum_rate(MetricName.SCRAPE_ERRORS_TOTAL, self.sel.target, by)

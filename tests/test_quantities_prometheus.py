@@ -27,6 +27,7 @@ import re
 import subprocess
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -103,17 +104,17 @@ def openmetrics(start: int) -> tuple[str, dict[str, list[str]]]:
     return "\n".join(lines) + "\n# EOF\n", bodies
 
 
-def inline(expr: str, records: dict[str, str]) -> str:
+def inline(expr: str, records: dict[str, Record]) -> str:
     """Replace every record (with or without a selector) by its own expression, recursively; a
-    record read over a range (`max_over_time(record[1h])`) becomes a subquery at the rules'
-    evaluation interval, the samples the record would have."""
+    record read over a range (`max_over_time(record[1h])`) becomes a subquery at its group's
+    interval, the samples the record would have."""
     names = sorted(records, key=len, reverse=True)
     pattern = re.compile("(" + "|".join(re.escape(n) for n in names) + r")(?:\{[^}]*\})?(\[[^\]:]+\])?")
-    step = CFG.windows.evaluation_interval
 
     def replace(m: re.Match[str]) -> str:
-        inner = "(" + records[m.group(1)] + ")"
-        return inner + (f"{m.group(2)[:-1]}:{step}]" if m.group(2) else "")
+        record = records[m.group(1)]
+        inner = "(" + record.expr + ")"
+        return inner + (f"{m.group(2)[:-1]}:{record.interval}]" if m.group(2) else "")
 
     for _ in range(6):
         expr, count = pattern.subn(replace, expr)
@@ -156,10 +157,19 @@ def query(tsdb: dict, expr: str, at: float) -> dict[tuple, float]:
     return {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in data["data"]["result"]}
 
 
-def records() -> dict[str, str]:
-    rules = [*sources.source_rules(CFG), positions.k_rule(CFG), *fleet_records.fleet_rules(CFG),
-             *recording_rules.recording_rules(CFG)]
-    return {r["record"]: r["expr"] for r in rules}
+class Record(NamedTuple):
+    """A recording rule's expression and its group's evaluation interval."""
+
+    expr: str
+    interval: str
+
+
+def records() -> dict[str, Record]:
+    w = CFG.windows
+    groups = ((sources.source_rules(CFG), w.evaluation_interval), ([positions.k_rule(CFG)], w.k_interval),
+              (fleet_records.fleet_rules(CFG), w.fleet_interval),
+              (recording_rules.recording_rules(CFG), w.evaluation_interval))
+    return {r["record"]: Record(r["expr"], interval) for rules, interval in groups for r in rules}
 
 
 def python_figures(body_before: str, body_after: str):
@@ -289,8 +299,8 @@ def test_every_direct_dashboard_query_returns_data_in_every_spelling(tsdb: dict)
     from vllm_spec_exporter.mixin import dashboard_files, fleet, overview
 
     rec = records()
-    rec |= {r["record"]: r["expr"] for w in recording_rules.alert_windows(CFG)
-            for r in recording_rules.evidence_rules(CFG, w)}
+    rec |= {r["record"]: Record(r["expr"], CFG.windows.evaluation_interval)
+            for w in recording_rules.alert_windows(CFG) for r in recording_rules.evidence_rules(CFG, w)}
     bodies = tsdb["bodies"]["ngram"]
     restart_at = tsdb["start"] + len(bodies) * SPACING  # the first scrape after the restart
     times = [tsdb["start"] + i * SPACING for i in range(2, 2 * len(bodies))]

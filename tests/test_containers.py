@@ -437,8 +437,10 @@ def _check_stack_serves_our_config(stack: MonitoringStack) -> None:
     # offset anywhere within its interval, so the once-a-minute fleet groups may first run a minute in.
     assert {(r["group"], r["name"]) for r in loaded_rules()} == committed
     slowest = max(group["interval"] for group in loaded_groups())
-    assert wait_until(lambda: all(r["health"] == "ok" for r in loaded_rules()), slowest + 30), \
-        [(r["group"], r["name"], r["health"], r.get("lastError")) for r in loaded_rules() if r["health"] != "ok"]
+    wait_until(lambda: all(r["health"] == "ok" for r in loaded_rules()), slowest + 30,
+               what="every committed rule evaluated without error",
+               failure=lambda: str([(r["group"], r["name"], r["health"], r.get("lastError"))
+                                    for r in loaded_rules() if r["health"] != "ok"]))
 
     def targets() -> dict[str, str]:
         active = http_get_json(f"{stack.prometheus_url}/api/v1/targets")["data"]["activeTargets"]

@@ -164,12 +164,18 @@ class Record(NamedTuple):
     interval: str
 
 
-def records() -> dict[str, Record]:
-    w = CFG.windows
-    groups = ((sources.source_rules(CFG), w.evaluation_interval), ([positions.k_rule(CFG)], w.k_interval),
-              (fleet_records.fleet_rules(CFG), w.fleet_interval),
-              (recording_rules.recording_rules(CFG), w.evaluation_interval))
-    return {r["record"]: Record(r["expr"], interval) for rules, interval in groups for r in rules}
+# The groups whose records a query is inlined with (not the band counts: several rules share a name).
+INLINED_GROUPS = (recording_rules.SOURCE_GROUP, positions.K_GROUP, fleet_records.FLEET_GROUP,
+                  recording_rules.RECORDING_GROUP)
+
+
+def records(*, evidence: bool = False) -> dict[str, Record]:
+    """Every record of INLINED_GROUPS (and of the evidence groups with `evidence`), at its group's
+    interval as generated."""
+    names = {*INLINED_GROUPS, *(recording_rules.evidence_group_name(w) for w in recording_rules.alert_windows(CFG)
+                                if evidence)}
+    return {r["record"]: Record(r["expr"], group["interval"])
+            for group in recording_rules.recording_groups(CFG) if group["name"] in names for r in group["rules"]}
 
 
 def python_figures(body_before: str, body_after: str):
@@ -298,9 +304,7 @@ def test_every_direct_dashboard_query_returns_data_in_every_spelling(tsdb: dict)
     there)."""
     from vllm_spec_exporter.mixin import dashboard_files, fleet, overview
 
-    rec = records()
-    rec |= {r["record"]: Record(r["expr"], CFG.windows.evaluation_interval)
-            for w in recording_rules.alert_windows(CFG) for r in recording_rules.evidence_rules(CFG, w)}
+    rec = records(evidence=True)
     bodies = tsdb["bodies"]["ngram"]
     restart_at = tsdb["start"] + len(bodies) * SPACING  # the first scrape after the restart
     times = [tsdb["start"] + i * SPACING for i in range(2, 2 * len(bodies))]

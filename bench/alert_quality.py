@@ -50,12 +50,17 @@ from pathlib import Path
 import yaml
 
 from vllm_spec_exporter.durations import seconds
-from vllm_spec_exporter.mixin import alert_rules, generate, provenance, rule_files, sources, windows
+from vllm_spec_exporter.mixin import generate, windows
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.rules import alert_rules, rule_files, sources
 from vllm_spec_exporter.names import MetricName
 from vllm_spec_lab.monitoring import PROMTOOL_BIN, PROMTOOL_OLDEST_BIN
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import measured  # noqa: E402  (tools/measured.py: the record of what the table was made from)
+
+TABLE = ROOT / measured.ALERT_QUALITY.outputs[0]
 INTERVALS = (15, 30, 60)  # scrape intervals (s)
 # The last commit on main before issue 20 derived the windows from the scrape interval.
 PREVIOUS_COMMIT = "2d2a37e"
@@ -696,9 +701,23 @@ def _promtool_version(promtool: Path) -> str:
     return match.group(1) if match else "?"
 
 
+def header(args: argparse.Namespace) -> str:
+    """The table's title, the command that reproduces it and the commit it measured."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()
+    command = ".venv/bin/python bench/alert_quality.py --write" + (f" --max-hours {args.max_hours:g}"
+                                                                 if args.max_hours else "")
+    return ("# Alert quality: the acceptance alerts on simulated scenarios\n\n"
+            "<!-- Written by bench/alert_quality.py --write; do not edit. -->\n\n"
+            f"Reproduce: `{command}` (≈ 15 min on 2 cores). Measured at commit `{commit}`"
+            + (" with uncommitted changes" if dirty else "") + ".\n\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help=f"store the tables in {rule_files.QUALITY_TABLE}")
+    parser.add_argument("--write", action="store_true", help=f"store the tables in {TABLE.relative_to(ROOT)}")
     parser.add_argument("--only", default="", help="run scenarios whose name contains this text")
     parser.add_argument("--rules", default=",".join(RULE_SETS), help="comma-separated rule sets to run")
     parser.add_argument("--intervals", default=",".join(map(str, INTERVALS)), help="scrape intervals (s)")
@@ -755,14 +774,14 @@ def main() -> int:
         if args.max_hours:
             table += (f"\nRun with `--max-hours {args.max_hours:g}` on a shared machine: every scenario simulated "
                       f"at most {args.max_hours:g} h (false alerts still per simulated day).\n")
-        measured = provenance.digests(ROOT, provenance.ALERT_QUALITY.inputs)
+        rules = measured.digests(ROOT, measured.ALERT_QUALITY.inputs)
         table += ("\nRules measured: " + ", ".join(f"`{Path(path).name}` sha256 `{digest[:16]}`"
-                                                   for path, digest in sorted(measured.items()))
-                  + f" (recorded in `{provenance.ALERT_QUALITY.record}`: `generate --check` fails when they "
+                                                   for path, digest in sorted(rules.items()))
+                  + f" (recorded in `{measured.ALERT_QUALITY.record}`: `tools/measured.py` fails when they "
                   "change).\n")
-        rule_files.QUALITY_TABLE.write_text(table)
-        provenance.write_record(ROOT, provenance.ALERT_QUALITY)
-        print(f"wrote {rule_files.QUALITY_TABLE.relative_to(ROOT)}; now run `vllm-spec-exporter generate`")
+        TABLE.write_text(header(args) + table)
+        measured.write_record(ROOT, measured.ALERT_QUALITY)
+        print(f"wrote {TABLE.relative_to(ROOT)}")
     return 0
 
 

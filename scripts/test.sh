@@ -27,5 +27,7 @@ echo "== ruff"
 .venv/bin/ruff check .
 echo "== generated artifacts are up to date"
 .venv/bin/vllm-spec-exporter generate --check
+echo "== measured artifacts (pictures, benchmark tables) are up to date"
+.venv/bin/python tools/measured.py
 echo "== pytest${TIER:+ (fast tier: ${TIER[*]})}"
 exec .venv/bin/pytest -p no:cacheprovider -ra --durations=25 "${WORKERS[@]}" "${TIER[@]}" "${PYTEST_ARGS[@]}"

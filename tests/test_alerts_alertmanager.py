@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from vllm_spec_exporter.mixin import alert_rules
+from vllm_spec_exporter.mixin.rules import alert_rules
 from vllm_spec_lab.monitoring import WebhookReceiver, wait_until
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # starts Prometheus-family servers

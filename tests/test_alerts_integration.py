@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from support.alertstack import RULE_ENGINES
-from vllm_spec_exporter.mixin import alert_rules, recording_rules
+from vllm_spec_exporter.mixin.rules import alert_rules, recording_rules
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.fakes.vllm import FakeVllm
 from vllm_spec_lab.monitoring import (
@@ -91,7 +91,7 @@ def test_collapse_pages_and_recovery_resolves(engine: str, exporter_url: tuple[s
     assert page["routing_key"] == "integration-key"
     assert page["payload"]["summary"] == "Speculative decoding acceptance is below 40%. (tiny-llama)"
     details = page["payload"]["custom_details"]
-    # Text, not an object: Alertmanager 0.3x parses a detail that reads as YAML (see mixin/alertmanager.py).
+    # Text, not an object: Alertmanager 0.3x parses a detail that reads as YAML (see mixin/rules/alertmanager.py).
     assert isinstance(details["description"], str), details
     assert f"model tiny-llama on {exporter_address} is below 40%" in details["description"]
     assert details["runbook_url"].endswith("/docs/runbooks.md#specdecodeacceptancecritical")

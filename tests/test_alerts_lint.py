@@ -16,21 +16,19 @@ import pytest
 import yaml
 
 from vllm_spec_exporter import schema
-from vllm_spec_exporter.mixin import (
+from vllm_spec_exporter.mixin import config, generate, yaml_text
+from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.rules import (
     alert_rules,
     alertmanager,
-    config,
     fleet_counts,
     fleet_records,
-    generate,
     positions,
     recording_rules,
     rule_files,
     runbooks,
     sources,
-    yaml_text,
 )
-from vllm_spec_exporter.mixin.config import MixinConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = MixinConfig()

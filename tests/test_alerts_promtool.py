@@ -18,8 +18,9 @@ import pytest
 import yaml
 
 from support.prom import require_version, run_tool
-from vllm_spec_exporter.mixin import alertmanager, generate, recording_rules, rule_files
+from vllm_spec_exporter.mixin import generate
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.rules import alertmanager, recording_rules, rule_files
 from vllm_spec_lab.binaries import AMTOOL_OLDEST_BIN
 from vllm_spec_lab.monitoring import AMTOOL_BIN, PROMTOOL_BIN, PROMTOOL_OLDEST_BIN
 

@@ -23,8 +23,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from support.prom import require_binary, run_tool
 from vllm_spec_exporter.durations import seconds as duration_seconds
-from vllm_spec_exporter.mixin import generate, recording_rules, rule_files
+from vllm_spec_exporter.mixin import generate
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.rules import recording_rules, rule_files
 from vllm_spec_lab.monitoring import PROMTOOL_BIN
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.32.0"

@@ -38,9 +38,9 @@ import yaml
 
 from support.compose import compose_binary, env_example, write_env
 from support.policy import require
-from vllm_spec_exporter.mixin import alertmanager, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.links import fleet_uid, overview_uid
+from vllm_spec_exporter.mixin.rules import alertmanager, rule_files
 from vllm_spec_exporter.settings import DEFAULT_PORT
 from vllm_spec_lab import processes
 from vllm_spec_lab.monitoring import AMTOOL_BIN, PROMTOOL_BIN

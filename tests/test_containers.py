@@ -49,8 +49,9 @@ from support.docker import (
 )
 from support.policy import require
 from support.servers import vllm_python
-from vllm_spec_exporter.mixin import alertmanager, generate, rule_files
+from vllm_spec_exporter.mixin import generate
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.rules import alertmanager, rule_files
 from vllm_spec_exporter.settings import DEFAULT_PORT
 from vllm_spec_lab.monitoring import ALERT_RESEND_DELAY, WebhookReceiver, http_get_json, wait_until
 from vllm_spec_lab.pipeline import FAST_ALERTS, exporter_snapshot

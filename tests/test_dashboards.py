@@ -25,19 +25,12 @@ import yaml
 
 from vllm_spec_exporter import schema
 from vllm_spec_exporter.durations import seconds
-from vllm_spec_exporter.mixin import (
-    alert_rules,
-    crowd,
-    dashboard_files,
-    fleet_counts,
-    links,
-    promql,
-    recording_rules,
-    sources,
-)
-from vllm_spec_exporter.mixin import fleet as fleet_dashboard
-from vllm_spec_exporter.mixin import overview as overview_dashboard
+from vllm_spec_exporter.mixin import links
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.dashboards import crowd, dashboard_files, promql
+from vllm_spec_exporter.mixin.dashboards import fleet as fleet_dashboard
+from vllm_spec_exporter.mixin.dashboards import overview as overview_dashboard
+from vllm_spec_exporter.mixin.rules import alert_rules, fleet_counts, recording_rules, sources
 from vllm_spec_lab.grafana_query import expand_variables
 
 REPO = Path(__file__).resolve().parent.parent
@@ -670,14 +663,12 @@ def _column_steps(panel: dict, header: str) -> list[tuple[float | None, str]]:
 
 
 # Every module that builds the dashboards.
-DASHBOARD_MODULES = ("dashboard_files", "frame", "layout", "links", "overview", "fleet", "shared_panels",
-                     "presets", "panels", "promql")
-
-
 def test_no_threshold_literal_outside_config() -> None:
     """Thresholds appear once: the generator source holds no acceptance threshold literal."""
-    mixin = Path(dashboard_files.__file__).parent
-    source = "".join((mixin / f"{name}.py").read_text() for name in DASHBOARD_MODULES)
+    dashboards = Path(dashboard_files.__file__).parent  # every module of mixin/dashboards/, and links.py
+    modules = sorted(dashboards.glob("*.py")) + [dashboards.parent / "links.py"]
+    assert len(modules) > 10
+    source = "".join(module.read_text() for module in modules)
     source = source.replace(repr(promql.LATENCY_QUANTILES), "")  # quantiles, not thresholds
     for value in (MixinConfig().acceptance_warning_threshold, MixinConfig().acceptance_critical_threshold,
                   MixinConfig().acceptance_raise_k_threshold):
@@ -844,7 +835,7 @@ def test_efficiency_covers_the_same_series_on_both_sides(tmp_path: Path) -> None
     expr = expand_variables(promql.Queries(MixinConfig()).efficiency(), "1m")
     # The dashboards read the source layer's records and, at All, the fleet records: load them
     # first, then the panel's query.
-    from vllm_spec_exporter.mixin import fleet_records, sources
+    from vllm_spec_exporter.mixin.rules import fleet_records, sources
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(
         {"groups": [{"name": "t", "rules": [*sources.source_rules(MixinConfig()),
                                              *fleet_records.fleet_rules(MixinConfig()),
@@ -872,7 +863,7 @@ def test_scrape_errors_at_all_hold_between_fleet_counts(tmp_path: Path) -> None:
     shows the last one then, once (not beside the average). promtool's own PromQL engine on the
     generated expression, the record written at a minute's spacing."""
     from support.prom import require_binary, run_tool
-    from vllm_spec_exporter.mixin import fleet_counts
+    from vllm_spec_exporter.mixin.rules import fleet_counts
     from vllm_spec_lab.monitoring import PROMTOOL_BIN
 
     promtool = require_binary(PROMTOOL_BIN)

@@ -24,7 +24,7 @@ import pytest
 
 from support.policy import require
 from support.prom import require_binary
-from vllm_spec_exporter.mixin import dashboard_files, fleet, overview
+from vllm_spec_exporter.mixin.dashboards import dashboard_files, fleet, overview
 from vllm_spec_lab import grafana_render as gr
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, http_get_json
 

@@ -20,10 +20,11 @@ from urllib.request import Request, urlopen
 import pytest
 
 from support.prom import require_binary, run_tool
-from vllm_spec_exporter.mixin import dashboard_files, overview, recording_rules, sources
 from vllm_spec_exporter.mixin.config import MixinConfig
-from vllm_spec_exporter.mixin.crowd import SEEN_VARIABLE
-from vllm_spec_exporter.mixin.promql import Queries
+from vllm_spec_exporter.mixin.dashboards import dashboard_files, overview
+from vllm_spec_exporter.mixin.dashboards.crowd import SEEN_VARIABLE
+from vllm_spec_exporter.mixin.dashboards.promql import Queries
+from vllm_spec_exporter.mixin.rules import recording_rules, sources
 from vllm_spec_exporter.names import MetricName
 from vllm_spec_lab import grafana_render
 from vllm_spec_lab.grafana_query import CROWD_ALL, multi_value, options, regex_escape, resolve_variables, row_text

@@ -1,6 +1,6 @@
 """The fleet records change where a panel reads from, never what it shows.
 
-At "All" a per-model or fleet-wide panel reads the fleet records (mixin/fleet_records.py); with
+At "All" a per-model or fleet-wide panel reads the fleet records (mixin/rules/fleet_records.py); with
 servers selected it reads their source records, or per position their scraped counters
 (promql.Queries.fleet_or_servers, counter_rate). Here every
 generated query that reads a fleet record is evaluated by promtool's own PromQL engine next to the
@@ -30,8 +30,9 @@ import yaml
 
 from support.fleet_scope import SELECTOR_BODY, server_selectors
 from support.prom import run_tool
-from vllm_spec_exporter.mixin import dashboard_files, fleet_counts, fleet_records, promql, recording_rules, sources
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.dashboards import dashboard_files, promql
+from vllm_spec_exporter.mixin.rules import fleet_counts, fleet_records, recording_rules, sources
 from vllm_spec_exporter.names import MetricName
 from vllm_spec_lab.grafana_query import expand_variables
 

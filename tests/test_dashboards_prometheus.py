@@ -41,8 +41,9 @@ from prometheus_client import generate_latest
 from support.escaping import escape_sample_names
 from support.fleet_scope import server_selectors
 from support.prom import require_binary
-from vllm_spec_exporter.mixin import crowd, dashboard_files, fleet, overview, promql, recording_rules, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.dashboards import crowd, dashboard_files, fleet, overview, promql
+from vllm_spec_exporter.mixin.rules import recording_rules, rule_files
 from vllm_spec_lab.binaries import VICTORIA_METRICS_BIN, VMALERT_BIN
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.fakes.vllm import FakeVllm, _per_position_counts

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from support.policy import require
-from vllm_spec_exporter.mixin import dashboard_files, fleet, overview
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.dashboards import dashboard_files, fleet, overview
 from vllm_spec_lab import grafana_render as gr
 
 pytestmark = pytest.mark.browser

@@ -23,8 +23,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from support.prom import require_binary, run_tool
-from vllm_spec_exporter.mixin import alert_rules, generate, recording_rules, rule_files
+from vllm_spec_exporter.mixin import generate
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.rules import alert_rules, recording_rules, rule_files
 from vllm_spec_lab.monitoring import PROMTOOL_BIN
 
 FIXTURE = Path(__file__).parent / "fixtures" / "vllm-0.32.0" / "dynamic_k"

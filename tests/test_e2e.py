@@ -21,8 +21,9 @@ from datetime import datetime
 import pytest
 
 from support.prom import require_binary
-from vllm_spec_exporter.mixin import alert_rules, dashboard_files, overview
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.dashboards import dashboard_files, overview
+from vllm_spec_exporter.mixin.rules import alert_rules
 from vllm_spec_exporter.mixin.windows import seconds
 from vllm_spec_lab.grafana_query import expand_variables
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN

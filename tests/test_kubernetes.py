@@ -31,8 +31,11 @@ from jsonschema.exceptions import best_match
 
 from support.policy import require
 from vllm_spec_exporter import cli, settings
-from vllm_spec_exporter.mixin import dashboard_files, generate, kubernetes, rule_files
+from vllm_spec_exporter.mixin import generate
 from vllm_spec_exporter.mixin.config import MixinConfig, load_config
+from vllm_spec_exporter.mixin.dashboards import dashboard_files
+from vllm_spec_exporter.mixin.deploy import kubernetes
+from vllm_spec_exporter.mixin.rules import rule_files
 from vllm_spec_lab import processes
 from vllm_spec_lab.exporter_process import SCRIPT
 from vllm_spec_lab.ports import free_port

@@ -29,17 +29,10 @@ import pytest
 import yaml
 
 from support.prom import run_tool
-from vllm_spec_exporter.mixin import (
-    alert_rules,
-    dashboard_files,
-    generate,
-    overview,
-    positions,
-    recording_rules,
-    rule_files,
-    sources,
-)
+from vllm_spec_exporter.mixin import generate
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.dashboards import dashboard_files, overview
+from vllm_spec_exporter.mixin.rules import alert_rules, positions, recording_rules, rule_files, sources
 from vllm_spec_lab.grafana_query import expand_variables
 
 pytestmark = pytest.mark.prometheus

@@ -33,8 +33,8 @@ import pytest
 from support.escaping import escape_sample_names
 from support.prom import is_version, require_version
 from vllm_spec_exporter import schema
-from vllm_spec_exporter.mixin import dashboard_files, overview
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.dashboards import dashboard_files, overview
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.fakes.vllm import FakeVllm
 from vllm_spec_lab.grafana_query import expand_variables

@@ -1,17 +1,20 @@
-"""Measured artifacts carry a record of what they were made from (mixin/provenance.py), and
-`generate --check` reports them stale when an input or an output changes."""
+"""Measured artifacts carry a record of what they were made from (tools/measured.py), and
+`tools/measured.py` reports them stale when an input or an output changes."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
-from vllm_spec_exporter.mixin import provenance
-from vllm_spec_exporter.mixin.provenance import Measured, stale, write_record
 from vllm_spec_lab.exporter_process import SCRIPT
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import measured as provenance  # noqa: E402
+from measured import Measured, stale, write_record  # noqa: E402
+
 TOY = Measured(name="toy table", remake="make toy", record="out/toy.provenance.json", outputs=("out/toy.md",),
                inputs=("rules.yaml", "fixtures"))
 
@@ -57,9 +60,9 @@ def test_the_committed_artifacts_match_their_records() -> None:
     assert stale(ROOT) == []
 
 
-def test_generate_check_fails_on_a_stale_picture(tmp_path) -> None:
-    """In a copy of the checkout whose overview dashboard changed by hand: generate --check names
-    both the stale generated file and the pictures drawn from it."""
+def test_the_check_fails_on_a_stale_picture_and_generate_check_on_the_dashboard(tmp_path) -> None:
+    """In a copy of the checkout whose overview dashboard changed by hand: `generate --check` names
+    the stale generated file, `tools/measured.py` the pictures drawn from it."""
     copy = tmp_path / "checkout"
     tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], check=True, capture_output=True)
     for rel in tracked.stdout.decode().split("\0"):
@@ -71,6 +74,12 @@ def test_generate_check_fails_on_a_stale_picture(tmp_path) -> None:
     done = subprocess.run([str(SCRIPT), "generate", "--check"], cwd=copy, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 1, done.stderr
-    assert "dashboards/vllm-spec-decode-overview.json" in done.stderr.split("stale measured")[0]
+    assert "dashboards/vllm-spec-decode-overview.json" in done.stderr
+    check = subprocess.run([sys.executable, str(copy / "tools" / "measured.py")], capture_output=True, text=True,
+                           timeout=60)
+    assert check.returncode == 1, check.stderr
     assert ("dashboard pictures: dashboards/vllm-spec-decode-overview.json changed since it was made; remake "
-            "with `.venv/bin/python tools/render_dashboard_previews.py`") in done.stderr
+            "with `.venv/bin/python tools/render_dashboard_previews.py`") in check.stderr
+    pristine = subprocess.run([sys.executable, str(ROOT / "tools" / "measured.py")], capture_output=True, text=True,
+                              timeout=60)
+    assert pristine.returncode == 0, pristine.stderr

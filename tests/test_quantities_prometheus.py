@@ -34,8 +34,9 @@ import pytest
 from support.prom import require_binary
 from vllm_spec_exporter.advisor import speedup_bound
 from vllm_spec_exporter.derive import derive_series, figures
-from vllm_spec_exporter.mixin import fleet_records, positions, promql, recording_rules, sources
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.dashboards import promql
+from vllm_spec_exporter.mixin.rules import fleet_records, positions, recording_rules, sources
 from vllm_spec_exporter.names import MetricName, SeriesKey
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
@@ -302,7 +303,7 @@ def test_every_direct_dashboard_query_returns_data_in_every_spelling(tsdb: dict)
     variables are at All and every record is inlined (the fleet records too, which the panels
     read at All; the per-position panels' servers side reads the counters and matches nothing
     there)."""
-    from vllm_spec_exporter.mixin import dashboard_files, fleet, overview
+    from vllm_spec_exporter.mixin.dashboards import dashboard_files, fleet, overview
 
     rec = records(evidence=True)
     bodies = tsdb["bodies"]["ngram"]

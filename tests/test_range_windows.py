@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from vllm_spec_exporter.durations import seconds
-from vllm_spec_exporter.mixin import rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.rules import rule_files
 from vllm_spec_lab import pipeline
 
 ROOT = Path(__file__).resolve().parents[1]

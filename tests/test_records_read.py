@@ -17,8 +17,9 @@ import re
 
 import pytest
 
-from vllm_spec_exporter.mixin import alert_rules, fleet, overview, recording_rules, runbooks
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.dashboards import fleet, overview
+from vllm_spec_exporter.mixin.rules import alert_rules, recording_rules, runbooks
 
 NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
 # A record's name, `level:metric:operations` (two colons; no scraped series has two).
@@ -79,7 +80,7 @@ def test_every_record_is_read(source: str, scrape_interval: str) -> None:
 @pytest.mark.parametrize("source", ["exporter", "vllm"])
 def test_the_public_records_exist_and_are_documented(source: str) -> None:
     """The documented API is recorded in both bundles, and the README's records table marks it."""
-    from vllm_spec_exporter.mixin import rule_files
+    from vllm_spec_exporter.mixin.rules import rule_files
     cfg = MixinConfig().with_overrides({"source": source})
     rules, _ = live_records(cfg)
     public = recording_rules.public_records(cfg)

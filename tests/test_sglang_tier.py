@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 
 from support.engine_replay import scrapes, serve
-from vllm_spec_exporter.mixin import dashboard_files, overview
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.dashboards import dashboard_files, overview
 from vllm_spec_lab.grafana_query import expand_variables
 
 SCENARIO = Path(__file__).parent / "promtool" / "sglang_tier_test.yaml"

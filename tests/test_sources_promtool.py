@@ -22,17 +22,17 @@ import pytest
 import yaml
 
 from support.prom import is_version, run_tool
-from vllm_spec_exporter.mixin import (
+from vllm_spec_exporter.mixin import generate
+from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.rules import (
     alert_rules,
     alertmanager,
     fleet_records,
-    generate,
     positions,
     recording_rules,
     rule_files,
     sources,
 )
-from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.names import MetricName
 
 pytestmark = pytest.mark.prometheus

@@ -15,18 +15,10 @@ import yaml
 
 from support.prom import require_binary, run_tool
 from vllm_spec_exporter.durations import seconds
-from vllm_spec_exporter.mixin import (
-    compose,
-    fleet_counts,
-    fleet_records,
-    generate,
-    kubernetes,
-    positions,
-    recording_rules,
-    rule_files,
-    windows,
-)
+from vllm_spec_exporter.mixin import generate, windows
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.deploy import compose, kubernetes
+from vllm_spec_exporter.mixin.rules import fleet_counts, fleet_records, positions, recording_rules, rule_files
 from vllm_spec_lab.monitoring import PROMTOOL_BIN
 
 DEFAULT = MixinConfig()

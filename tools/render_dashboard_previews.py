@@ -8,7 +8,7 @@ would, and draws both dashboards with @grafana/ui and @grafana/data in headless 
 (lab/vllm_spec_lab/grafana_render.py, tools/grafana-render/). Writes, at the moment just after recovery:
 `preview.png` (the overview's first screen, shown in the READMEs), `preview-overview.png` and
 `preview-fleet.png` (whole dashboards), and records what they were made from
-(measured/dashboard-previews.json, checked by `generate --check`). About two minutes; needs what
+(measured/dashboard-previews.json, checked by tools/measured.py). About two minutes; needs what
 scripts/bootstrap.sh installs.
 """
 
@@ -19,7 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from vllm_spec_exporter.mixin import fleet, overview, provenance
+import measured  # tools/measured.py, beside this script
+from vllm_spec_exporter.mixin.dashboards import fleet, overview
 from vllm_spec_lab import grafana_render as gr
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,7 +58,7 @@ def main() -> int:
         if broken:
             return 1
     if args.out.resolve() == (REPO / "dashboards").resolve():
-        print(f"recorded what they were made from in {provenance.write_record(REPO, provenance.PREVIEWS)}")
+        print(f"recorded what they were made from in {measured.write_record(REPO, measured.PREVIEWS)}")
     return 0
 
 

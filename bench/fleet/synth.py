@@ -25,7 +25,7 @@ from vllm_spec_exporter.poller import PollResult
 from vllm_spec_exporter.window import WindowStore
 
 CAPTURE = ROOT / "tests" / "fixtures" / "vllm-0.32.0" / "ngram"
-# vLLM's own families the direct bundle reads (mixin/sources.py), as vLLM 0.32 names them; the rest of
+# vLLM's own families the direct bundle reads (mixin/rules/sources.py), as vLLM 0.32 names them; the rest of
 # vLLM's exposition (~330 series per model and engine, histograms mostly) is there with or without
 # the bundle and is not synthesised.
 VLLM_FAMILIES_READ = tuple(f"vllm:{name}" for name in (

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from urllib.error import HTTPError
 from urllib.parse import urlencode
 
-from vllm_spec_exporter.mixin.crowd import CROWD_VARIABLE_PREFIX
-from vllm_spec_exporter.mixin.frame import ALL_VALUES
+from vllm_spec_exporter.mixin.dashboards.crowd import CROWD_VARIABLE_PREFIX
+from vllm_spec_exporter.mixin.dashboards.frame import ALL_VALUES
 from vllm_spec_lab.monitoring import LOCAL_API_TIMEOUT_SECONDS, http_get_json
 
 # Without a server to rank them, a crowded panel's ranking stands for every server: what it picks

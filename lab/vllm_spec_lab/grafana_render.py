@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from vllm_spec_exporter.mixin import dashboard_files, fleet_records, overview, rule_files, sources
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.dashboards import dashboard_files, overview
+from vllm_spec_exporter.mixin.rules import fleet_records, rule_files, sources
 from vllm_spec_lab import processes
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.fakes.badtarget import BadTarget

@@ -17,8 +17,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from vllm_spec_exporter import advisor
-from vllm_spec_exporter.mixin import alert_rules, alertmanager, rule_files
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.rules import alert_rules, alertmanager, rule_files
 
 from . import default_cache_dir, processes
 from .monitoring import (

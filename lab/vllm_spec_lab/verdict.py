@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_spec_exporter.mixin.alert_rules import ACCEPTANCE_CRITICAL, ACCEPTANCE_LOW
+from vllm_spec_exporter.mixin.rules.alert_rules import ACCEPTANCE_CRITICAL, ACCEPTANCE_LOW
 
 ACCEPTANCE_ALERT_PREFIX = "SpecDecodeAcceptance"
 # Said after an alert that missed its phase: on a busy machine the traffic and the alert windows run

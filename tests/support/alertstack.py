@@ -1,5 +1,5 @@
 """A factory of alerting stacks for the tests that start them: a local webhook (pager and chat),
-Alertmanager with the GENERATED routing (mixin/alertmanager.py) pointed at it, and optionally a
+Alertmanager with the GENERATED routing (mixin/rules/alertmanager.py) pointed at it, and optionally a
 rule engine (Prometheus, or VictoriaMetrics + vmalert) with the generated rule files.
 
     def test_x(alert_stack):                       # the fixture, support/plugin.py
@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from support.prom import require_binary
-from vllm_spec_exporter.mixin import alertmanager, generate, rule_files
+from vllm_spec_exporter.mixin import generate
 from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.rules import alertmanager, rule_files
 from vllm_spec_lab.binaries import VICTORIA_METRICS_BIN, VMALERT_BIN
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN, Alertmanager, Prometheus, WebhookReceiver
 from vllm_spec_lab.victoria import VictoriaRuleStack

@@ -12,10 +12,6 @@ ConfigMap and the runbook page their alerts link, rendered with source=vllm, so 
 and checked like the rest.
 `generate --set source=vllm --output DIR` renders the whole sidecar-less bundle into DIR instead:
 the DIRECT_FILES and the Alertmanager routing, nothing that deploys or documents the sidecar.
-
-In a checkout, `--check` also reports the measured artifacts (dashboard pictures, the alert-quality
-table) whose inputs changed since they were made (provenance.py); plain `generate` warns of them,
-since only their own tools can remake them.
 """
 
 from __future__ import annotations
@@ -27,8 +23,11 @@ from pathlib import Path
 
 import yaml
 
-from . import alertmanager, compose, dashboard_files, docs, kubernetes, provenance, rule_files, runbooks
+from . import docs
 from .config import SOURCE_VLLM, MixinConfig, load_config
+from .dashboards import dashboard_files
+from .deploy import compose, kubernetes
+from .rules import alertmanager, rule_files, runbooks
 
 RENDERERS: tuple[Callable[[MixinConfig], dict[str, str]], ...] = (
     docs.render,
@@ -100,7 +99,6 @@ def run(args: argparse.Namespace) -> int:
     except yaml.YAMLError as error:
         raise ValueError(f"--config: {args.config} is not valid YAML: {str(error).splitlines()[0]}") from None
     output = args.output
-    in_checkout = output is None or checkout_root(output.resolve()) == output.resolve()
     if output is None:
         # Without --output the artifacts belong in this project's checkout, never in whatever folder
         # the command happens to run from.
@@ -121,15 +119,10 @@ def run(args: argparse.Namespace) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         print(f"wrote {rel}")
-    measured = provenance.stale(output) if in_checkout and not cfg.direct else []
     if stale:
         print("stale generated files (run `vllm-spec-exporter generate`):", *stale, sep="\n  ",
               file=sys.stderr)
-    if measured:
-        print("stale measured artifacts:", *measured, sep="\n  ", file=sys.stderr)
-    if args.check and (stale or measured):
         return 1
     if args.check:
-        print(f"{len(files)} generated files and {len(provenance.MEASURED) if in_checkout else 0} measured "
-              "artifacts are up to date")
+        print(f"{len(files)} generated files are up to date")
     return 0

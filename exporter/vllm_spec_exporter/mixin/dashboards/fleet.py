@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
-from . import alert_rules, fleet_counts, frame, links
-from .config import MixinConfig
-from .fleet_counts import Band
+from .. import links
+from ..config import MixinConfig
+from ..rules import alert_rules, fleet_counts
+from ..rules.fleet_counts import Band
+from . import frame
 from .layout import Layout
 from .panels import (
     NUMBER,

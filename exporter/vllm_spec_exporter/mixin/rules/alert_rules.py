@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..names import MetricName
-from . import links, sources
-from .config import MixinConfig
+from ...names import MetricName
+from .. import links
+from ..config import MixinConfig
+from . import sources
 from .recording_rules import EvidenceNames, evidence_names, record_names
 
 __all__ = [

@@ -12,8 +12,8 @@ fleet dashboard's k and servers per model) read k_series.
 
 from __future__ import annotations
 
-from ..names import MetricName
-from .config import MixinConfig
+from ...names import MetricName
+from ..config import MixinConfig
 from .sources import ACCEPTED_BY_POSITION, raw_rate, spelled_out
 
 __all__ = ["DRAFT_POSITIONS", "K_GROUP", "count_positions", "k_group", "k_record", "k_rule", "k_series"]

@@ -13,11 +13,13 @@ from collections.abc import Callable, Iterator, Sequence
 
 import yaml
 
-from . import fleet, fleet_counts, fleet_records, links, overview, sources
-from .config import MixinConfig
+from .. import links
+from ..config import MixinConfig
+from ..rules import fleet_counts, fleet_records, sources
+from ..templates import fill
+from . import fleet, overview
 from .crowd import CROWD_VARIABLE_PREFIX, SEEN_VARIABLE
 from .promql import VLLM_METRICS_QUERIED, vllm_name_pattern
-from .templates import fill
 
 __all__ = ["CONFIGMAP_PATH", "DASHBOARDS", "FLEET_PATH", "LINT_PATH", "OVERVIEW_PATH", "README_PATH",
            "iter_panels", "render"]

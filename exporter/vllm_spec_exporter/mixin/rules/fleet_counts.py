@@ -31,9 +31,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ..names import MetricName
+from ...names import MetricName
+from ..config import MixinConfig
 from . import sources
-from .config import MixinConfig
 from .fleet_records import kept_labels
 
 __all__ = ["BAND_LABEL", "FLEET_COUNTS_GROUP", "Band", "acceptance_bands", "band_record", "band_rules",

@@ -9,13 +9,13 @@ is templates/alerts-README.md filled from the config and the rules themselves.
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 from typing import Any
 
-from . import alert_rules, config, fleet_counts, fleet_records, positions, recording_rules
-from .config import MixinConfig
-from .templates import fill
-from .yaml_text import CONFIG_HEADER, dump_yaml
+from .. import config
+from ..config import MixinConfig
+from ..templates import fill
+from ..yaml_text import CONFIG_HEADER, dump_yaml
+from . import alert_rules, fleet_counts, fleet_records, positions, recording_rules
 
 __all__ = ["ALERTS_FILE", "PROMETHEUS_RULE_FILE", "README_FILE", "RULES_FILE", "prometheus_rule_text", "render"]
 
@@ -23,9 +23,6 @@ RULES_FILE = "alerts/prometheus_rules.yaml"
 ALERTS_FILE = "alerts/prometheus_alerts.yaml"
 PROMETHEUS_RULE_FILE = "alerts/prometheusrule.yaml"
 README_FILE = "alerts/README.md"
-# Measured, not generated: bench/alert_quality.py --write stores its table here (default config),
-# and alerts/README.md includes it verbatim.
-QUALITY_TABLE = Path(__file__).with_name("alert_quality.md")
 
 
 def render(cfg: MixinConfig) -> dict[str, str]:
@@ -117,7 +114,6 @@ def readme_values(cfg: MixinConfig) -> dict[str, object]:
         "record_rows": "\n".join(record_rows),
         "alert_windows": ", ".join(recording_rules.alert_windows(cfg)),
         "evidence_rows": "\n".join(evidence_rows),
-        "quality_table": quality_table(),
         "knob_rows": "\n".join(knob_rows),
     }
 
@@ -135,10 +131,3 @@ def _derived_defaults(cfg: MixinConfig) -> dict[str, str]:
 
 def _cell(text: str) -> str:
     return text.replace("|", "&#124;")
-
-
-def quality_table() -> str:
-    """The committed benchmark table (bench/alert_quality.py --write), measured on the defaults."""
-    if not QUALITY_TABLE.exists():
-        return "(Run `.venv/bin/python bench/alert_quality.py --write` to measure.)"
-    return QUALITY_TABLE.read_text().strip()

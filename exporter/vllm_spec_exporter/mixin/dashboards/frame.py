@@ -16,9 +16,10 @@ from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
-from ..names import MetricName
-from . import links, sources
-from .config import MixinConfig
+from ...names import MetricName
+from .. import links
+from ..config import MixinConfig
+from ..rules import sources
 from .layout import Layout
 from .panels import DATASOURCE, DATASOURCE_VARIABLE, link
 from .promql import TARGET_UP, Queries, legend_label

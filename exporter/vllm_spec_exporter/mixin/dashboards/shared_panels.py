@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard, stat, table, timeseries
 
-from . import alert_rules, links
-from .config import MixinConfig
+from .. import links
+from ..config import MixinConfig
+from ..rules import alert_rules
 from .crowd import Crowd
 from .panels import NUMBER, SPEEDUP, Query, acceptance_thresholds, link, table_panel, thresholds
 from .presets import BACKGROUND, NO_EXPORTER, NO_TARGET, count_stat, ratio_series, ratio_stat, traffic_stat

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
-from ..names import MetricName
-from . import alert_rules, frame, links, recording_rules
-from .config import MixinConfig
+from ...names import MetricName
+from .. import links
+from ..config import MixinConfig
+from ..rules import alert_rules, recording_rules
+from . import frame
 from .layout import Layout
 from .panels import (
     COLOR_ACCEPTED,

@@ -46,9 +46,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..names import MetricName
-from . import fleet_counts, fleet_records, links, positions, sources
-from .config import MixinConfig
+from ...names import MetricName
+from .. import links
+from ..config import MixinConfig
+from . import fleet_counts, fleet_records, positions, sources
 from .fleet_records import FLEET_GROUP
 from .sources import ACCEPTED, ACCEPTED_BY_POSITION, DRAFT_TOKENS, DRAFTS, GENERATED, SourceCounter, own
 

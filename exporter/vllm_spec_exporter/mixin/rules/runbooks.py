@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..names import MetricName
-from . import alert_rules, links, recording_rules, sources
-from .config import MixinConfig
-from .templates import fill
+from ...names import MetricName
+from .. import links
+from ..config import MixinConfig
+from ..templates import fill
+from . import alert_rules, recording_rules, sources
 
 __all__ = ["RUNBOOKS_FILE", "markdown", "render", "values"]
 

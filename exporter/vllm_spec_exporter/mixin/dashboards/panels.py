@@ -17,7 +17,7 @@ from grafana_foundation_sdk.models import common as common_models
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from .config import MixinConfig
+from ..config import MixinConfig
 
 DATASOURCE_VARIABLE = "datasource"
 DATASOURCE = common_models.DataSourceRef(type_val="prometheus", uid="${" + DATASOURCE_VARIABLE + "}")

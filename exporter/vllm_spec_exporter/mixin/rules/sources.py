@@ -48,8 +48,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..names import MetricName
-from .config import MixinConfig
+from ...names import MetricName
+from ..config import MixinConfig
 
 __all__ = [
     "ACCEPTED",

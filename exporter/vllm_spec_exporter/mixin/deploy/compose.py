@@ -7,8 +7,8 @@ scrapes at an interval the rules were not built for. The rest of compose/ is wri
 
 from __future__ import annotations
 
-from .config import MixinConfig
-from .templates import fill
+from ..config import MixinConfig
+from ..templates import fill
 
 __all__ = ["MONITORING_PROMETHEUS_FILE", "PROMETHEUS_FILE", "render"]
 

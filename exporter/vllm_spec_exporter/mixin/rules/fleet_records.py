@@ -51,8 +51,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config import MixinConfig
 from . import positions, sources
-from .config import MixinConfig
 from .sources import ACCEPTED, COUNTER_MEANINGS, COUNTERS, DRAFTS, SourceCounter
 
 __all__ = ["EFFICIENCY_TERMS", "FLEET_GROUP", "efficiency_record", "efficiency_terms", "fleet_group",

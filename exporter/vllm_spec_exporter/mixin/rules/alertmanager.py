@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config import MixinConfig
+from ..yaml_text import CONFIG_HEADER, dump_yaml
 from . import alert_rules
-from .config import MixinConfig
-from .yaml_text import CONFIG_HEADER, dump_yaml
 
 __all__ = ["ALERTMANAGER_FILE", "CHAT_RECEIVER", "PAGER_RECEIVER", "alertmanager_config", "render"]
 

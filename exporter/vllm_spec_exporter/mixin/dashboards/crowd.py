@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..durations import format_duration, seconds
-from .config import MixinConfig
+from ...durations import format_duration, seconds
+from ..config import MixinConfig
 
 __all__ = ["CROWDED_RANK_EVALUATIONS", "CROWD_VARIABLE_PREFIX", "SEEN_VARIABLE", "Crowd", "SeriesLimit",
            "ServerVariable", "ranking", "seen_variable"]

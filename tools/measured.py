@@ -1,6 +1,12 @@
 """Provenance of the measured artifacts: what was made by running something (a browser drawing the
-dashboards, a benchmark of the alerts) is committed like a generated file, and `generate --check`
-reports it stale when what it was made from has changed since.
+dashboards, a benchmark of the alerts) is committed like a generated file, and this check reports
+it stale when what it was made from has changed since.
+
+    .venv/bin/python tools/measured.py        # exit 1 naming each stale artifact and its remake command
+
+scripts/test.sh runs it after `vllm-spec-exporter generate --check`, so CI fails on a stale picture
+or table as it does on a stale generated file. It is a repository tool, not package code: the
+artifacts and the commands that remake them exist only in a checkout.
 
 A `Measured` names an artifact's outputs, the inputs it was made from (committed files or folders:
 every file below, sorted) and its record, a small JSON file under `measured/`. The tool that makes the
@@ -16,10 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["ALERT_QUALITY", "MEASURED", "PREVIEWS", "Measured", "digests", "stale", "write_record"]
+__all__ = ["ALERT_QUALITY", "MEASURED", "PREVIEWS", "Measured", "digests", "main", "stale", "write_record"]
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class Measured(NamedTuple):
@@ -45,9 +54,9 @@ PREVIEWS = Measured(
 )
 ALERT_QUALITY = Measured(
     name="alert-quality table",
-    remake=".venv/bin/python bench/alert_quality.py --write && .venv/bin/vllm-spec-exporter generate",
+    remake=".venv/bin/python bench/alert_quality.py --write",
     record="measured/alert-quality.json",
-    outputs=("exporter/vllm_spec_exporter/mixin/alert_quality.md",),
+    outputs=("bench/alert-quality.md",),
     # The rules it measured (the 60 s bundle comes from the same generators).
     inputs=("alerts/prometheus_rules.yaml", "alerts/prometheus_alerts.yaml"),
 )
@@ -92,3 +101,16 @@ def stale(root: Path) -> list[str]:
                 shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
                 problems.append(f"{measured.name}: {shown} {what}; remake with `{measured.remake}`")
     return problems
+
+
+def main() -> int:
+    problems = stale(ROOT)
+    if problems:
+        print("stale measured artifacts:", *problems, sep="\n  ", file=sys.stderr)
+        return 1
+    print(f"{len(MEASURED)} measured artifacts are up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

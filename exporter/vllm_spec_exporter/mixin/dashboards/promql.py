@@ -18,12 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..names import MetricName
-from . import crowd, fleet_counts, fleet_records, positions, recording_rules, sources
-from .config import MixinConfig
-from .crowd import Crowd, ServerVariable
-from .fleet_counts import Band
-from .recording_rules import (
+from ...names import MetricName
+from ..config import MixinConfig
+from ..rules import fleet_counts, fleet_records, positions, recording_rules, sources
+from ..rules.fleet_counts import Band
+from ..rules.recording_rules import (
     ACCEPTANCE,
     DRAFT_OUTPUT_SHARE,
     DRAFTED_EFFICIENCY,
@@ -32,7 +31,9 @@ from .recording_rules import (
     POSITION_ACCEPTANCE,
     Quantity,
 )
-from .sources import SourceCounter
+from ..rules.sources import SourceCounter
+from . import crowd
+from .crowd import Crowd, ServerVariable
 
 RATE_INTERVAL = "$__rate_interval"
 # The dashboard's time range (Grafana sets it for variable queries too).

@@ -50,6 +50,7 @@ from pathlib import Path
 import yaml
 
 from vllm_spec_exporter.durations import seconds
+from vllm_spec_exporter.engines import VLLM_PREFIXES
 from vllm_spec_exporter.mixin import generate, windows
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.rules import alert_rules, rule_files, sources
@@ -456,7 +457,7 @@ def test_file(scenario: Scenario, rules_dir: Path, run: Run) -> dict:
                     continue
                 labels = f'job="vllm",instance="{pod.instance}"'
                 if metric in _DIRECT_NAMES:
-                    metric = sources.VLLM_PREFIXES[index % len(sources.VLLM_PREFIXES)] + _DIRECT_NAMES[metric]
+                    metric = VLLM_PREFIXES[index % len(VLLM_PREFIXES)] + _DIRECT_NAMES[metric]
             if run.rules == "previous":
                 metric = _PREVIOUS_NAMES.get(metric, metric)
             if per_model:

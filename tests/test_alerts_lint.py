@@ -181,7 +181,7 @@ def test_recording_rule_names_and_inputs(root: str) -> None:
     dashboard_records = {r["record"] for r in (*recording_rules.recording_rules(DEFAULT),
                                                *sources.source_rules(DEFAULT), *fleet_records.fleet_rules(DEFAULT),
                                                *fleet_counts.scrape_error_rules(DEFAULT))}
-    windows = recording_rules.alert_windows(DEFAULT)
+    windows = list(DEFAULT.windows.evidence)
     for name in recorded:
         assert RECORD_NAME.match(name), name
         if name in (fleet_counts.band_record(DEFAULT), positions.k_record(DEFAULT)):

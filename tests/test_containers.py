@@ -53,8 +53,9 @@ from vllm_spec_exporter.mixin import generate
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.rules import alertmanager, rule_files
 from vllm_spec_exporter.settings import DEFAULT_PORT
+from vllm_spec_lab.exporter_process import exporter_snapshot
 from vllm_spec_lab.monitoring import ALERT_RESEND_DELAY, WebhookReceiver, http_get_json, wait_until
-from vllm_spec_lab.pipeline import FAST_ALERTS, exporter_snapshot
+from vllm_spec_lab.pipeline import FAST_ALERTS
 from vllm_spec_lab.ports import free_port
 from vllm_spec_lab.server import VllmServer, spec_counters
 from vllm_spec_lab.traffic import high_acceptance_phase, low_acceptance_phase, run_phase

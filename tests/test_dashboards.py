@@ -30,7 +30,7 @@ from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.dashboards import crowd, dashboard_files, promql
 from vllm_spec_exporter.mixin.dashboards import fleet as fleet_dashboard
 from vllm_spec_exporter.mixin.dashboards import overview as overview_dashboard
-from vllm_spec_exporter.mixin.rules import alert_rules, fleet_counts, recording_rules, sources
+from vllm_spec_exporter.mixin.rules import alert_rules, fleet_counts, quantities, recording_rules, sources
 from vllm_spec_lab.grafana_query import expand_variables
 
 REPO = Path(__file__).resolve().parent.parent
@@ -895,11 +895,11 @@ def test_a_quantity_reads_numerator_and_denominator_from_one_layer(source: str) 
     source = {sources.rate_record(cfg, c) for c in sources.RECORDED}
     acceptance = q.acceptance(by)
     assert {r for r in per_server if r + "{" in acceptance} == {
-        recording_rules.server_rate_record(cfg, c) for c in recording_rules.ACCEPTANCE.numerator
-        + recording_rules.ACCEPTANCE.denominator}
+        recording_rules.server_rate_record(cfg, c) for c in quantities.ACCEPTANCE.numerator
+        + quantities.ACCEPTANCE.denominator}
     for position in (q.position_acceptance(by), q.position_acceptance()):
         assert not [r for r in per_server | source if r + "{" in position], position
-        counters = recording_rules.POSITION_ACCEPTANCE.numerator + recording_rules.POSITION_ACCEPTANCE.denominator
+        counters = quantities.POSITION_ACCEPTANCE.numerator + quantities.POSITION_ACCEPTANCE.denominator
         raw = [f'rate({{__name__="{sources.direct_names(c)[0]}", ' if cfg.direct else f"rate({c.exporter}{{"
                for c in counters]
         assert all(read in position for read in raw), position

@@ -66,7 +66,7 @@ def drawn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Drawn]:
     require_binary(PROMETHEUS_BIN)
     require_browser_tools()
     work = tmp_path_factory.mktemp("grafana-render")
-    dist = gr.build(work / "dist")
+    dist = gr.bundle(work / "dist")
     for replay in gr.replay():
         moments = replay.moments(gr.RATE_INTERVAL)
         shots = {}
@@ -77,7 +77,7 @@ def drawn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Drawn]:
             shots[f"{name}-{moment}"] = gr.Shot(f"{name}-{moment}", model, start, end, results,
                                                 work / f"{name}-{moment}.png",
                                                 formats=tuple(expected_formats(replay, model, results, end)))
-        reports = gr.render(dist, shots.values(), work)
+        reports = gr.draw(dist, shots.values(), work)
         print(f"\nscreenshots: {work}")
         yield Drawn(replay, moments, shots, reports)
 

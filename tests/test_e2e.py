@@ -25,6 +25,7 @@ from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.dashboards import dashboard_files, overview
 from vllm_spec_exporter.mixin.rules import alert_rules
 from vllm_spec_exporter.mixin.windows import seconds
+from vllm_spec_lab.exporter_process import exporter_snapshot
 from vllm_spec_lab.grafana_query import expand_variables
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
 from vllm_spec_lab.pipeline import (
@@ -34,7 +35,6 @@ from vllm_spec_lab.pipeline import (
     LocalStack,
     StackOptions,
     TrafficDriver,
-    exporter_snapshot,
 )
 from vllm_spec_lab.server import VllmServer, spec_counters
 from vllm_spec_lab.speclog import parse_line

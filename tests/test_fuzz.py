@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vllm_spec_exporter.derive import derive
-from vllm_spec_exporter.engines import FOREIGN_KEY, NAMES, PREFIXES, EngineError
+from vllm_spec_exporter.engines import FOREIGN_KEY, NAMES, PREFIXES, VLLM_NAMES, EngineError
 from vllm_spec_exporter.normalise import normalise
-from vllm_spec_exporter.parse import FAMILIES, ParseError, parse
+from vllm_spec_exporter.parse import ParseError, parse
 from vllm_spec_exporter.window import SeriesLimitError, WindowStore
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "3400"))
@@ -25,9 +25,9 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list
 
 prefixes = st.sampled_from(["vllm:", "vllm_", "ray_vllm:", "ray_vllm_", "vlm:", "", *PREFIXES])
 ENGINE_NAMES = sorted({name for names in NAMES.values() for name in names})
-families = st.sampled_from([*FAMILIES, *ENGINE_NAMES, "spec_decode_num_drafts_totally",
+families = st.sampled_from([*VLLM_NAMES, *ENGINE_NAMES, "spec_decode_num_drafts_totally",
                             "num_requests_waiting_by_reason"])
-KNOWN_KEYS = {*FAMILIES.values(), *(key for names in NAMES.values() for key in names.values()), FOREIGN_KEY}
+KNOWN_KEYS = {*VLLM_NAMES.values(), *(key for names in NAMES.values() for key in names.values()), FOREIGN_KEY}
 suffixes = st.sampled_from(["_total", "_created", "", "_bucket"])
 label_values = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=8)
 label_names = st.sampled_from(["model_name", "engine", "position", "le", "x", "bad name", ""])

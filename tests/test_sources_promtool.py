@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from support.prom import is_version, run_tool
+from vllm_spec_exporter.engines import VLLM_PREFIXES
 from vllm_spec_exporter.mixin import generate
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.rules import (
@@ -58,7 +59,7 @@ VLLM_NAME = {c.exporter: c.vllm for c in sources.COUNTERS} | {k: v for k, v in s
 def _spelling(instance: str, instances: list[str], offset: int) -> str:
     if instance not in instances:
         instances.append(instance)
-    return sources.VLLM_PREFIXES[(instances.index(instance) + offset) % len(sources.VLLM_PREFIXES)]
+    return VLLM_PREFIXES[(instances.index(instance) + offset) % len(VLLM_PREFIXES)]
 
 
 def translate(scenario: dict, offset: int, rules: list[str]) -> tuple[dict, set[str]]:
@@ -126,7 +127,7 @@ def test_every_sidecar_scenario_is_translated() -> None:
 
 
 @pytest.mark.slow  # a full promtool run per spelling and promtool: ~45 s each
-@pytest.mark.parametrize("offset", range(len(sources.VLLM_PREFIXES)))
+@pytest.mark.parametrize("offset", range(len(VLLM_PREFIXES)))
 def test_direct_rules_give_the_sidecar_pages_in_every_spelling(promtool: str, direct_root: Path, offset: int) -> None:
     rules = [f"../{rule_files.RULES_FILE}", f"../{rule_files.ALERTS_FILE}"]
     names, spellings = [], set()
@@ -136,7 +137,7 @@ def test_direct_rules_give_the_sidecar_pages_in_every_spelling(promtool: str, di
         out = direct_root / "tests" / f"direct-{offset}-{path.name}"
         out.write_text(yaml.safe_dump(scenario, sort_keys=False, width=1_000_000))
         names.append(out.name)
-    assert spellings == set(sources.VLLM_PREFIXES)
+    assert spellings == set(VLLM_PREFIXES)
     result = run_tool([promtool, "test", "rules", *names], cwd=direct_root / "tests", timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("SUCCESS") == len(names)
@@ -210,7 +211,7 @@ def test_a_series_stored_under_two_spellings_is_read_once(promtool: str, tmp_pat
                           "exp_samples": [{"labels": f"{{{labels}{position}}}", "value": 4}]})
         # The per-position counter has no source record: the fleet's sum of its one server reads it.
         fleet_labels = f'job="{VLLM_JOB}", model_name="m", engine="0"{position}'
-        tests.append({"expr": f"round({fleet_records.rate_record(cfg, counter)}, 0.001)", "eval_time": "4m",
+        tests.append({"expr": f"round({fleet_records.fleet_rate_record(cfg, counter)}, 0.001)", "eval_time": "4m",
                       "exp_samples": [{"labels": f"{{{fleet_labels}}}", "value": 4}]})
     groups = [{"name": "source", "rules": sources.source_rules(cfg)}, fleet_records.fleet_group(cfg)]
     run_scenario(promtool, tmp_path, groups, series, tests)
@@ -265,7 +266,7 @@ def test_a_server_without_k_yet_is_left_out_of_efficiency_on_both_sides(promtool
                     "values": " ".join(str(server_k) if i % 4 == 0 and i >= first_k else "_" for i in range(41))}]
     fleet = 'job="vllm", model_name="m", engine="0"'
     emitted, emittable = (fleet_records.efficiency_record(cfg, term) for term in fleet_records.EFFICIENCY_TERMS)
-    drafts = fleet_records.rate_record(cfg, sources.DRAFTS)
+    drafts = fleet_records.fleet_rate_record(cfg, sources.DRAFTS)
 
     def check(record: str, at: str, value: float) -> dict:
         return {"expr": f"round({record}, 1e-6)", "eval_time": at, "exp_samples": [{"labels": f"{{{fleet}}}",

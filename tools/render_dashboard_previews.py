@@ -42,7 +42,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="grafana-render-") as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        dist = gr.build(work / "dist")
+        dist = gr.bundle(work / "dist")
         for replay in gr.replay():
             end = replay.moments(gr.RATE_INTERVAL)[MOMENT]
             # From shortly before the first burst: the lead-in's idle stretch would only add empty space.
@@ -51,7 +51,7 @@ def main() -> int:
                              args.out / f"preview-{name}.png",
                              top_png=args.out / "preview.png" if name == "overview" else None, top_height=620)
                      for name, model in models.items()]
-            reports = gr.render(dist, shots, work)
+            reports = gr.draw(dist, shots, work)
     for name, report in reports.items():
         broken = [p["title"] for p in report["panels"] if p["renderError"] or p["queryError"]]
         print(f"{name}: {len(report['panels'])} panels drawn, errors: {broken or 'none'}")

@@ -119,14 +119,14 @@ def browser_draw(url: str, end: float, scrape_interval: int, workdir: Path,
     """Seconds from opening each dashboard to a settled page in headless Chromium (the renderer)."""
     if grafana_render.missing_tools() is not None:
         raise RuntimeError(f"browser: {grafana_render.missing_tools()}")
-    dist = grafana_render.build(workdir / "dist")
+    dist = grafana_render.bundle(workdir / "dist")
     shots, start = [], end - 3600
     for name, model in dashboards.items():
         results = grafana_render.dashboard_results(url, model, start, end, scrape_interval, timeout=300)
         file_name = name.replace("@", "-at-")
         shots.append(grafana_render.Shot(file_name, model, start, end, results, workdir / f"{file_name}.png"))
     try:
-        grafana_render.render(dist, shots, workdir, niceness=0)
+        grafana_render.draw(dist, shots, workdir, niceness=0)
     except processes.ChildExitError:  # shoot.mjs exits 1 when a page did not settle; its report says which
         log(f"browser: a dashboard did not settle within the renderer's {grafana_render.PAGE_BOUND_SECONDS} s "
             f"(reported as {grafana_render.PAGE_BOUND_SECONDS}+)")

@@ -75,7 +75,7 @@ def speedup_bound(drafts: float, draft_tokens: float, accepted: float, draft_cos
     tokens (T = k * D) and A is the sum of the per-position accepted counts, so S equals
     Advice.current_speedup; with dynamic k or n-gram misses the drafts are shorter than k and S
     charges the tokens actually drafted. The sidecar-less dashboards compute the same in PromQL
-    (mixin/recording_rules.speedup_bound). None without drafts."""
+    (mixin/rules/quantities.speedup_bound). None without drafts."""
     if draft_cost < 0:
         raise ValueError(f"draft cost ratio must be >= 0, got {draft_cost}")
     if drafts <= 0:

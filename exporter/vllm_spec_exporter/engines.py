@@ -30,11 +30,41 @@ from .names import Family as Key
 __all__ = [
     "COUNTER_SCHEMAS", "ENGINE_GAUGE_KEYS", "ENGINE_LABEL", "FAMILY_MIXED", "FAMILY_UNKNOWN",
     "FOREIGN_KEY", "NAMES", "PREFIXES", "SCHEMAS", "SPEC_KEYS", "UNLABELLED_MODEL_FAMILIES",
-    "Detection", "EngineError", "EngineSchema", "Family", "detect",
+    "VLLM_HISTOGRAMS", "VLLM_NAMES", "VLLM_PREFIXES", "Detection", "EngineError", "EngineSchema", "Family",
+    "detect", "sample_name",
 ]
 
-# Source metric name (without prefix, `_total` and `_created`) -> canonical key, per family.
-# vLLM's own table stays in parse.FAMILIES (its fast-path trie is tuned for ~600 vLLM lines).
+# vLLM's own metric names: the one table of them. The parser reads it, and so do the generators
+# (the sidecar-less rules read vLLM's counters and gauges, the dashboards its histograms).
+# The spellings of a `vllm:` name on the wire and in a TSDB, in order of preference: vLLM itself,
+# OpenMetrics underscore escaping (prometheus/client_python#1177), Ray Serve's stat logger.
+VLLM_PREFIXES = ("vllm:", "vllm_", "ray_vllm:", "ray_vllm_")
+# vLLM family name (without prefix and without _total) -> canonical key.
+VLLM_NAMES: dict[str, Key] = {
+    "spec_decode_num_drafts": Key.DRAFTS,
+    "spec_decode_num_draft_tokens": Key.DRAFT_TOKENS,
+    "spec_decode_num_accepted_tokens": Key.ACCEPTED_TOKENS,
+    "spec_decode_num_accepted_tokens_per_pos": Key.ACCEPTED_PER_POS,
+    "generation_tokens": Key.GENERATION_TOKENS,
+    # V0 engine (<= 0.9): lifetime gauges plus counters that must not be rate()d (sum-of-sums bug).
+    "spec_decode_draft_acceptance_rate": Key.V0_ACCEPTANCE_RATE,
+    "spec_decode_efficiency": Key.V0_EFFICIENCY,
+    "spec_decode_num_emitted_tokens": Key.V0_EMITTED_TOKENS,
+    # Context gauges.
+    "num_requests_running": Key.REQUESTS_RUNNING,
+    "num_requests_waiting": Key.REQUESTS_WAITING,
+    "kv_cache_usage_perc": Key.KV_CACHE_USAGE,  # a 0-1 ratio despite its name
+    "gpu_cache_usage_perc": Key.KV_CACHE_USAGE,  # renamed in 0.9.2, removed in 0.12.0
+    # Diffusion models (vLLM 0.32+) reuse the spec-decode path under these names.
+    "diffusion_num_denoising_steps": Key.DIFFUSION_STEPS,
+    "diffusion_num_canvas_positions": Key.DIFFUSION_CANVAS_POSITIONS,
+    "diffusion_num_committed_tokens": Key.DIFFUSION_COMMITTED_TOKENS,
+}
+# vLLM's histograms the dashboards read straight from vLLM (the sidecar does not re-expose them).
+VLLM_HISTOGRAMS = ("inter_token_latency_seconds", "request_time_per_output_token_seconds")
+
+# The other engines' names: source metric name (without prefix, `_total` and `_created`) ->
+# canonical key, per family.
 NAMES: dict[Family, dict[str, Key]] = {
     # llama.cpp server b11434, tools/server/server-task.cpp (server_task_result_metrics::to_metrics).
     Family.LLAMACPP: {
@@ -82,9 +112,18 @@ NAMES: dict[Family, dict[str, Key]] = {
     },
 }
 
-# The text prefix of each family's names (after the OpenMetrics underscore escaping where it applies).
+# The text prefix of each other family's names (after the OpenMetrics underscore escaping where it
+# applies).
 PREFIXES: dict[str, Family] = {"llamacpp:": Family.LLAMACPP, "trtllm_": Family.TRTLLM,
                                "sglang:": Family.SGLANG, "tgi_": Family.TGI}
+
+
+def sample_name(family: str, key: Key) -> str:
+    """The sample name (first prefix, no `_total`) under which `family` serves `key` today: the
+    first name of its table that maps to `key` (vLLM's current name before a retired one)."""
+    table, prefix = ((VLLM_NAMES, VLLM_PREFIXES[0]) if family == Family.VLLM else
+                     (NAMES[family], next(p for p, f in PREFIXES.items() if f == family)))
+    return prefix + next(name for name, mapped in table.items() if mapped == key)
 
 # The label holding the data-parallel engine index, per family (served as `engine`).
 ENGINE_LABEL: dict[str, str] = {Family.VLLM: "engine", Family.SGLANG: "dp_rank"}

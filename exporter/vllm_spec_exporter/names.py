@@ -1,7 +1,7 @@
 """Every name the exporter reads or serves, in one place.
 
 - `Family`: the canonical key of each vLLM metric family the parser keeps, whatever its spelling
-  on the wire (`vllm:`, `vllm_`, `ray_vllm:`; see parse.FAMILIES);
+  on the wire (`vllm:`, `vllm_`, `ray_vllm:`; see engines.VLLM_NAMES);
 - `Schema`: which generation of vLLM metrics a target exposes;
 - `MetricName`: every metric the exporter serves (schema.py gives each its type, labels and help;
   a test checks the two agree);

@@ -17,7 +17,7 @@ from .engines import COUNTER_SCHEMAS, ENGINE_GAUGE_KEYS, ENGINE_LABEL, SPEC_KEYS
 from .names import CounterKey, EngineFamily, Family, Schema, SeriesKey
 from .parse import RawSample
 
-__all__ = ["EngineError", "Snapshot", "detect", "normalise"]
+__all__ = ["EngineError", "Snapshot", "detect_engine", "normalise"]
 
 # Engine-index labels of every family (SGLang's dp_rank) are part of the series, not a replica.
 BASE_LABELS = frozenset(("model_name", "engine", "position", *ENGINE_LABEL.values()))
@@ -39,7 +39,7 @@ _COUNTERS, _GAUGES = frozenset(COUNTER_FAMILIES), frozenset(GAUGE_FAMILIES)
 _KEYS: dict[str, dict[tuple[Family, str, str], CounterKey]] = {}
 _KEYS_MAX = 16_384
 _KEYS_MODELS_MAX = 64
-# detect()'s result per set of (engine family, key) pairs seen in a poll.
+# engines.detect()'s result per set of (engine family, key) pairs seen in a poll.
 _DETECTIONS: dict[frozenset[tuple[str, Family]], engines.Detection] = {}
 _DETECTIONS_MAX = 256
 
@@ -104,7 +104,7 @@ class Snapshot:
         return out
 
 
-def detect(samples: list[RawSample]) -> engines.Detection:
+def detect_engine(samples: list[RawSample]) -> engines.Detection:
     """The engine family and schema of one exposition; EngineError for mixed or unknown engines."""
     # The distinct (engine family, key) pairs first, in one C-level pass: a poll holds hundreds of
     # samples but a handful of pairs, and the same pairs come back every poll (cached, bounded).
@@ -137,7 +137,7 @@ def _detect_pairs(pairs: frozenset[tuple[str, Family]], samples: list[RawSample]
 
 def normalise(samples: list[RawSample], default_model: str = "") -> Snapshot:
     """Raises EngineError when the exposition mixes engines or names an unknown one."""
-    found = detect(samples)
+    found = detect_engine(samples)
     snap = Snapshot(schema=found.schema, engine_family=found.family)
     # Exact duplicates (same family and label text) keep the last value.
     latest = {(s.key, s.created, s.label_text): s for s in samples}

@@ -5,9 +5,9 @@ building every family (prometheus_client's parser), a regex finds just the candi
 families we want, and only those are parsed strictly. A malformed candidate line rejects the whole
 body: a derived ratio from half a scrape would be a lie.
 
-Name variants accepted for every vLLM family: `vllm:` (vLLM), `vllm_` (OpenMetrics underscore
-escaping, client_python#1177), `ray_vllm:` and `ray_vllm_` (Ray Serve's stat logger). Other engines'
-names (llama.cpp, TensorRT-LLM, SGLang, TGI) come from engines.NAMES; every sample says which
+vLLM's names and their four spellings (`vllm:`, `vllm_`, `ray_vllm:`, `ray_vllm_`) come from
+engines.VLLM_NAMES and engines.VLLM_PREFIXES, the other engines' (llama.cpp, TensorRT-LLM, SGLang,
+TGI) from engines.NAMES; every sample says which
 family it came from, and a spec-decode-like name of an engine we do not know is reported as one
 `Family.FOREIGN_SPEC` sample so that normalise can say so instead of reporting "speculation off".
 """
@@ -20,32 +20,10 @@ from collections.abc import Iterable
 from operator import itemgetter
 from typing import NamedTuple
 
-from .engines import NAMES, PREFIXES, SPEC_KEYS
+from .engines import NAMES, PREFIXES, SPEC_KEYS, VLLM_NAMES, VLLM_PREFIXES
 from .names import EngineFamily, Family
 
-__all__ = ["FAMILIES", "ParseError", "RawSample", "parse"]
-
-# vLLM family name (without prefix and without _total) -> canonical key used downstream.
-FAMILIES: dict[str, Family] = {
-    "spec_decode_num_drafts": Family.DRAFTS,
-    "spec_decode_num_draft_tokens": Family.DRAFT_TOKENS,
-    "spec_decode_num_accepted_tokens": Family.ACCEPTED_TOKENS,
-    "spec_decode_num_accepted_tokens_per_pos": Family.ACCEPTED_PER_POS,
-    "generation_tokens": Family.GENERATION_TOKENS,
-    # V0 engine (<= 0.9): lifetime gauges plus counters that must not be rate()d (sum-of-sums bug).
-    "spec_decode_draft_acceptance_rate": Family.V0_ACCEPTANCE_RATE,
-    "spec_decode_efficiency": Family.V0_EFFICIENCY,
-    "spec_decode_num_emitted_tokens": Family.V0_EMITTED_TOKENS,
-    # Context gauges.
-    "num_requests_running": Family.REQUESTS_RUNNING,
-    "num_requests_waiting": Family.REQUESTS_WAITING,
-    "kv_cache_usage_perc": Family.KV_CACHE_USAGE,
-    "gpu_cache_usage_perc": Family.KV_CACHE_USAGE,  # renamed in 0.9.2, removed in 0.12.0
-    # Diffusion models (vLLM 0.32+) reuse the spec-decode path under these names.
-    "diffusion_num_denoising_steps": Family.DIFFUSION_STEPS,
-    "diffusion_num_canvas_positions": Family.DIFFUSION_CANVAS_POSITIONS,
-    "diffusion_num_committed_tokens": Family.DIFFUSION_COMMITTED_TOKENS,
-}
+__all__ = ["ParseError", "RawSample", "parse"]
 
 def _trie(words: Iterable[str]) -> str:
     """A regex matching exactly `words`, factored on common prefixes (a trie): the engine rejects
@@ -67,24 +45,24 @@ def _trie(words: Iterable[str]) -> str:
     return emit(tree)
 
 
-# vLLM's names (FAMILIES) and the other engines' (engines.NAMES) as two tries, chosen by a
+# vLLM's names (engines.VLLM_NAMES) and the other engines' (engines.NAMES) as two tries, chosen by a
 # conditional on the prefix: one pattern serves every engine, and a vLLM line costs what it did
 # before other engines were known (a second alternative for every line cost ~15 %; one trie of all
 # names ~30 %, since vLLM's many unwanted `request_*` lines then match TGI's `request_` prefix).
-_FAMILY_TRIE = _trie(FAMILIES)  # tests/test_parse.py checks it accepts exactly FAMILIES
+_FAMILY_TRIE = _trie(VLLM_NAMES)  # accepts exactly VLLM_NAMES' names
 _ENGINE_TRIE = _trie({name for names in NAMES.values() for name in names})
 _NAME_TRIE = rf"(?(other){_ENGINE_TRIE}|{_FAMILY_TRIE})"
-_VLLM_PREFIXES = ("vllm:", "vllm_", "ray_vllm:", "ray_vllm_")
 # prefix on the wire -> (engine family, its names -> canonical key)
 _TABLES: dict[str, tuple[str, dict[str, Family]]] = {
-    **{prefix: (EngineFamily.VLLM, FAMILIES) for prefix in _VLLM_PREFIXES},
+    **{prefix: (EngineFamily.VLLM, VLLM_NAMES) for prefix in VLLM_PREFIXES},
     **{prefix: (family, NAMES[family]) for prefix, family in PREFIXES.items()},
 }
 _SUFFIX = r"(?:_total|_created)?"
 # Label body, unrolled (no per-character alternation) and possessive: quoted values may hold } and ,
 _LABEL_BODY = r'[^"}\n]*+(?:"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"[^"}\n]*+)*+'
 # One pass over the body. A line that starts like a wanted family but does not parse strictly lands
-# in the `bad` branch, so a malformed spec-decode line is an error, never silently skipped.
+# in the `bad` branch, so a malformed spec-decode line is an error, never silently skipped. vLLM's
+# prefixes are VLLM_PREFIXES, factored (checked at import below).
 _LINE = re.compile(
     rf"\n(?P<prefix>vllm[:_]|ray_vllm[:_]|(?P<other>{'|'.join(re.escape(p) for p in PREFIXES)}))"
     rf"(?:(?P<family>{_NAME_TRIE})(?P<suffix>_total|_created)?(?:\{{(?P<labels>{_LABEL_BODY})\}})?"
@@ -95,7 +73,8 @@ _LINE = re.compile(
 # unknown engine is named instead of being reported as "speculation off".
 _FOREIGN_SPEC = re.compile(r"\n([a-zA-Z_:][a-zA-Z0-9_:]*(?:spec_decode|spec_accept|speculative|draft_accept)"
                            r"[a-zA-Z0-9_:]*)[{ \t]")
-_KNOWN_PREFIXES = (*_VLLM_PREFIXES, *PREFIXES)
+_KNOWN_PREFIXES = (*VLLM_PREFIXES, *PREFIXES)
+assert all(re.fullmatch(r"vllm[:_]|ray_vllm[:_]", p) for p in VLLM_PREFIXES) and len(VLLM_PREFIXES) == 4
 _LABEL_PAIR = r'[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\\n]|\\.)*"[ \t]*'
 _LABELS_VALID = re.compile(rf"(?:{_LABEL_PAIR},)*(?:{_LABEL_PAIR})?")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"')
@@ -119,7 +98,7 @@ class ParseError(ValueError):
 class RawSample(NamedTuple):
     """One wanted sample. `labels` may be shared between samples (cached): never mutate it."""
 
-    key: Family  # canonical family key, see FAMILIES and engines.NAMES
+    key: Family  # canonical family key, see engines.VLLM_NAMES and engines.NAMES
     created: bool  # a `_created` sample (start time of the counter), not a value
     labels: dict[str, str]
     value: float

@@ -31,7 +31,8 @@ from vllm_spec_exporter.fetch import metrics_url
 from vllm_spec_exporter.names import MetricName
 
 from . import default_cache_dir
-from .pipeline import MODEL_NAME, LocalStack, StackOptions, TrafficDriver, exporter_snapshot
+from .exporter_process import exporter_snapshot
+from .pipeline import MODEL_NAME, LocalStack, StackOptions, TrafficDriver
 from .server import spec_counters
 from .traffic import COLLAPSE, HEALTHY, WARNING_BAND, TrafficMix
 from .verdict import BAND, PhaseRecord, Verdict, judge, locate

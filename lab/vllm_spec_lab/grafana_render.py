@@ -11,7 +11,7 @@ Data path (every piece real except the clock of the traffic):
   headless Chromium driven by playwright-core → one PNG and one DOM report per dashboard and moment.
 
 `Replay.run()` plays the capture once (≈ 100 s); `Replay.moments` are the instants worth looking
-at (healthy, degraded, recovered, idle). `render()` draws any dashboard at any of them.
+at (healthy, degraded, recovered, idle). `draw()` draws any dashboard at any of them.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def round_interval(ms: float) -> int:
     return 10800000
 
 
-def format_duration(seconds: float) -> str:
+def go_duration(seconds: float) -> str:
     """Go-style short duration as Grafana writes $__rate_interval: 20s, 1m, 1m30s."""
     seconds = round(seconds)
     minutes, rest = divmod(seconds, 60)
@@ -131,7 +131,7 @@ def grafana_request(panel: dict, target: dict, start: float, end: float,
     """`variables`: formatted values (grafana_query.resolve_variables), All for the others."""
     interval_ms = max(round_interval((end - start) * 1000 / panel_width_px(panel)), scrape_interval * 1000)
     step = interval_ms / 1000
-    rate_interval = format_duration(max(step + scrape_interval, 4 * scrape_interval))
+    rate_interval = go_duration(max(step + scrape_interval, 4 * scrape_interval))
     expr = expand_variables(target["expr"], rate_interval, variables)
     instant = bool(target.get("instant")) and not target.get("range")
     return GrafanaRequest(expr, instant, math.floor(start / step) * step, math.floor(end / step) * step, step,
@@ -236,7 +236,7 @@ class Replay:
         its own offset within the interval: a scrape landing between the two groups' evaluations
         is in one and not the other, so the servers' record's time would pick the wrong samples."""
         fleet, servers = (f"max(timestamp({record(STACK_CONFIG, sources.ACCEPTED)}))"
-                          for record in (fleet_records.rate_record, sources.rate_record))
+                          for record in (fleet_records.fleet_rate_record, sources.rate_record))
         return self._instant(f"{fleet} or {servers}", when)
 
     def counter_samples(self, metric: str, at: float) -> list[float]:
@@ -348,7 +348,7 @@ def missing_tools() -> str | None:
     return None
 
 
-def build(out: Path) -> Path:
+def bundle(out: Path) -> Path:
     """Bundle the renderer with esbuild into `out` (≈ 3 s); returns `out`."""
     modules = node_modules()
     link = RENDERER / "node_modules"
@@ -375,7 +375,7 @@ class Shot:
     formats: tuple[tuple[dict, float], ...] = ()
 
 
-def render(dist: Path, shots: Iterable[Shot], workdir: Path,
+def draw(dist: Path, shots: Iterable[Shot], workdir: Path,
            niceness: int = processes.BACKGROUND) -> dict[str, dict[str, Any]]:
     """Draw every shot in one Chromium; returns {shot name: report} (see shoot.mjs). A benchmark
     timing the drawing passes `niceness` 0."""

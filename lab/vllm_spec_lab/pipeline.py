@@ -7,7 +7,6 @@ generated files, so what runs here is what ships, only faster.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.rules import alert_rules, alertmanager, rule_files
 
 from . import default_cache_dir, processes
+from .exporter_process import ExporterProcess
 from .monitoring import (
     ALERTMANAGER_BIN,
     PROMETHEUS_BIN,
@@ -30,7 +30,6 @@ from .monitoring import (
     have_binary,
     wait_until,
 )
-from .ports import free_port
 from .server import NGRAM_SPEC_CONFIG, VllmServer
 from .traffic import LOOPING_PROMPTS, Phase, TrafficMix, run_phase
 
@@ -105,7 +104,7 @@ class LocalStack:
                            if options.target is None else advisor.UNKNOWN_METHOD_DRAFT_COST)
         self.vllm: VllmServer | None = None
         self.target = options.target
-        self.exporter_proc: processes.ChildProcess | None = None
+        self.exporter: ExporterProcess | None = None
         self.exporter_url = ""
         self.webhook: WebhookReceiver | None = None
         self.alertmanager: Alertmanager | None = None
@@ -199,20 +198,17 @@ class LocalStack:
 
     # --- exporter -------------------------------------------------------------------------------
     def _start_exporter(self) -> None:
-        port = free_port()
-        self.exporter_url = f"http://127.0.0.1:{port}"
-        cmd = [sys.executable, "-m", "vllm_spec_exporter.cli", "serve", "--target", str(self.target),
-               "--listen", f"127.0.0.1:{port}", "--interval", str(self.options.exporter_interval),
-               "--timeout", str(self.options.exporter_timeout), "--window", str(self.options.exporter_window),
-               "--min-draft-tokens", "20", "--draft-cost-ratio", str(self.draft_cost)]
-        self.exporter_proc = processes.spawn(cmd, name="exporter", log=self.log_dir / "exporter.log",
-                                             ready=self.exporter_url + "/healthz", ready_timeout=20)
+        self.exporter = ExporterProcess(str(self.target), "--draft-cost-ratio", str(self.draft_cost),
+                                        interval=self.options.exporter_interval,
+                                        timeout=self.options.exporter_timeout, window=self.options.exporter_window,
+                                        min_draft_tokens=20, log=self.log_dir / "exporter.log").start(wait=20)
+        self.exporter_url = self.exporter.url
         self.progress(f"      exporter serving {self.exporter_url}/metrics (draft cost {self.draft_cost:g})")
 
     def _stop_exporter(self) -> None:
-        proc, self.exporter_proc = self.exporter_proc, None
-        if proc is not None:
-            proc.stop()
+        exporter, self.exporter = self.exporter, None
+        if exporter is not None:
+            exporter.stop()
 
     # --- Prometheus, Alertmanager, webhook ------------------------------------------------------
     def _start_monitoring(self) -> None:
@@ -439,22 +435,3 @@ class TrafficDriver:
     def join(self, timeout: float) -> None:
         if timeout > 0 and self._thread.is_alive():
             self._thread.join(timeout)
-
-
-# The exporter serves /metrics from memory whatever its poll is doing: a read slower than a scrape
-# timeout (Prometheus' default, 10 s) is a fault to see, not to wait out (LOCAL_API_TIMEOUT_SECONDS
-# is for Prometheus' and Alertmanager's query APIs).
-EXPORTER_READ_TIMEOUT_SECONDS = 10.0
-
-
-def exporter_snapshot(exporter_url: str) -> dict[str, dict[tuple, float]]:
-    """The exporter's own /metrics as {name: {sorted label items: value}}."""
-    import requests
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = requests.get(exporter_url + "/metrics", timeout=EXPORTER_READ_TIMEOUT_SECONDS).text
-    out: dict[str, dict[tuple, float]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
-    return out

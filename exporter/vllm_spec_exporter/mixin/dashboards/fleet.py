@@ -58,13 +58,13 @@ from .shared_panels import (
     targets_down_stat,
 )
 
-__all__ = ["TITLE", "acceptance_bands", "build"]
+__all__ = ["TITLE", "band_legends", "build"]
 
 TITLE = "vLLM / Speculative decoding — fleet"
 
 
 def build(cfg: MixinConfig) -> dict:
-    return frame.build(
+    return frame.assemble(
         cfg, TITLE, links.fleet_uid(cfg),
         "Many vLLM servers at once: which servers speculate badly (worst acceptance first), how "
         "acceptance is spread across the fleet, fleet-wide acceptance per model, and which "
@@ -75,7 +75,7 @@ def build(cfg: MixinConfig) -> dict:
     )
 
 
-def acceptance_bands(cfg: MixinConfig) -> list[tuple[str, Band, str]]:
+def band_legends(cfg: MixinConfig) -> list[tuple[str, Band, str]]:
     """(legend, band, colour) of the three acceptance bands (fleet_counts), thresholds from the config."""
     warn, crit = cfg.acceptance_warning_threshold, cfg.acceptance_critical_threshold
     ok, low, critical = fleet_counts.acceptance_bands(cfg)
@@ -89,7 +89,7 @@ def acceptance_bands(cfg: MixinConfig) -> list[tuple[str, Band, str]]:
 def top_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
     warn = links.percent(cfg.acceptance_warning_threshold)
     crit = links.percent(cfg.acceptance_critical_threshold)
-    bands = acceptance_bands(cfg)
+    bands = band_legends(cfg)
     layout.add(acceptance_stat(cfg, q, "Fleet acceptance rate", "over every selected server (busy servers weigh more)"),
                4, 5)
     servers = named_stat(
@@ -172,7 +172,7 @@ def servers_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         thresholds_config=acceptance_thresholds(cfg),
         no_value=NO_TRAFFIC,
     ), 8, 8)
-    bands = acceptance_bands(cfg)
+    bands = band_legends(cfg)
     layout.add(timeseries_panel(
         "Servers per acceptance band",
         "Servers with draft traffic per acceptance band over time, stacked: green at or above "

@@ -2,7 +2,7 @@
 
 Tags, read-only, refresh and time range; the datasource, job, instance, model and engine
 variables and the hidden rankings of the crowded panels; the restart and alert annotations; the
-links to the other dashboard, the runbooks and the vLLM dashboards dropdown. `build(...)` takes a
+links to the other dashboard, the runbooks and the vLLM dashboards dropdown. `assemble(...)` takes a
 dashboard's title, uid, description and its rows (functions that add panels to one Layout, top to
 bottom) and returns the dashboard's JSON model, panels numbered in reading order.
 """
@@ -24,7 +24,7 @@ from .layout import Layout
 from .panels import DATASOURCE, DATASOURCE_VARIABLE, link
 from .promql import TARGET_UP, Queries, legend_label
 
-__all__ = ["Row", "build", "dashboard_link"]
+__all__ = ["Row", "assemble", "dashboard_link"]
 
 # One row of a dashboard: adds its row header and panels to the layout.
 Row = Callable[[Layout, MixinConfig, Queries], None]
@@ -38,7 +38,7 @@ def dashboard_link(cfg: MixinConfig, title: str, uid: str, tooltip: str) -> dash
             .include_vars(True).keep_time(True))
 
 
-def build(cfg: MixinConfig, title: str, uid: str, description: str, rows: Sequence[Row],
+def assemble(cfg: MixinConfig, title: str, uid: str, description: str, rows: Sequence[Row],
           dashboard_links: list[dashboard.DashboardLink]) -> dict:
     """The dashboard's JSON model: the shared frame around `rows`, laid out top to bottom."""
     q = Queries(cfg)
@@ -105,7 +105,7 @@ def _variables(cfg: MixinConfig) -> Iterator[dashboard.QueryVariable | dashboard
         .label("Data source")
         .type("prometheus")
     )
-    source = sources.selector(cfg)
+    source = sources.source_matchers(cfg)
     model_engine = [
         ("model_name", "Model", MetricName.REQUESTS_RUNNING, "model_name",
          f'job=~"$job", {cfg.instance_label}=~"$instance"'),

@@ -79,7 +79,7 @@ TITLE = "vLLM / Speculative decoding: is it paying off?"
 
 
 def build(cfg: MixinConfig) -> dict:
-    return frame.build(
+    return frame.assemble(
         cfg, TITLE, links.overview_uid(cfg),
         "Is vLLM speculative decoding paying off? Acceptance, tokens per step, efficiency, "
         "per-position acceptance (is k right?), token flow, load, latency and "

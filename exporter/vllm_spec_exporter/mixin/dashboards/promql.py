@@ -6,7 +6,7 @@ read records (the source layer's per-(server, model, engine) rates, summed per p
 fleet records, and at engine All the per-server records, where a panel's grouping allows; and the
 acceptance evidence), but per position with servers selected, where no record exists and the
 counters are read over the records' rate_window (Queries.counter_rate), every selector carries the
-dashboard variables, ratios are the QUANTITIES of recording_rules (sum-then-divide with a
+dashboard variables, ratios are the QUANTITIES of rules/quantities.py (sum-then-divide with a
 `(den > 0)` guard: no NaN/Inf when idle), and every raw series comes from sources.py (the
 sidecar's health gauges from names.MetricName). With source=vllm there is no sidecar:
 `Queries.direct` tells the dashboards which panels to leave out, and the few that read the
@@ -18,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ...engines import VLLM_HISTOGRAMS, VLLM_PREFIXES
 from ...names import MetricName
 from ..config import MixinConfig
 from ..rules import fleet_counts, fleet_records, positions, recording_rules, sources
 from ..rules.fleet_counts import Band
-from ..rules.recording_rules import (
+from ..rules.quantities import (
     ACCEPTANCE,
     DRAFT_OUTPUT_SHARE,
     DRAFTED_EFFICIENCY,
@@ -30,6 +31,7 @@ from ..rules.recording_rules import (
     MEAN_DRAFT_LENGTH,
     POSITION_ACCEPTANCE,
     Quantity,
+    speedup_bound,
 )
 from ..rules.sources import SourceCounter
 from . import crowd
@@ -46,8 +48,7 @@ ALERT_NAME_REGEX = "SpecDecode.*"
 # spellings (see vllm_name_pattern): Prometheus 2.x negotiates OpenMetrics, and prometheus_client
 # >= 0.2x then escapes the colon, so the TSDB holds `vllm_inter_token_latency_seconds_bucket`;
 # Prometheus 3 (UTF-8 names) or a text-format scrape keeps `vllm:inter_token_latency_seconds_bucket`.
-VLLM_INTER_TOKEN_LATENCY = "vllm:inter_token_latency_seconds"
-VLLM_TIME_PER_OUTPUT_TOKEN = "vllm:request_time_per_output_token_seconds"
+VLLM_INTER_TOKEN_LATENCY, VLLM_TIME_PER_OUTPUT_TOKEN = (VLLM_PREFIXES[0] + name for name in VLLM_HISTOGRAMS)
 VLLM_METRICS_QUERIED = tuple(
     f"{histogram}_{suffix}"
     for histogram in (VLLM_INTER_TOKEN_LATENCY, VLLM_TIME_PER_OUTPUT_TOKEN)
@@ -121,7 +122,7 @@ class Selectors:
     @classmethod
     def from_config(cls, cfg: MixinConfig) -> Selectors:
         target = join_matchers(
-            sources.selector(cfg), 'job=~"$job"', f'{cfg.instance_label}=~"$instance"'
+            sources.source_matchers(cfg), 'job=~"$job"', f'{cfg.instance_label}=~"$instance"'
         )
         model_engine = 'model_name=~"$model_name", engine=~"$engine"'
         series = join_matchers(target, model_engine)
@@ -247,11 +248,11 @@ class Queries:
             return self.servers_or_engines(counter, by)
         if not self.fleet_scope(by):
             return sum_by(by, self.counter_rate(counter, raw=raw))
-        return self.fleet_or_servers(fleet_records.rate_record(self.cfg, counter),
+        return self.fleet_or_servers(fleet_records.fleet_rate_record(self.cfg, counter),
                                      self.counter_rate(counter, self.sel.servers, raw), by)
 
     def quantity(self, quantity: Quantity, by: tuple[str, ...] = ()) -> str:
-        """One of recording_rules.QUANTITIES over the panel's `by`, from the source records (at
+        """One of quantities.QUANTITIES over the panel's `by`, from the source records (at
         All, where fleet_scope allows, the fleet records; at engine All, where server_scope allows
         for every counter of the quantity, the per-server records; the scraped series where a
         counter has no source record, for every counter of the quantity). Never numerator and
@@ -352,7 +353,7 @@ class Queries:
 
     def speedup_bound(self, by: tuple[str, ...] = ()) -> str:
         """Tokens per step / (1 + draft_cost_ratio x mean draft length), from the source records."""
-        return self.quantity(recording_rules.speedup_bound(self.cfg.draft_cost_ratio), by)
+        return self.quantity(speedup_bound(self.cfg.draft_cost_ratio), by)
 
     def recommended_k(self, by: tuple[str, ...] = ("model_name",)) -> str:
         """The advisor's k*; the most cautious (smallest) where engines disagree."""
@@ -377,7 +378,7 @@ class Queries:
         least each server's own count, and equal while every server's positions are 0..k-1."""
         if not (self.direct and self.fleet_scope(by)):
             return sum_by(by, self.k_series(), op="max")
-        fleet = selector(fleet_records.rate_record(self.cfg, ACCEPTED_BY_POSITION), self.sel.series)
+        fleet = selector(fleet_records.fleet_rate_record(self.cfg, ACCEPTED_BY_POSITION), self.sel.series)
         return all_or_selected(by, positions.count_positions(fleet),
                                self.k_series(self.sel.servers), op="max")
 

@@ -307,7 +307,7 @@ def target_absent(cfg: MixinConfig, name: str, summary: str, what: str, conseque
         severity=cfg.warning_severity,
         summary=summary,
         description=(
-            f"Prometheus has had no target matching {{{sources.selector(cfg)}}} for "
+            f"Prometheus has had no target matching {{{sources.source_matchers(cfg)}}} for "
             f"{cfg.target_down_for}: service discovery finds no {what}, so {consequence}."
         ),
         for_=cfg.target_down_for,

@@ -101,7 +101,7 @@ def band_rules(cfg: MixinConfig, server_acceptance: str, drafting: str) -> list[
 def scrape_error_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
     if cfg.direct:  # no sidecar, no scrape errors of its own
         return []
-    errors = f"{MetricName.SCRAPE_ERRORS_TOTAL}{{{sources.selector(cfg)}}}"
+    errors = f"{MetricName.SCRAPE_ERRORS_TOTAL}{{{sources.source_matchers(cfg)}}}"
     by = ", ".join((*kept_labels(cfg), "reason"))
     return [{"record": scrape_errors_record(cfg),
              "expr": f"sum by ({by}) (rate({errors}[{cfg.windows.rate_window}]))"}]

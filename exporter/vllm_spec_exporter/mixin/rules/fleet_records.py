@@ -55,8 +55,18 @@ from ..config import MixinConfig
 from . import positions, sources
 from .sources import ACCEPTED, COUNTER_MEANINGS, COUNTERS, DRAFTS, SourceCounter
 
-__all__ = ["EFFICIENCY_TERMS", "FLEET_GROUP", "efficiency_record", "efficiency_terms", "fleet_group",
-           "fleet_meanings", "fleet_rules", "kept_labels", "level", "rate_record"]
+__all__ = [
+    "EFFICIENCY_TERMS",
+    "FLEET_GROUP",
+    "efficiency_record",
+    "efficiency_terms",
+    "fleet_group",
+    "fleet_meanings",
+    "fleet_rate_record",
+    "fleet_rules",
+    "kept_labels",
+    "level",
+]
 
 FLEET_GROUP = "vllm-spec-decode.fleet"
 # Efficiency's terms: tokens emitted per second (drafts' bonus tokens plus accepted), and the
@@ -76,7 +86,7 @@ def level(cfg: MixinConfig, position: bool = False) -> str:
     return "_".join((*cfg.fleet_labels, "model_engine")) + ("_position" if position else "")
 
 
-def rate_record(cfg: MixinConfig, counter: SourceCounter) -> str:
+def fleet_rate_record(cfg: MixinConfig, counter: SourceCounter) -> str:
     """Name of `counter`'s fleet rate record."""
     return f"{level(cfg, counter.position)}:{counter.metric}:rate{cfg.windows.rate_window}"
 
@@ -103,9 +113,9 @@ def fleet_rules(cfg: MixinConfig) -> list[dict[str, str]]:
     def raw(counter: SourceCounter) -> str:
         return sources.operand(cfg, sources.spelled_out(cfg, sources.raw_rate(cfg, counter)))
 
-    rules = [{"record": rate_record(cfg, c), "expr": fleet_sum(sources.raw_rate(cfg, c), c.position)}
+    rules = [{"record": fleet_rate_record(cfg, c), "expr": fleet_sum(sources.raw_rate(cfg, c), c.position)}
              for c in COUNTERS]
-    terms = efficiency_terms(raw(DRAFTS), raw(ACCEPTED), positions.k_series(cfg, sources.selector(cfg)))
+    terms = efficiency_terms(raw(DRAFTS), raw(ACCEPTED), positions.k_series(cfg, sources.source_matchers(cfg)))
     rules += [{"record": efficiency_record(cfg, name), "expr": fleet_sum(term)}
               for name, term in zip(EFFICIENCY_TERMS, terms, strict=True)]
     return rules
@@ -118,7 +128,7 @@ def fleet_group(cfg: MixinConfig) -> dict[str, Any]:
 def fleet_meanings(cfg: MixinConfig) -> dict[str, str]:
     """Fleet record name -> one-line meaning (alerts/README.md)."""
     scope = f"Per model and engine across the fleet (labels {', '.join(kept_labels(cfg))}), for the dashboards at All"
-    meanings = {rate_record(cfg, c): f"{scope}: {COUNTER_MEANINGS[c]} per second." for c in COUNTERS}
+    meanings = {fleet_rate_record(cfg, c): f"{scope}: {COUNTER_MEANINGS[c]} per second." for c in COUNTERS}
     emitted, emittable = (efficiency_record(cfg, term) for term in EFFICIENCY_TERMS)
     meanings[emitted] = (f"{scope}: tokens emitted per second by verification steps with a draft (each step's "
                          "bonus token plus its accepted drafts), efficiency's numerator.")

@@ -24,25 +24,22 @@ Every record is read by an alert, a dashboard, a runbook, or is part of the docu
 (`PUBLIC_RECORDS`, the acceptance ratios for users' own alerts and panels): the dashboards compute
 their quantities from the source records with `QUANTITIES` (per-engine filtering needs them; per
 position, with servers selected, from the counters), so a layer-2 record no one reads would only
-cost series. tests/test_records_read.py checks it for both
-sources and several scrape intervals.
+cost series.
 
 Names follow Prometheus' `level:metric:operations` (https://prometheus.io/docs/practices/rules/):
 operation `rate<window>`, `increase<window>`, `ratio_rate<window>` for a ratio of two rates and
 `ratio_increase<window>` of two increases (the two metrics joined by `_per_`), `mean_rate<window>`
 for the mean acceptance length, `count` for a number of servers now.
 
-Each derived quantity is defined once here, in `QUANTITIES` (a ratio of sums of counters), and
-once in Python (derive.py); the records, the evidence and every dashboard panel build their PromQL
-from it, and tests/test_quantities_prometheus.py shows the two definitions agree on real vLLM
-output. Ratios always divide separately aggregated numerators and denominators (never an average
-of ratios), and the denominator is guarded with `> 0`, so idle servers give no sample, not NaN.
+Each derived quantity is defined once in PromQL, in quantities.py, and once in Python (derive.py);
+the records, the evidence and every dashboard panel build their PromQL from it. Ratios always
+divide separately aggregated numerators and denominators (never an average of ratios), and the
+denominator is guarded with `> 0`, so idle servers give no sample, not NaN.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,26 +48,18 @@ from .. import links
 from ..config import MixinConfig
 from . import fleet_counts, fleet_records, positions, sources
 from .fleet_records import FLEET_GROUP
-from .sources import ACCEPTED, ACCEPTED_BY_POSITION, DRAFT_TOKENS, DRAFTS, GENERATED, SourceCounter, own
+from .quantities import ACCEPTANCE, MEAN_ACCEPTANCE_LENGTH, POSITION_ACCEPTANCE, POSITION_MATCHING
+from .sources import ACCEPTED, DRAFT_TOKENS, DRAFTS, GENERATED, SourceCounter, own
 
 __all__ = [
-    "ACCEPTANCE",
-    "DRAFTED_EFFICIENCY",
-    "DRAFT_OUTPUT_SHARE",
     "EVIDENCE_GROUP",
     "FLEET_GROUP",
-    "MEAN_ACCEPTANCE_LENGTH",
-    "MEAN_DRAFT_LENGTH",
-    "POSITION_ACCEPTANCE",
     "PUBLIC_RECORDS",
-    "QUANTITIES",
     "RECORDING_GROUP",
     "SERVER_RATE_RECORDS",
     "SOURCE_GROUP",
     "EvidenceNames",
-    "Quantity",
     "RecordNames",
-    "alert_windows",
     "counts_group",
     "engine_tier_steps",
     "evidence_group_name",
@@ -86,7 +75,6 @@ __all__ = [
     "recording_rules",
     "server_rate_record",
     "source_meanings",
-    "speedup_bound",
     "wilson_bound",
 ]
 
@@ -94,64 +82,6 @@ SOURCE_GROUP = "vllm-spec-decode.source"
 RECORDING_GROUP = "vllm-spec-decode.rules"
 # One evidence group per alert window: `vllm-spec-decode.evidence.<window>` (evidence_group_name).
 EVIDENCE_GROUP = "vllm-spec-decode.evidence"
-
-
-@dataclass(frozen=True)
-class Quantity:
-    """A derived quantity: `offset + sum(numerator) / sum(denominator)`, each a sum of counters
-    (the denominator's terms weighted by `denominator_weights`, 1 each when empty).
-
-    `expr(read)` writes it in PromQL given how to read one counter's aggregate (a record, a sum of
-    records, an increase), so a record, an evidence ratio and a dashboard panel all use the same
-    definition. derive.py computes the same quantity from the same counters' deltas in Python.
-    """
-
-    numerator: tuple[SourceCounter, ...]
-    denominator: tuple[SourceCounter, ...]
-    offset: int = 0
-    denominator_weights: tuple[float, ...] = ()
-
-    def expr(self, read: Callable[[SourceCounter], str], matching: str = "", separator: str = "\n") -> str:
-        """PromQL of the quantity; `matching` joins a `position` numerator to its denominator."""
-        def total(counters: tuple[SourceCounter, ...], weights: tuple[float, ...] = ()) -> str:
-            terms = [read(c) if w == 1 else f"{w:.10g} * {read(c)}"
-                     for c, w in zip(counters, weights or (1,) * len(counters), strict=True)]
-            text = " + ".join(terms)
-            return f"({text})" if len(counters) > 1 else text
-        operator = f"/ {matching}" if matching else "/"
-        denominator = total(self.denominator, self.denominator_weights)
-        ratio = f"{total(self.numerator)}{separator}{operator}{separator}({denominator} > 0)"
-        return f"{self.offset} + {ratio}" if self.offset else ratio
-
-
-ACCEPTANCE = Quantity((ACCEPTED,), (DRAFT_TOKENS,))
-# Mean acceptance length counts the bonus token the target emits with every verification.
-MEAN_ACCEPTANCE_LENGTH = Quantity((ACCEPTED,), (DRAFTS,), offset=1)
-# vLLM exports no per-position draft counter; its own per-position rate divides by drafts (the
-# numerator keeps its `position` label: read it with POSITION_MATCHING).
-POSITION_ACCEPTANCE = Quantity((ACCEPTED_BY_POSITION,), (DRAFTS,))
-DRAFTED_EFFICIENCY = Quantity((DRAFTS, ACCEPTED), (DRAFTS, DRAFT_TOKENS))
-DRAFT_OUTPUT_SHARE = Quantity((ACCEPTED,), (GENERATED,))
-MEAN_DRAFT_LENGTH = Quantity((DRAFT_TOKENS,), (DRAFTS,))
-
-
-def speedup_bound(draft_cost: float) -> Quantity:
-    """Speed-up (est.) at the drafts actually made, for a draft costing `draft_cost` target steps
-    per token: tokens per step / (1 + cost x mean draft length) = (D + A) / (D + cost x T).
-    advisor.speedup_bound is the same in Python (and equals the advisor's current speed-up at a
-    static k); an upper bound: the target's extra verification work is not counted."""
-    return Quantity((DRAFTS, ACCEPTED), (DRAFTS, DRAFT_TOKENS), denominator_weights=(1, draft_cost))
-
-
-QUANTITIES = {
-    "acceptance": ACCEPTANCE,
-    "mean_acceptance_length": MEAN_ACCEPTANCE_LENGTH,
-    "position_acceptance": POSITION_ACCEPTANCE,
-    "drafted_efficiency": DRAFTED_EFFICIENCY,
-    "draft_output_share": DRAFT_OUTPUT_SHARE,
-    "mean_draft_length": MEAN_DRAFT_LENGTH,
-}
-POSITION_MATCHING = "ignoring (position) group_left ()"
 
 
 @dataclass(frozen=True)
@@ -256,11 +186,6 @@ def evidence_names(window: str) -> EvidenceNames:
     )
 
 
-def alert_windows(cfg: MixinConfig) -> list[str]:
-    """Every window the acceptance alerts use, each once, in tier order (AlertWindows.evidence)."""
-    return list(cfg.windows.evidence)
-
-
 def lower_bound_windows(cfg: MixinConfig) -> tuple[str, ...]:
     """The windows whose lower bound something reads: the alerts' fast short window (recovery: the
     slow tier is ignored once it proves acceptance back) and the overview's band over the fast long
@@ -325,7 +250,7 @@ def evidence_meanings(cfg: MixinConfig) -> dict[str, str]:
     """Record name -> one-line meaning (alerts/README.md)."""
     conf = cfg.confidence_label
     meanings: dict[str, str] = {}
-    for window in alert_windows(cfg):
+    for window in cfg.windows.evidence:
         e = evidence_names(window)
         meanings |= {
             e.drafts: f"Per server and model (engines summed): drafts over the last {window} "
@@ -395,7 +320,7 @@ def drafting_state_rules(cfg: MixinConfig, n: RecordNames) -> list[dict[str, Any
     drafted_at = f"max_over_time({own(cfg, n.drafting_batch)}[{cfg.drafting_batch_memory}])"
     # Only the sidecar serves an engine's tier (SGLang); vLLM's own series (source=vllm) have none.
     tier_0 = "" if cfg.direct else f"\nunless\n({engine_tier_steps(links.exporter_selector(cfg))} == 0)"
-    running = sources.raw_gauge(cfg, MetricName.REQUESTS_RUNNING, sources.selector(cfg))
+    running = sources.raw_gauge(cfg, MetricName.REQUESTS_RUNNING, sources.source_matchers(cfg))
     return [
         # A subquery at the evaluation interval, so idle moments (no sample above 0) are skipped. The
         # step is explicit: MetricsQL (vmalert) defaults a subquery's step to the query's, not to the
@@ -428,7 +353,7 @@ def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
             {"name": RECORDING_GROUP, "interval": interval, "rules": recording_rules(cfg)},
             counts_group(cfg),
             *({"name": evidence_group_name(window), "interval": interval, "rules": evidence_rules(cfg, window)}
-              for window in alert_windows(cfg))]
+              for window in cfg.windows.evidence)]
 
 
 def counts_group(cfg: MixinConfig) -> dict[str, Any]:

@@ -112,7 +112,7 @@ def readme_values(cfg: MixinConfig) -> dict[str, object]:
         "fleet_labels": ", ".join((*cfg.fleet_labels, "model_name")),
         "rate_window": w.rate_window,
         "record_rows": "\n".join(record_rows),
-        "alert_windows": ", ".join(recording_rules.alert_windows(cfg)),
+        "alert_windows": ", ".join(cfg.windows.evidence),
         "evidence_rows": "\n".join(evidence_rows),
         "knob_rows": "\n".join(knob_rows),
     }

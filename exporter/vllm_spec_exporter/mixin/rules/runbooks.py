@@ -76,8 +76,8 @@ def values(cfg: MixinConfig) -> dict[str, object]:
                 "spec_decode_missing_for", "reset_window", "counter_resets_threshold"):
         out[key] = getattr(cfg, key)
     # What each bundle reads the running batch and the restarts from.
-    running = sources.raw_gauge(cfg, MetricName.REQUESTS_RUNNING,
-                                f'{sources.selector(cfg)}, {cfg.instance_label}="<instance>", model_name="<model>"')
+    one_server = f'{sources.source_matchers(cfg)}, {cfg.instance_label}="<instance>", model_name="<model>"'
+    running = sources.raw_gauge(cfg, MetricName.REQUESTS_RUNNING, one_server)
     out["running_requests_query"] = running
     # A reader's query (one regex over the names; the rules' `or` of each name only matters while
     # a server switches spelling).

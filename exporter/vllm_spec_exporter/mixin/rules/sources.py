@@ -48,7 +48,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ...names import MetricName
+from ... import engines
+from ...engines import VLLM_PREFIXES
+from ...names import EngineFamily, Family, MetricName
 from ..config import MixinConfig
 
 __all__ = [
@@ -62,7 +64,6 @@ __all__ = [
     "LLAMACPP_GAUGES",
     "RECORDED",
     "VLLM_GAUGES",
-    "VLLM_PREFIXES",
     "SourceCounter",
     "direct_names",
     "drafts_present",
@@ -77,15 +78,13 @@ __all__ = [
     "raw_rate",
     "restarts",
     "scrape_up",
-    "selector",
     "selector_labels",
+    "source_matchers",
     "source_rules",
     "spelled_out",
     "vllm_spellings",
 ]
 
-# The spellings of a `vllm:` name a TSDB may hold, in order of preference.
-VLLM_PREFIXES = ("vllm:", "vllm_", "ray_vllm:", "ray_vllm_")
 
 
 @dataclass(frozen=True)
@@ -105,19 +104,19 @@ class SourceCounter:
     position: bool = False
 
 
-# llama-server b11434's names: tools/server/server-task.cpp, and tests/fixtures/llamacpp-b11434/.
-DRAFTS = SourceCounter("vllm_spec_decode_drafts", MetricName.DRAFTS_TOTAL, "spec_decode_num_drafts_total",
-                       "llamacpp:spec_decode_num_drafts_total")
-DRAFT_TOKENS = SourceCounter("vllm_spec_decode_draft_tokens", MetricName.DRAFT_TOKENS_TOTAL,
-                             "spec_decode_num_draft_tokens_total", "llamacpp:spec_decode_num_draft_tokens_total")
-ACCEPTED = SourceCounter("vllm_spec_decode_accepted_tokens", MetricName.ACCEPTED_TOKENS_TOTAL,
-                         "spec_decode_num_accepted_tokens_total", "llamacpp:spec_decode_num_accepted_tokens_total")
-ACCEPTED_BY_POSITION = SourceCounter("vllm_spec_decode_accepted_tokens_by_position",
-                                     MetricName.ACCEPTED_TOKENS_BY_POSITION_TOTAL,
-                                     "spec_decode_num_accepted_tokens_per_pos_total",
-                                     "llamacpp:spec_decode_num_accepted_tokens_per_pos_total", position=True)
-GENERATED = SourceCounter("vllm_generation_tokens", MetricName.GENERATION_TOKENS_TOTAL, "generation_tokens_total",
-                          "llamacpp:tokens_predicted_total")
+def _counter(metric: str, exporter: MetricName, key: Family, position: bool = False) -> SourceCounter:
+    """The counter of canonical `key`: its vLLM and llama-server names from engines' tables."""
+    vllm = engines.sample_name(EngineFamily.VLLM, key).removeprefix(VLLM_PREFIXES[0]) + "_total"
+    return SourceCounter(metric, exporter, vllm, engines.sample_name(EngineFamily.LLAMACPP, key) + "_total",
+                         position)
+
+
+DRAFTS = _counter("vllm_spec_decode_drafts", MetricName.DRAFTS_TOTAL, Family.DRAFTS)
+DRAFT_TOKENS = _counter("vllm_spec_decode_draft_tokens", MetricName.DRAFT_TOKENS_TOTAL, Family.DRAFT_TOKENS)
+ACCEPTED = _counter("vllm_spec_decode_accepted_tokens", MetricName.ACCEPTED_TOKENS_TOTAL, Family.ACCEPTED_TOKENS)
+ACCEPTED_BY_POSITION = _counter("vllm_spec_decode_accepted_tokens_by_position",
+                                MetricName.ACCEPTED_TOKENS_BY_POSITION_TOTAL, Family.ACCEPTED_PER_POS, position=True)
+GENERATED = _counter("vllm_generation_tokens", MetricName.GENERATION_TOKENS_TOTAL, Family.GENERATION_TOKENS)
 
 COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_BY_POSITION, GENERATED)
 # The counters with a source record: all but the per-position one. Per server its records were
@@ -136,17 +135,15 @@ COUNTER_MEANINGS = {
     GENERATED: "generated (output) tokens, accepted drafts included",
 }
 
-# vLLM's own names of what the sidecar serves as load gauges (direct dashboards read them).
-VLLM_GAUGES = {
-    MetricName.REQUESTS_RUNNING: "num_requests_running",
-    MetricName.REQUESTS_WAITING: "num_requests_waiting",
-    MetricName.KV_CACHE_USAGE_RATIO: "kv_cache_usage_perc",  # a 0-1 ratio despite its name
-}
-# llama-server's (it serves no KV-cache usage).
-LLAMACPP_GAUGES = {
-    MetricName.REQUESTS_RUNNING: "llamacpp:requests_processing",
-    MetricName.REQUESTS_WAITING: "llamacpp:requests_deferred",
-}
+# The load gauges the sidecar serves, under vLLM's own names (after the `vllm:` prefix) and
+# llama-server's (it serves no KV-cache usage); the direct dashboards and rules read them.
+_GAUGE_KEYS = {MetricName.REQUESTS_RUNNING: Family.REQUESTS_RUNNING,
+               MetricName.REQUESTS_WAITING: Family.REQUESTS_WAITING,
+               MetricName.KV_CACHE_USAGE_RATIO: Family.KV_CACHE_USAGE}
+VLLM_GAUGES = {gauge: engines.sample_name(EngineFamily.VLLM, key).removeprefix(VLLM_PREFIXES[0])
+               for gauge, key in _GAUGE_KEYS.items()}
+LLAMACPP_GAUGES = {gauge: engines.sample_name(EngineFamily.LLAMACPP, key) for gauge, key in _GAUGE_KEYS.items()
+                   if key in engines.NAMES[EngineFamily.LLAMACPP].values()}
 
 
 def vllm_spellings(name: str) -> tuple[str, ...]:
@@ -159,7 +156,7 @@ def direct_names(counter: SourceCounter) -> tuple[str, ...]:
     return (*vllm_spellings(counter.vllm), counter.llamacpp)
 
 
-def selector(cfg: MixinConfig) -> str:
+def source_matchers(cfg: MixinConfig) -> str:
     """Label matchers (without braces) of the source's scrape job."""
     return cfg.vllm_selector if cfg.direct else cfg.exporter_selector
 
@@ -171,7 +168,7 @@ _MATCHER_LABEL = re.compile(r'([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)\s*["\'`]')
 def selector_labels(cfg: MixinConfig) -> tuple[str, ...]:
     """The label names the source's selector matches on (`job`, or e.g. `namespace, container`):
     a record that aggregates servers away must keep them, or `own()` no longer finds it."""
-    return tuple(dict.fromkeys(_MATCHER_LABEL.findall(selector(cfg))))
+    return tuple(dict.fromkeys(_MATCHER_LABEL.findall(source_matchers(cfg))))
 
 
 def own(cfg: MixinConfig, record: str, matchers: str = "") -> str:
@@ -184,7 +181,7 @@ def own(cfg: MixinConfig, record: str, matchers: str = "") -> str:
 
 def _with_selector(cfg: MixinConfig, matchers: str) -> str:
     """The source's selector, then `matchers` (label matchers without braces) when given."""
-    return ", ".join(m for m in (selector(cfg), matchers) if m)
+    return ", ".join(m for m in (source_matchers(cfg), matchers) if m)
 
 
 def rate_record(cfg: MixinConfig, counter: SourceCounter) -> str:
@@ -276,10 +273,10 @@ def drafts_present(cfg: MixinConfig) -> str:
     counter counts as present only once it has drafted (the sidecar reads a llama.cpp whose counters
     are all 0 as "no spec decoding" too): without speculation it is SpecDecodeMetricsMissing's."""
     if not cfg.direct:
-        return f"group without (engine) ({DRAFTS.exporter}{{{selector(cfg)}}})"
+        return f"group without (engine) ({DRAFTS.exporter}{{{source_matchers(cfg)}}})"
     names = "|".join(vllm_spellings(DRAFTS.vllm))
-    return (f'group without (engine) (\n  {{__name__=~"{names}", {selector(cfg)}}}\nor\n'
-            f'  {{__name__="{DRAFTS.llamacpp}", {selector(cfg)}}} > 0\n)')
+    return (f'group without (engine) (\n  {{__name__=~"{names}", {source_matchers(cfg)}}}\nor\n'
+            f'  {{__name__="{DRAFTS.llamacpp}", {source_matchers(cfg)}}} > 0\n)')
 
 
 def scrape_up(cfg: MixinConfig, matchers: str = "") -> str:

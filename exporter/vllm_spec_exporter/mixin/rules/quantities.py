@@ -1,0 +1,88 @@
+"""Each spec-decode quantity, defined once in PromQL: a ratio of sums of counters.
+
+A `Quantity` is `offset + sum(numerator) / sum(denominator)` over the source layer's counters
+(sources.py); `Quantity.expr(read)` writes it given how to read one counter's aggregate, so a
+recording rule, an evidence ratio and a dashboard panel all divide the same sums the same way.
+derive.py computes each from the same counters' deltas in Python; the tests evaluate both on real
+vLLM output and require them equal. Ratios divide separately aggregated numerators and
+denominators (never an average of ratios), and the denominator is guarded with `> 0`, so an idle
+server gives no sample, not NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .sources import ACCEPTED, ACCEPTED_BY_POSITION, DRAFT_TOKENS, DRAFTS, GENERATED, SourceCounter
+
+__all__ = [
+    "ACCEPTANCE",
+    "DRAFTED_EFFICIENCY",
+    "DRAFT_OUTPUT_SHARE",
+    "MEAN_ACCEPTANCE_LENGTH",
+    "MEAN_DRAFT_LENGTH",
+    "POSITION_ACCEPTANCE",
+    "POSITION_MATCHING",
+    "QUANTITIES",
+    "Quantity",
+    "speedup_bound",
+]
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A derived quantity: `offset + sum(numerator) / sum(denominator)`, each a sum of counters
+    (the denominator's terms weighted by `denominator_weights`, 1 each when empty).
+
+    `expr(read)` writes it in PromQL given how to read one counter's aggregate (a record, a sum of
+    records, an increase), so a record, an evidence ratio and a dashboard panel all use the same
+    definition. derive.py computes the same quantity from the same counters' deltas in Python.
+    """
+
+    numerator: tuple[SourceCounter, ...]
+    denominator: tuple[SourceCounter, ...]
+    offset: int = 0
+    denominator_weights: tuple[float, ...] = ()
+
+    def expr(self, read: Callable[[SourceCounter], str], matching: str = "", separator: str = "\n") -> str:
+        """PromQL of the quantity; `matching` joins a `position` numerator to its denominator."""
+        def total(counters: tuple[SourceCounter, ...], weights: tuple[float, ...] = ()) -> str:
+            terms = [read(c) if w == 1 else f"{w:.10g} * {read(c)}"
+                     for c, w in zip(counters, weights or (1,) * len(counters), strict=True)]
+            text = " + ".join(terms)
+            return f"({text})" if len(counters) > 1 else text
+        operator = f"/ {matching}" if matching else "/"
+        denominator = total(self.denominator, self.denominator_weights)
+        ratio = f"{total(self.numerator)}{separator}{operator}{separator}({denominator} > 0)"
+        return f"{self.offset} + {ratio}" if self.offset else ratio
+
+
+ACCEPTANCE = Quantity((ACCEPTED,), (DRAFT_TOKENS,))
+# Mean acceptance length counts the bonus token the target emits with every verification.
+MEAN_ACCEPTANCE_LENGTH = Quantity((ACCEPTED,), (DRAFTS,), offset=1)
+# vLLM exports no per-position draft counter; its own per-position rate divides by drafts (the
+# numerator keeps its `position` label: read it with POSITION_MATCHING).
+POSITION_ACCEPTANCE = Quantity((ACCEPTED_BY_POSITION,), (DRAFTS,))
+DRAFTED_EFFICIENCY = Quantity((DRAFTS, ACCEPTED), (DRAFTS, DRAFT_TOKENS))
+DRAFT_OUTPUT_SHARE = Quantity((ACCEPTED,), (GENERATED,))
+MEAN_DRAFT_LENGTH = Quantity((DRAFT_TOKENS,), (DRAFTS,))
+
+
+def speedup_bound(draft_cost: float) -> Quantity:
+    """Speed-up (est.) at the drafts actually made, for a draft costing `draft_cost` target steps
+    per token: tokens per step / (1 + cost x mean draft length) = (D + A) / (D + cost x T).
+    advisor.speedup_bound is the same in Python (and equals the advisor's current speed-up at a
+    static k); an upper bound: the target's extra verification work is not counted."""
+    return Quantity((DRAFTS, ACCEPTED), (DRAFTS, DRAFT_TOKENS), denominator_weights=(1, draft_cost))
+
+
+QUANTITIES = {
+    "acceptance": ACCEPTANCE,
+    "mean_acceptance_length": MEAN_ACCEPTANCE_LENGTH,
+    "position_acceptance": POSITION_ACCEPTANCE,
+    "drafted_efficiency": DRAFTED_EFFICIENCY,
+    "draft_output_share": DRAFT_OUTPUT_SHARE,
+    "mean_draft_length": MEAN_DRAFT_LENGTH,
+}
+POSITION_MATCHING = "ignoring (position) group_left ()"

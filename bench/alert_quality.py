@@ -9,7 +9,7 @@ rule engine (`promtool test rules`) on rules generated from MixinConfig:
   30 s scrapes (its groups pin a 15 s evaluation), the bundle rendered with
   `--set scrape_interval=60s` at 60 s (60 s evaluation);
 * **previous**: `alerts/prometheus_{rules,alerts}.yaml` at commit PREVIOUS_COMMIT, read from git
-  (the evidence rules before issue 20: windows fixed for 15 s), evaluated at the scrape interval;
+  (the evidence rules with windows fixed for 15 s), evaluated at the scrape interval;
 * **baseline**: the new files with the two acceptance alerts replaced by what a typical mixin
   writes: `rate(accepted[5m]) / rate(draft_tokens[5m]) < T`, `for: 10m`, no volume guard,
   evaluated at the scrape interval;
@@ -63,7 +63,7 @@ import measured  # noqa: E402  (tools/measured.py: the record of what the table 
 
 TABLE = ROOT / measured.ALERT_QUALITY.outputs[0]
 INTERVALS = (15, 30, 60)  # scrape intervals (s)
-# The last commit on main before issue 20 derived the windows from the scrape interval.
+# The last commit before the windows were derived from the scrape interval.
 PREVIOUS_COMMIT = "2d2a37e"
 # The lab's two promtools: Prometheus 3 (Debian testing's, in the cache) and Debian 12's 2.42.
 PROMTOOLS = {"3": Path(PROMTOOL_BIN), "2": Path(PROMTOOL_OLDEST_BIN)}

@@ -12,7 +12,7 @@ Payloads:
 
 `--against REV` also times the pipeline of an older commit (its exporter package, from `git
 archive`, imported under another name) on the same payloads, old and new alternating in short
-turns in this process: e.g. `--against a9c2546^` is the code before the engine table (issue 16).
+turns in this process: e.g. `--against a9c2546^` is the code before the engine table.
 
 Usage: python bench/bench_pipeline.py [--quick] [--against REV]
 Targets (issue #2): >= 50x faster than text_string_to_metric_families, <= 1 ms per 52 KB poll,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 22's target, measured the way it is stated: the first demo run (`bash scripts/run.sh`) from a
+# The first-run cost, measured the way a user meets it: the first demo run (`bash scripts/run.sh`) from a
 # fresh clone with EMPTY caches — the project's (VLLM_SPEC_EXPORTER_CACHE), pip's, vLLM's and
 # torch inductor's (XDG_CACHE_HOME, TORCHINDUCTOR_CACHE_DIR): a warm ~/.cache/pip or
 # /tmp/torchinductor_<user> would make the run less than empty. The machine's local wheel folders

@@ -13,14 +13,14 @@ Bytecode states (--bytecode), through PYTHONPYCACHEPREFIX so the shared venv is 
   warm        the venv's own __pycache__ (what every start after the first sees)
   cold        an empty prefix and PYTHONDONTWRITEBYTECODE=1: every process compiles every module it
               imports, every time (a venv installed without byte-compiling, on a machine with that
-              variable set: the first demo run of issue 22)
+              variable set: a first demo run)
   cold-write  an empty prefix, writing allowed: the first process compiles and writes, the engine
               processes started after it read
 The stdlib is compiled into each prefix before the clock starts (a fresh venv shares the
 interpreter's already compiled stdlib). Torch inductor's cache (/tmp/torchinductor_<user>) is
 whatever this machine holds: with an empty one the compilation took 39 s at load 5-8 (14 s warm).
 
-Measured 2026-12-02 (issue 22), load 1.5-2.5: cold 100.0 s / 73.5 s, cold-write 66.1 s / 61.9 s
+Measured 2026-12-02, load 1.5-2.5: cold 100.0 s / 73.5 s, cold-write 66.1 s / 61.9 s
 (alternated); warm, load 0.5-3.7: 68.5 s, with --enforce-eager 48.1 s but acceptance healthy
 0.875 -> 0.543 and warning band 0.414 -> 0.479 (greedy output changes), so the demo keeps compiling.
 

@@ -59,7 +59,7 @@ def check_row(row: dict[str, Any], source: str, series_per_pod: tuple[float, flo
         assert dashboard["errors"] == 0, (backend, name, [q for q in row["queries"] if q["error"]])
         assert dashboard["queries"] > 10
         assert 0 < dashboard["slowest"] <= dashboard["total"]
-        # The panels read records (issue 21): each has its raw baseline measured beside it.
+        # The panels read records: each has its raw baseline measured beside it.
         assert dashboard["record_queries"] > 10, (backend, name, dashboard["record_queries"])
     # The ranking variables ran first, each once a dashboard, and are part of its load: the worst
     # and best few servers (the servers seen are the pods' own series on both bundles).

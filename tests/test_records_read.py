@@ -1,7 +1,7 @@
 """Every recorded series is read: by an alert, a dashboard, a runbook, or the documented API.
 
 A record nobody reads costs a series per (server, model[, position]) at every evaluation for
-nothing (issue 21: "Delete records that nothing reads"). For both sources (the sidecar's counters
+nothing: delete records that nothing reads. For both sources (the sidecar's counters
 and vLLM's own) and for the scrape intervals whose windows differ (the alert windows derive from
 `scrape_interval`), this builds the rule files, both dashboards and the runbooks, and follows the
 reads: a record is live when an alert, a dashboard query or a runbook query names it, when it is

@@ -1,5 +1,5 @@
 """Inference-engine families and their speculative-decoding schemas: one table, read by parse and
-normalise, the docs and the README's support table.
+normalise and the docs' engine support table.
 
 Every engine exposes acceptance differently. This module says, per engine family, which source
 metric maps onto which canonical key (the keys normalise/window/derive already understand), which
@@ -66,7 +66,7 @@ VLLM_HISTOGRAMS = ("inter_token_latency_seconds", "request_time_per_output_token
 # The other engines' names: source metric name (without prefix, `_total` and `_created`) ->
 # canonical key, per family.
 NAMES: dict[Family, dict[str, Key]] = {
-    # llama.cpp server b11434, tools/server/server-task.cpp (server_task_result_metrics::to_metrics).
+    # llama.cpp server b11434, server_task_result_metrics::to_metrics (server-task.cpp).
     Family.LLAMACPP: {
         "spec_decode_num_drafts": Key.DRAFTS,  # n_draft_verif_steps: verification steps
         "spec_decode_num_draft_tokens": Key.DRAFT_TOKENS,
@@ -152,9 +152,9 @@ class EngineSchema:
     name: str
     family: str
     versions: str  # the version boundaries this schema covers
-    exposes: str  # what the engine exposes (README)
+    exposes: str  # what the engine exposes (docs/engines.md)
     windowed: bool  # the exporter windows its counters (rules and alerts apply)
-    proven: str  # how the mapping was proven (README)
+    proven: str  # how the mapping was proven (docs/engines.md)
     omitted: tuple[tuple[str, str], ...] = ()  # (what is not derived, why)
 
 

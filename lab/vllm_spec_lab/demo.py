@@ -47,7 +47,7 @@ PHASES: tuple[tuple[str, TrafficMix, str], ...] = (
     ("degraded", COLLAPSE, COLLAPSED), ("healthy again", HEALTHY, HEALTHY_INTENT))
 KEEP_LOG_RUNS = 5  # older demo log folders are pruned
 # Long enough for each alert to land inside its phase with the lab's fast windows (pipeline.py
-# FAST_ALERTS). Four first demo runs on fresh clones (issue 22; two with 90 s phases, load 2-18;
+# FAST_ALERTS). Four first demo runs on fresh clones (two with 90 s phases, load 2-18;
 # two with 60 s, load 0-7): the warning at band +27-29 s, the page at degraded +39-45 s (the
 # degraded traffic starts once the band's batch in flight is done: later on a busy machine), both
 # resolved at healthy again +4-8 s. 60 s leaves 15 s after the latest page seen; 90 s was 2 min more.

@@ -44,7 +44,7 @@ from xdist.scheduler import LoadScopeScheduling
 from vllm_spec_lab.ports import RANGE_VARIABLE, worker_range
 
 # The groups that hold a costly shared thing, in the order they are queued: longest first (worker
-# seconds in a full run of issue 22: shared-vllm ≈ 455 — test_containers, test_e2e, test_real_vllm
+# seconds in a full run: shared-vllm ≈ 455 — test_containers, test_e2e, test_real_vllm
 # and the vLLM's start —, browser ≈ 220, llamacpp ≈ 5; the worker summary prints them).
 SHARED_GROUPS = ("docker", "shared-vllm", "browser", "llamacpp")
 _GROUP_FILES = "vllm_spec_test_group_files"  # workerinput key: the folder the workers write to

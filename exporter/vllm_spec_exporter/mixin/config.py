@@ -165,8 +165,8 @@ class MixinConfig:
         WINDOWS, "",
         "The `interval:` of the two fleet groups (`vllm-spec-decode.fleet`, `.fleet.counts`): sums and counts over "
         "every server that only the dashboards' \"All\" panels read, never an alert. Empty: a minute (the rate "
-        "window when shorter), or the evaluation interval when longer; at 5,000 pods `fleet` was among the costliest "
-        "groups on VictoriaMetrics (README \"Sizing\"). Their panels step once an interval at All. At least the "
+        "window when shorter), or the evaluation interval when longer: summing every server is among the costliest "
+        "work of a large fleet's rules, and no page waits on it. Their panels step once an interval at All. At least the "
         "evaluation interval; at most rate_window, or the fleet rates skip traffic between evaluations.",
     )
     rate_window: str = knob(
@@ -183,7 +183,7 @@ class MixinConfig:
         ' 50 %"). Higher confidence = fewer false alerts at low traffic and slower pages there; at high traffic the '
         "bound is close to the measured ratio and the level hardly matters. 98 % is GitLab's metrics-catalog level; "
         "with the overdispersion below it keeps overdispersed night traffic at 55 % free of pages "
-        "(bench/alert_quality.py measures both sides).",
+        "(the alert-quality benchmark measures both sides).",
     )
     acceptance_overdispersion: float = knob(
         EVIDENCE, 8.0,
@@ -191,7 +191,7 @@ class MixinConfig:
         "of one draft are not independent). Requests also differ from each other (prompt mix), which spreads "
         "acceptance beyond a binomial at low traffic: the bound counts drafts / acceptance_overdispersion independent"
         " trials (a variance inflation factor, 1 = pure binomial over drafts). Real vLLM output needs ~1.8 for the "
-        "prefix structure alone (tests/test_alerts_statistics.py); the rest covers prompt mix: requests whose own "
+        "prefix structure alone (measured on real vLLM 0.32 captures); the rest covers prompt mix: requests whose own "
         "acceptance spreads ±0.2 and run ~100 drafts each inflate the variance ~10x at low traffic.",
     )
     acceptance_fast_long_window: str = knob(
@@ -356,8 +356,7 @@ class MixinConfig:
         DASHBOARDS, 24,
         "A per-server or per-engine panel draws every series while it has at most this many (one selected "
         "server, even with 16 engines, shows everything about it); beyond, only the worst and best few "
-        "(`panel_worst_k`, `panel_best_k`). 1,000 lines on one panel are unreadable and slow to draw "
-        "(bench/fleet_scale.py).",
+        "(`panel_worst_k`, `panel_best_k`). 1,000 lines on one panel are unreadable and slow to draw.",
     )
     panel_worst_k: int = knob(
         DASHBOARDS, 5,

@@ -1,17 +1,16 @@
 """The crowded per-server panels: which few servers a panel draws over a fleet, decided once.
 
 A per-server panel over 5,000 servers at "All" must not draw 5,000 lines, nor compute 5,000
-servers at every step of its range to keep eight (at 5,000 pods that took 9-18 s a panel). Each
+servers at every step of its range to keep eight (seconds a panel at that size). Each
 such panel has a *ranking*: a hidden dashboard variable `crowd_<name>` whose query_result query
 Grafana runs once, instant at the end of the range (and again when the range changes): the
 servers of the cfg.panel_worst_k worst and cfg.panel_best_k best series by their latest value.
 Beside the rankings one hidden variable serves every crowded panel, `crowd_seen` (SEEN_VARIABLE):
 every selected server seen in the range while they are at most cfg.panel_all_series_up_to, else
 none (a selected server shows everything about it, also after it went quiet). It scans every
-server's series over the whole range, so it runs once a dashboard load, not once a panel: at
-5,000 pods without the sidecar that scan was 70 % of each ranking's time (a scratch Prometheus
-3.5, one run: seven rankings 6.6 s in all, 1.7 s without it). At All Grafana substitutes every option, regex-escaped,
-as `(a|b|...)`, and `()` when there is none; the panel's range query then reads the servers of
+server's series over the whole range, so it runs once a dashboard load, not once a panel: that
+scan is most of a ranking's cost, and a dashboard holds seven rankings. At All Grafana
+substitutes every option, regex-escaped, as `(a|b|...)`, and `()` when there is none; the panel's range query then reads the servers of
 its ranking and of crowd_seen only (Crowd.read). promql.Queries.crowd builds one per panel.
 
 Contract: a ranking reads no `$__rate_interval` (Grafana sets it for panel queries only), and its

@@ -159,7 +159,7 @@ def stat_panel(title: str, description: str, unit: str, queries: Sequence[Query]
         panel = panel.decimals(decimals)
     # A stat shows the value now, so it asks for an instant value. A range query reduced with
     # lastNotNull shows the last value before a gap: "No traffic" could never appear while idle and
-    # the value would be up to a step old (seen in tests/test_dashboards_browser.py). A sparkline
+    # the value would be up to a step old (seen in Grafana's own components). A sparkline
     # needs a range query, hence sparkline=True is only for values that never go missing.
     if not sparkline:
         queries = [query if query.table else replace(query, instant=True) for query in queries]

@@ -373,7 +373,7 @@ class Queries:
         """Draft positions configured (the largest where engines differ). Without the sidecar k is
         the number of position series, and at All (where fleet_scope allows) it is counted from
         the fleet's per-position record: every server has positions 0..k-1, so the fleet's union
-        holds as many as the largest k (at 5,000 pods 28 series instead of 34,000). A server
+        holds as many as the largest k (a few series instead of k for every server). A server
         missing a middle position would count one less on its own, never more: the union is at
         least each server's own count, and equal while every server's positions are 0..k-1."""
         if not (self.direct and self.fleet_scope(by)):
@@ -443,9 +443,8 @@ class Queries:
         has: absent reads as "", which the variable's All (`(.*)`) matches and any selection does
         not, so the branch is the exact complement of the fleet side for that variable, whatever
         the values (a job named like a model cannot hide it, as `job!~` could). The parentheses are
-        for VictoriaMetrics (1.145, measured): it treats a literal `!~".*"` like `!~".+"`, which
-        every series lacking the label matches, so each branch was computed over the whole fleet
-        (1.0-1.9 s at 5,000 pods) and matched."""
+        for VictoriaMetrics (1.145): it treats a literal `!~".*"` like `!~".+"`, which every series
+        lacking the label matches, so each branch was computed over the whole fleet and matched."""
         by_server = fleet_counts.server_labels(self.cfg)
 
         def counted(matchers: str) -> str:

@@ -2,8 +2,8 @@
 
 A panel over the whole fleet (the default "All") reads one series per (fleet, model, engine
 [, position]) from these records instead of summing every server's source record at every step of
-its range: at 5,000 pods "Efficiency by model" read 6,250 series per step and took 13.8 s over an
-hour, from the fleet records 0.008 s (bench/fleet_scale.py, same run; README "Performance").
+its range: on a fleet of thousands that is thousands of series a step and seconds a panel, against
+milliseconds from these records.
 
     <fleet labels>_model_engine[_position]:<metric>:rate<rate_window>     every counter
     <fleet labels>_model_engine:vllm_spec_decode_emitted_tokens:rate<w>   efficiency's numerator
@@ -16,27 +16,25 @@ Contract:
   label, which is how a panel tells them from the servers' records (promql.Queries.fleet_or_servers).
 - They read the scraped counters (sources.raw_rate), not the source records: vmalert writes
   records back asynchronously, so a sum of source records could mix two of their evaluations (a
-  per-position acceptance of 1.09 was measured); raw counters give every record of a cycle one
+  per-position acceptance above 1 was seen); raw counters give every record of a cycle one
   consistent set of samples, as the source layer has. The one exception is k.
 - Without the sidecar they sum the spellings' per-series `or` (sources.raw_rate), as the source
   records read them. Summing each spelling on its own and then the spellings would let
-  VictoriaMetrics aggregate as it reads (the per-position sum 240 -> 72 ms at 5,000 pods on a
-  scratch VictoriaMetrics 1.145, one run, median of 7), but it counts a server twice while two of
+  VictoriaMetrics aggregate as it reads (about three times faster), but it counts a server twice while two of
   its spellings are live at once with the same labels (a Prometheus 2 and a Prometheus 3 scraping
   the same pods into one TSDB during a migration: client_python#1177 changes only the name), and a
   fleet total must not double. (While a job switches spelling, the `or` reads the new name's
   partial window: the total runs low for one rate window, as the servers' records do.) `or`-ing
   each spelling's fleet sum instead (the first spelling of each job, model, engine and position)
-  costs about what one spelling's sum does (217 and 182 ms against the per-series `or`'s 468
-  and 448 ms; two runs of 9 alternated rounds, 2026-12-03) and never doubles, but while a
+  costs about what one spelling's sum does (half the per-series `or`) and never doubles, but while a
   job's servers mix spellings (a canary on a vLLM whose prometheus_client escapes names; Ray
   Serve beside plain vLLM) it leaves the later spelling's servers out of the total. Any per-series `or` stops
-  VictoriaMetrics aggregating as it reads (two spellings cost as much as five: 461 / 468 ms): the
-  price of exact totals, about twice the sum of one spelling.
+  VictoriaMetrics aggregating as it reads (two spellings cost as much as five): the price of exact
+  totals, about twice the sum of one spelling.
 - The group runs every `windows.fleet_interval` (`fleet_evaluation_interval`: a minute at a 15 s
   evaluation), not every evaluation: no alert reads these records, a panel steps once a minute
-  (each value a full rate window, so none skips traffic), and at 5,000 pods without the sidecar
-  this group was among the costliest on VictoriaMetrics (README "Sizing").
+  (each value a full rate window, so none skips traffic), and on a large fleet without the
+  sidecar this group is among the costliest.
 - Efficiency weights each server's drafts by its own k, so its two terms are summed here per
   server before the fleet sum (efficiency_terms, which Queries.efficiency also uses per server).
   Without the sidecar k is the k group's record (positions.k_group, once a minute; with the

@@ -41,12 +41,10 @@ def k_series(cfg: MixinConfig, matchers: str) -> str:
 
 def k_rule(cfg: MixinConfig) -> dict[str, str]:
     """The k record: the positions of the per-position rates, counted. k exists while those
-    rates do, whatever the spellings, restarts or missed scrapes the rates already ride out. At
-    5,000 pods efficiency's two fleet terms each counted the 34,000 positions' raw rates; a
-    scratch VictoriaMetrics 1.145 holding those pods (one run, median of 7) took 0.97 s for the
-    two terms so, 0.32 s reading this record. Counting the raw rates takes 0.60-0.77 s an
-    evaluation on VictoriaMetrics and 0.21-0.23 s on Prometheus at 5,000 pods (bench/fleet_scale.py;
-    2.5-3x what counting the per-position record took before it went), once a minute (k_group)."""
+    rates do, whatever the spellings, restarts or missed scrapes the rates already ride out.
+    Efficiency's two fleet terms read this record instead of counting every server's k position
+    series each (a third of the cost); counting them costs the k group the most of its work, so
+    it runs once a minute (k_group): k changes only when a server restarts."""
     return {"record": k_record(cfg), "expr": count_positions(spelled_out(cfg, raw_rate(cfg, ACCEPTED_BY_POSITION)))}
 
 

@@ -119,9 +119,9 @@ def server_rate_record(cfg: MixinConfig, counter: SourceCounter) -> str:
     return getattr(record_names(cfg), _RATE_FIELD[counter])
 
 
-# The documented API (README "Recording rules"): records kept for users' own alerts and Grafana
-# panels, whether or not an alert, dashboard or runbook of ours reads them. Every other record
-# exists because one does (tests/test_records_read.py).
+# The documented API (alerts/README.md, marked API): records kept for users' own alerts and
+# Grafana panels, whether or not an alert, dashboard or runbook of ours reads them. Every other
+# record exists because one does (a test fails on a record nothing reads).
 PUBLIC_RECORDS = ("acceptance_ratio", "fleet_acceptance_ratio")
 
 
@@ -129,9 +129,8 @@ def position_acceptance(cfg: MixinConfig, matchers: str) -> str:
     """POSITION_ACCEPTANCE per server, model and position, from the scraped counters on `matchers`
     (the runbook's query for one server; its drafts read raw too, one layer for both). Not a
     record, nor is the per-position rate per server (sources.RECORDED): per position and server
-    they cost more series and evaluation time than anything else per server (with its rate, 42 %
-    of the median evaluation time of `vllm-spec-decode.rules`' rules at 1,000 pods,
-    bench/fleet_scale.py), and only a person diagnosing one server read them."""
+    they cost more series and evaluation time than anything else per server (k series each), and
+    only a person diagnosing one server reads them."""
     return POSITION_ACCEPTANCE.expr(lambda counter: sources.rate_sum(cfg, counter, matchers), POSITION_MATCHING)
 
 
@@ -190,8 +189,8 @@ def lower_bound_windows(cfg: MixinConfig) -> tuple[str, ...]:
     """The windows whose lower bound something reads: the alerts' fast short window (recovery: the
     slow tier is ignored once it proves acceptance back) and the overview's band over the fast long
     window (the runbook shows that one too). The slow windows' lower bounds have no reader: the
-    runbook shows the slow tier's acceptance beside its upper bound instead (at 5,000 pods the
-    slow long window's lower bound was its group's costliest rule on VictoriaMetrics)."""
+    runbook shows the slow tier's acceptance beside its upper bound instead (the slow long
+    window's lower bound was its group's costliest rule)."""
     w = cfg.windows
     return tuple(dict.fromkeys((w.fast_short, w.fast_long)))
 
@@ -203,8 +202,8 @@ def wilson_bound(cfg: MixinConfig, e: EvidenceNames, side: str) -> str:
     z the one-sided quantile of acceptance_confidence:
         bound = (p + z²/2n ± z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n)
     Multiplied through by the raw drafts D (n = D/φ), so every constant is folded in at generation
-    time and p and D are each read three times (a rule cannot name a subexpression, and at 5,000
-    pods every read of a window's records costs):
+    time and p and D are each read three times (a rule cannot name a subexpression, and on a large
+    fleet every read of a window's records costs):
         bound = (p·D + z²φ/2 ± z·sqrt(φ·p(1-p)·D + z²φ²/4)) / (D + z²φ)
     Only `sqrt` and arithmetic: valid on every Prometheus (and Thanos/Mimir ruler).
     p and D are records of the same group computed straight from the counters (evidence_rules):

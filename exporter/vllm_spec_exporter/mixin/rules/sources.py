@@ -120,8 +120,7 @@ GENERATED = _counter("vllm_generation_tokens", MetricName.GENERATION_TOKENS_TOTA
 
 COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_BY_POSITION, GENERATED)
 # The counters with a source record: all but the per-position one. Per server its records were
-# k times the series of any other counter's (34,000 at 5,000 pods) and the source group's
-# costliest rule, read only by panels with servers selected and a runbook's server: those read
+# k times the series of any other counter's and the source group's costliest rule, read only by panels with servers selected and a runbook's server: those read
 # the scraped counters, k series a server (at All the panels read the fleet's per-position sum,
 # a fleet record: fleet_records.py). A config whose selector matches on the instance label has
 # no fleet scope (promql.Queries.fleet_scope): its per-position panels read every server's.
@@ -210,10 +209,10 @@ def _over_range_on(cfg: MixinConfig, function: str, counter: SourceCounter, wind
 
 def _either(parts: list[str]) -> str:
     """`a or (b or (c or d))`: every series of `a`, then those of `b` whose labels `a` lacks, and so
-    on, as `a or b or c or d` gives. Nested to the right because VictoriaMetrics (1.145, measured at
-    5,000 pods) hashes the left side of each `or`, and in the left-nested chain that is the whole
-    first spelling once per further spelling: the fleet's per-position rate took 690 ms so, 185 ms
-    nested to the right (the other spellings are empty, the inner `or`s cost nothing)."""
+    on, as `a or b or c or d` gives. Nested to the right because VictoriaMetrics (1.145) hashes the
+    left side of each `or`, and in the left-nested chain that is the whole first spelling once per
+    further spelling (nested to the right, about a quarter of the time: the other spellings are
+    empty, so the inner `or`s cost nothing)."""
     head, *rest = parts
     return head if not rest else f"{head}\nor (\n{_either(rest)})"
 

@@ -23,6 +23,7 @@ from vllm_spec_exporter.mixin.rules import (
     alertmanager,
     fleet_counts,
     fleet_records,
+    load,
     positions,
     recording_rules,
     rule_files,
@@ -42,7 +43,7 @@ PROMQL_KEYWORDS = {
     "sum", "rate", "increase", "absent", "and", "or", "unless", "by", "without", "ignoring", "on",
     "group_left", "group_right", "max", "min", "avg", "count", "time", "changes", "sqrt", "group",
     "clamp_min", "clamp_max",
-    "max_over_time", "min_over_time", "resets",
+    "max_over_time", "min_over_time", "avg_over_time", "resets",
 }
 
 
@@ -77,13 +78,13 @@ def test_contract_alert_names_and_severities() -> None:
     assert by_name["SpecDecodeAcceptanceCritical"]["labels"]["severity"] == "critical"
     assert set(by_name) == {
         "SpecDecodeAcceptanceLow", "SpecDecodeAcceptanceCritical", "SpecDecodeDraftsStopped",
-        "SpecDecodeMetricsMissing", "SpecDecodeVllmUnreachable", "SpecDecodeVllmRestarting",
+        "SpecDecodeNotPaying", "SpecDecodeMetricsMissing", "SpecDecodeVllmUnreachable", "SpecDecodeVllmRestarting",
         "SpecDecodeExporterDown", "SpecDecodeExporterAbsent",
     }
     direct = {a["alert"]: a for a in _alerts(generate.DIRECT_ROOT)}
     assert set(direct) == {
         "SpecDecodeAcceptanceLow", "SpecDecodeAcceptanceCritical", "SpecDecodeDraftsStopped",
-        "SpecDecodeMetricsMissing", "SpecDecodeVllmUnreachable", "SpecDecodeVllmRestarting",
+        "SpecDecodeNotPaying", "SpecDecodeMetricsMissing", "SpecDecodeVllmUnreachable", "SpecDecodeVllmRestarting",
         "SpecDecodeVllmAbsent",
     }
     assert direct["SpecDecodeVllmAbsent"]["labels"]["severity"] == "warning"
@@ -180,7 +181,8 @@ def test_recording_rule_names_and_inputs(root: str) -> None:
     # Per-rate records: the source layer's and the per-server/fleet ones built on it.
     dashboard_records = {r["record"] for r in (*recording_rules.recording_rules(DEFAULT),
                                                *sources.source_rules(DEFAULT), *fleet_records.fleet_rules(DEFAULT),
-                                               *fleet_counts.scrape_error_rules(DEFAULT))}
+                                               *fleet_counts.scrape_error_rules(DEFAULT),
+                                               *load.load_group(DEFAULT)["rules"])}
     windows = list(DEFAULT.windows.evidence)
     for name in recorded:
         assert RECORD_NAME.match(name), name

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_DRAFT_COST", "Advice", "advise", "expected_tokens_per_step", "speedup_bound"]
+__all__ = ["DEFAULT_COMPUTE_BOUND_TOKENS", "DEFAULT_DRAFT_COST", "Advice", "advise", "expected_tokens_per_step",
+           "speedup_at_load", "speedup_bound"]
 
 # Draft cost per proposed token relative to one target forward step: rough, documented defaults.
 # The one place these numbers live: `serve`, `check` and the demo read them from here.
@@ -81,6 +82,39 @@ def speedup_bound(drafts: float, draft_tokens: float, accepted: float, draft_cos
     if drafts <= 0:
         return None
     return (drafts + accepted) / (drafts + draft_cost * draft_tokens)
+
+
+# Tokens per forward pass from which the target's step time grows with the tokens verified (the
+# rules' compute_bound_tokens knob and `check --compute-bound-tokens` default to it).
+DEFAULT_COMPUTE_BOUND_TOKENS = 256
+
+
+def speedup_at_load(drafts: float, draft_tokens: float, accepted: float, batch: float, draft_cost: float,
+                    compute_bound_tokens: float = DEFAULT_COMPUTE_BOUND_TOKENS) -> float | None:
+    """S at the current load: speculation's tokens per step over what a speculative step costs
+    compared with a plain one, at a running batch of `batch` requests.
+
+    A plain decode step handles `batch` tokens; a speculative one verifies each request's drafts
+    too, batch x (1 + L) tokens with L = draft_tokens / drafts the mean draft length. Below
+    `compute_bound_tokens` tokens a step takes about the same time whatever it holds (reading the
+    weights dominates); above, its time grows with the tokens. So a speculative step costs
+
+        cost(B) = max(N, B (1 + L)) / max(N, B) + c L        (N = compute_bound_tokens)
+
+    plain steps, and S(B) = (1 + accepted / drafts) / cost(B). At a small batch cost(B) = 1 + c L
+    and S(B) is speedup_bound; as the batch grows the verified drafts stop being free and S(B)
+    falls, below 1 where speculation costs more than it saves. An estimate: prefill tokens sharing
+    the steps, and attention's cost growing with context, are not counted. The rules compute the
+    same in PromQL (mixin/rules/quantities.speedup_at_load). None without drafts."""
+    if draft_cost < 0 or compute_bound_tokens <= 0 or batch < 0:
+        raise ValueError(f"need draft cost >= 0, compute-bound tokens > 0 and batch >= 0, got {draft_cost}, "
+                         f"{compute_bound_tokens}, {batch}")
+    if drafts <= 0:
+        return None
+    draft_length = draft_tokens / drafts
+    cost = (max(compute_bound_tokens, batch * (1 + draft_length)) / max(compute_bound_tokens, batch)
+            + draft_cost * draft_length)
+    return (1 + accepted / drafts) / cost
 
 
 def advise(position_acceptance: list[float], draft_cost: float, raise_threshold: float = 0.7) -> Advice:

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from . import advisor, durations, settings, terminal
 from .derive import SeriesFigures, derive_series, derive_v0, figures
 from .engines import COUNTER_SCHEMAS
-from .names import MetricName, Schema
+from .names import Family, MetricName, Schema
 from .normalise import Snapshot
 from .poller import Poller
 
@@ -41,6 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"({advisor.draft_cost_help()}; default {advisor.UNKNOWN_METHOD_DRAFT_COST:g})")
     parser.add_argument("--draft-cost-ratio", type=float, default=None,
                         help="cost of drafting one token relative to one target step (overrides --method)")
+    parser.add_argument("--compute-bound-tokens", type=float, default=advisor.DEFAULT_COMPUTE_BOUND_TOKENS,
+                        help="tokens per forward pass from which the target's step time grows with the tokens "
+                             "verified, for the speed-up at the running batch (default "
+                             f"{advisor.DEFAULT_COMPUTE_BOUND_TOKENS}; about the GPU's FLOP/s over its bytes/s)")
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds allowed per poll (default 3)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     settings.add_arguments(parser, only=settings.CONNECTION_OPTIONS)
@@ -57,6 +61,8 @@ def validate_arguments(args: argparse.Namespace) -> None:
         raise ValueError(f"--timeout must be a finite number of seconds > 0, got {args.timeout:g}")
     if args.draft_cost_ratio is not None and not (math.isfinite(args.draft_cost_ratio) and args.draft_cost_ratio >= 0):
         raise ValueError(f"--draft-cost-ratio must be a finite number >= 0, got {args.draft_cost_ratio:g}")
+    if not (math.isfinite(args.compute_bound_tokens) and args.compute_bound_tokens > 0):
+        raise ValueError(f"--compute-bound-tokens must be a finite number > 0, got {args.compute_bound_tokens:g}")
 
 
 def parse_duration(text: str) -> float:
@@ -81,6 +87,7 @@ class ModelReport:
     positions: dict[int, float]  # 0-based draft position -> acceptance
     load: terminal.LoadView
     advice: advisor.Advice | None
+    paying: terminal.PayingView | None = None  # the speed-up at the running batch
 
     def view(self) -> terminal.ModelView:
         a = self.advice
@@ -90,7 +97,7 @@ class ModelReport:
             try_raising_k=a.try_raising)
         return terminal.ModelView(model_name=self.model, engines=tuple(self.engines),
                                   k=self.figures.k if self.figures is not None else None, values=self.values,
-                                  positions=self.positions, load=self.load, advisor=shown)
+                                  positions=self.positions, load=self.load, advisor=shown, paying=self.paying)
 
 
 class CheckReport(NamedTuple):
@@ -128,8 +135,20 @@ def _gauge(snap: Snapshot, family: str, series_keys: list, combine: Callable[[li
     return combine(found) if found else None
 
 
-def build_reports(poller: Poller, snap: Snapshot, min_draft_tokens: float,
-                  draft_cost: float) -> list[ModelReport]:
+def running_per_engine(snap: Snapshot) -> dict[str, float]:
+    """Model -> running requests per engine now (the engines' mean): one poll's batch."""
+    running: dict[str, list[float]] = {}
+    for (family, series), value in snap.gauges.items():
+        if family == Family.REQUESTS_RUNNING:
+            running.setdefault(series[0], []).append(value)
+    return {model: sum(values) / len(values) for model, values in running.items()}
+
+
+def build_reports(poller: Poller, snap: Snapshot, min_draft_tokens: float, draft_cost: float,
+                  batches: dict[str, list[float]] | None = None,
+                  compute_bound_tokens: float = advisor.DEFAULT_COMPUTE_BOUND_TOKENS) -> list[ModelReport]:
+    """One report per model. `batches`: model -> its running requests per engine at each poll
+    while sampling, whose mean is the batch the speed-up at load is estimated at."""
     reports = []
     models = sorted({series[0] for series in snap.series_keys()})
     for model in models:
@@ -156,8 +175,21 @@ def build_reports(poller: Poller, snap: Snapshot, min_draft_tokens: float,
                 values[MetricName(name)] = value
         curve = [positions[p] for p in sorted(positions)]
         advice = advisor.advise(curve, draft_cost) if curve else None
-        reports.append(ModelReport(model, engines, total, values, positions, load, advice))
+        reports.append(ModelReport(model, engines, total, values, positions, load, advice,
+                                   paying_at(total, (batches or {}).get(model), draft_cost, compute_bound_tokens,
+                                             min_draft_tokens)))
     return reports
+
+
+def paying_at(total: SeriesFigures, batches: list[float] | None, draft_cost: float, compute_bound_tokens: float,
+              min_draft_tokens: float) -> terminal.PayingView | None:
+    """The speed-up at the sampled batch, when the counters had enough drafts to say anything."""
+    D, T, A = total.drafts, total.draft_tokens, total.accepted
+    if not batches or D is None or T is None or A is None or max(min_draft_tokens, 1) > T:
+        return None
+    batch = sum(batches) / len(batches)
+    speedup = advisor.speedup_at_load(D, T, A, batch, draft_cost, compute_bound_tokens)
+    return None if speedup is None else terminal.PayingView(speedup, batch, compute_bound_tokens)
 
 
 def verdict(schema: str, reports: list[ModelReport], threshold: float) -> tuple[int, str]:
@@ -193,9 +225,13 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     polls = 0
     last_error = ""
+    batches: dict[str, list[float]] = {}  # model -> running requests per engine, every poll
     while True:
         result = poller.poll_once()
         polls += 1
+        if result.snapshot is not None:
+            for model, batch in running_per_engine(result.snapshot).items():
+                batches.setdefault(model, []).append(batch)
         if not result.target_up:
             last_error = result.error_message
             if polls == 1:
@@ -212,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
               f"vllm-spec-exporter check — {fetcher.url}\nverdict: TARGET DOWN — {down['error']}")
         return EXIT_UNKNOWN
     snap = result.snapshot
-    reports = build_reports(poller, snap, args.min_draft_tokens, draft_cost)
+    reports = build_reports(poller, snap, args.min_draft_tokens, draft_cost, batches, args.compute_bound_tokens)
     code, line = verdict(snap.schema, reports, args.threshold)
     report = CheckReport(target=fetcher.url, vllm_version=result.version, schema=snap.schema,
                          engine_family=snap.engine_family, sampled_seconds=duration, polls=polls, models=reports,
@@ -243,6 +279,9 @@ def to_json(report: CheckReport) -> dict[str, Any]:
                                 "recommended_k": a.recommended_k, "tokens_per_step": a.tokens_per_step,
                                 "estimated_speedup": a.speedup, "gain_vs_current": a.gain_vs_current,
                                 "try_raising_k": a.try_raising}
+        if r.paying is not None:
+            entry["at_load"] = {"estimated_speedup": r.paying.speedup, "running_per_engine": r.paying.batch,
+                                "compute_bound_tokens": r.paying.compute_bound_tokens}
         models.append(entry)
     return {"target": report.target, "vllm_version": report.vllm_version, "schema": report.schema,
             "engine_family": report.engine_family, "sampled_seconds": report.sampled_seconds,

@@ -35,6 +35,14 @@ class LoadView(NamedTuple):
     kv_cache_usage: float | None = None
 
 
+class PayingView(NamedTuple):
+    """Speculation's estimated speed-up at the running batch (advisor.speedup_at_load)."""
+
+    speedup: float
+    batch: float  # running requests per engine
+    compute_bound_tokens: float
+
+
 class ModelView(NamedTuple):
     """One model's figures over the window, as the terminal shows them."""
 
@@ -45,6 +53,7 @@ class ModelView(NamedTuple):
     positions: Mapping[int, float] = {}  # 0-based draft position -> acceptance
     load: LoadView = LoadView()
     advisor: AdvisorView | None = None
+    paying: PayingView | None = None
 
 
 BAR_WIDTH = 24
@@ -109,8 +118,19 @@ def model_lines(m: ModelView, threshold: float, color: bool = False) -> list[str
         parts.append(f"KV cache {load.kv_cache_usage:.0%}")
     if parts:
         lines.append("  load              " + " · ".join(parts))
+    lines += _paying_lines(m.paying, color)
     lines += _advisor_lines(m.advisor)
     return lines
+
+
+def _paying_lines(paying: PayingView | None, color: bool) -> list[str]:
+    """Is speculation paying at this batch? Below 1x it costs more than it saves."""
+    if paying is None:
+        return []
+    verdict = "paying" if paying.speedup >= 1 else "COSTS MORE THAN IT SAVES"
+    shown = painter(color)(f"{paying.speedup:.2f}× — {verdict}", "32" if paying.speedup >= 1 else "31;1")
+    return [f"  at this load      {shown} at {paying.batch:.3g} running per engine "
+            f"(break-even 1×; compute-bound from {paying.compute_bound_tokens:g} tokens a step)"]
 
 
 def _advisor_lines(adv: AdvisorView | None) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from ..advisor import UNKNOWN_METHOD_DRAFT_COST, draft_cost_help
+from ..advisor import DEFAULT_COMPUTE_BOUND_TOKENS, UNKNOWN_METHOD_DRAFT_COST, draft_cost_help
 from ..durations import is_prometheus_duration, seconds
 from .windows import ALWAYS_SAMPLES, SHORT_SAMPLES, AlertWindows, alert_windows, samples_problem
 
@@ -49,6 +49,7 @@ EVIDENCE = "Acceptance alerts: a decision on evidence"
 LABELS = "Labels, links"
 ALERTMANAGER = "Alertmanager (alerts/alertmanager.yml)"
 DASHBOARDS = "Dashboards"
+LOAD = "Paying at the current load"
 
 # Documentation shared by consecutive knobs.
 _FAST_TIER_DOC = (
@@ -165,9 +166,10 @@ class MixinConfig:
         WINDOWS, "",
         "The `interval:` of the two fleet groups (`vllm-spec-decode.fleet`, `.fleet.counts`): sums and counts over "
         "every server that only the dashboards' \"All\" panels read, never an alert. Empty: a minute (the rate "
-        "window when shorter), or the evaluation interval when longer: summing every server is among the costliest "
-        "work of a large fleet's rules, and no page waits on it. Their panels step once an interval at All. At least the "
-        "evaluation interval; at most rate_window, or the fleet rates skip traffic between evaluations.",
+        "window when shorter), or the evaluation interval when longer: summing every server is among the "
+        "costliest work of a large fleet's rules, and no page waits on it. Their panels step once an interval at "
+        "All. At least the evaluation interval; at most rate_window, or the fleet rates skip traffic between "
+        "evaluations.",
     )
     rate_window: str = knob(
         WINDOWS, "",
@@ -270,6 +272,23 @@ class MixinConfig:
         "Window for counting those resets; the alert resolves once the oldest leaves it.",
     )
 
+    # --- Paying at the current load ---------------------------------------------------------
+    compute_bound_tokens: int = knob(
+        LOAD, DEFAULT_COMPUTE_BOUND_TOKENS,
+        "Tokens per forward pass from which the target model's step time grows with the tokens it verifies "
+        "(compute-bound) instead of staying flat (memory-bound). Below it, verifying a batch's drafts is "
+        "almost free; above it, every draft token costs step time, so speculation pays less as the batch "
+        "grows. About the GPU's peak FLOP/s over its memory bandwidth in bytes/s for a dense 16-bit model "
+        "(H100 ≈ 300, A100 ≈ 150); measure yours as the batch size where time per output token starts to rise "
+        "without speculation. The estimated speed-up at the current load and SpecDecodeNotPaying read it.",
+    )
+    not_paying_for: str = knob(
+        LOAD, "15m",
+        "How long the estimated speed-up at the current load must stay below 1 (speculation costs more than "
+        "it saves at the running batch) before SpecDecodeNotPaying warns. Long: load moves, and one busy "
+        "burst is not a reason to turn speculation off.",
+    )
+
     # --- Labels, links ---------------------------------------------------------------------
     warning_severity: str = knob(
         LABELS, "warning",
@@ -368,9 +387,10 @@ class MixinConfig:
     )
     draft_cost_ratio: float = knob(
         DASHBOARDS, UNKNOWN_METHOD_DRAFT_COST,
-        "Cost of drafting one token relative to one target forward step, for the sidecar-less dashboards' "
-        "\"Speed-up (est.)\" (tokens per step / (1 + cost x mean draft length)); the sidecar's advisor has its "
-        f"own --draft-cost-ratio. Default: EAGLE's; set yours ({draft_cost_help()}).",
+        "Cost of drafting one token relative to one target forward step, for the estimated speed-up at the "
+        "current load (both bundles, and SpecDecodeNotPaying) and the sidecar-less dashboards' \"Speed-up (est.)\" "
+        "(tokens per step / (1 + cost x mean draft length)); the sidecar's advisor has its own "
+        f"--draft-cost-ratio. Default: EAGLE's; set yours ({draft_cost_help()}).",
     )
 
     def with_overrides(self, overrides: dict[str, Any]) -> MixinConfig:
@@ -429,6 +449,8 @@ class MixinConfig:
             raise ValueError("counter_resets_threshold must be >= 1")
         if self.draft_cost_ratio < 0:
             raise ValueError(f"draft_cost_ratio must be >= 0, got {self.draft_cost_ratio}")
+        if self.compute_bound_tokens < 1:
+            raise ValueError(f"compute_bound_tokens must be >= 1, got {self.compute_bound_tokens}")
 
     def _validate_windows(self) -> None:
         """Every rate()/increase() window holds enough samples at scrape_interval; tiers are ordered."""
@@ -487,7 +509,7 @@ _DURATION_KEYS = (
     "acceptance_slow_for", "acceptance_fast_long_window", "acceptance_fast_short_window",
     "acceptance_slow_long_window", "acceptance_slow_short_window",
     "target_down_for", "spec_decode_stopped_for", "spec_decode_missing_for", "reset_window", "drafting_batch_memory",
-    "alertmanager_group_wait", "alertmanager_group_interval", "alertmanager_repeat_interval",
+    "not_paying_for", "alertmanager_group_wait", "alertmanager_group_interval", "alertmanager_repeat_interval",
 )
 
 

@@ -24,6 +24,7 @@ from .panels import (
     NUMBER,
     RATIO,
     SECONDS,
+    SPEEDUP,
     TOKENS_PER_SECOND,
     Query,
     bargauge_panel,
@@ -69,6 +70,7 @@ from .shared_panels import (
     firing_alerts_table,
     runbook_links,
     speedup_stat,
+    speedup_thresholds,
     targets_down_stat,
     threshold_note,
 )
@@ -84,7 +86,7 @@ def build(cfg: MixinConfig) -> dict:
         "Is vLLM speculative decoding paying off? Acceptance, tokens per step, efficiency, "
         "per-position acceptance (is k right?), token flow, load, latency and "
         + ("target health (read straight from vLLM's own metrics, no sidecar)." if cfg.direct else "exporter health."),
-        (top_row, acceptance_row, position_row, token_flow_row, context_row, health_row),
+        (top_row, acceptance_row, position_row, token_flow_row, load_row, context_row, health_row),
         [frame.dashboard_link(cfg, "Fleet", links.fleet_uid(cfg), "Every server side by side, worst acceptance first")],
     )
 
@@ -322,6 +324,37 @@ def token_flow_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         TOKENS_PER_SECOND,
         [Query(q.sum_rate(DRAFT_TOKENS, by_model), "{{model_name}} drafted"),
          Query(q.sum_rate(GENERATED, by_model), "{{model_name}} generated")],
+    ), 12, 8)
+
+
+def load_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
+    by_model = ("model_name",)
+    layout.row("Paying at this load?")
+    layout.add(timeseries_panel(
+        "Speed-up (est.) at the running batch",
+        "Decoding speed with speculation relative to without it, at the batch each engine runs: tokens per "
+        "step (1 + accepted / drafts) over what a speculative step costs against a plain one. A step "
+        f"verifies every request's drafts; above {cfg.compute_bound_tokens} tokens a step (knob "
+        "compute_bound_tokens) its time grows with them, and drafting adds "
+        f"{cfg.draft_cost_ratio:g} of a step per draft token (draft_cost_ratio). The worst engine per model. "
+        "Good: above the 1× line. Below it speculation costs more than it saves at this load "
+        f"(alert {alert_rules.NOT_PAYING} after {cfg.not_paying_for}). An estimate: confirm with time per "
+        "output token.",
+        SPEEDUP,
+        [Query(q.speedup_at_load(by_model), "{{model_name}}")],
+        thresholds_config=speedup_thresholds(),
+        threshold_lines=True,
+    ).links(runbook_links(cfg, alert_rules.NOT_PAYING)), 12, 8)
+    layout.add(timeseries_panel(
+        "Running batch vs where verification stops being free",
+        "Running requests per engine (the largest engine per model), averaged over the rate window, and the "
+        f"batch at which a speculative step reaches {cfg.compute_bound_tokens} tokens: "
+        "compute_bound_tokens / (1 + mean draft length). Below that line verifying the drafts costs "
+        "almost nothing and acceptance decides whether speculation pays; above it every draft token "
+        "costs step time. Good: the batch below the line, or the speed-up on the left still above 1×.",
+        NUMBER,
+        [Query(q.load_batch(by_model), "{{model_name}} running"),
+         Query(q.compute_bound_batch(by_model), "{{model_name}} compute-bound from")],
     ), 12, 8)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ...engines import VLLM_HISTOGRAMS, VLLM_PREFIXES
 from ...names import MetricName
 from ..config import MixinConfig
-from ..rules import fleet_counts, fleet_records, positions, recording_rules, sources
+from ..rules import fleet_counts, fleet_records, load, positions, recording_rules, sources
 from ..rules.fleet_counts import Band
 from ..rules.quantities import (
     ACCEPTANCE,
@@ -327,6 +327,22 @@ class Queries:
 
     def mean_draft_length(self, by: tuple[str, ...] = ()) -> str:
         return self.quantity(MEAN_DRAFT_LENGTH, by)
+
+    def speedup_at_load(self, by: tuple[str, ...] = ("model_name",)) -> str:
+        """The estimated speed-up at the running batch (rules/load.py), the worst engine of `by`:
+        a non-linear estimate per engine does not sum, and the one that does not pay is the news."""
+        return sum_by(by, selector(load.load_names(self.cfg).speedup, self.sel.series), op="min")
+
+    def load_batch(self, by: tuple[str, ...] = ("model_name",)) -> str:
+        """Running requests per engine, averaged over the rate window: the largest engine's of `by`."""
+        return sum_by(by, selector(load.load_names(self.cfg).batch, self.sel.series), op="max")
+
+    def compute_bound_batch(self, by: tuple[str, ...] = ("model_name",)) -> str:
+        """The batch from which a speculative step holds more than compute_bound_tokens tokens:
+        compute_bound_tokens / (1 + mean draft length) = N x drafts / (drafts + draft tokens). Above it
+        verification stops being free."""
+        drafts = self.sum_rate(DRAFTS, by)
+        return f"{self.cfg.compute_bound_tokens} * {drafts} / ({drafts} + {self.sum_rate(DRAFT_TOKENS, by)} > 0)"
 
     def target_sampled_tokens(self, by: tuple[str, ...] = ()) -> str:
         """Output tokens the target model sampled itself (one per step, incl. the bonus token)."""

@@ -15,7 +15,7 @@ from typing import Any
 from ...names import MetricName
 from .. import links
 from ..config import MixinConfig
-from . import sources
+from . import load, sources
 from .recording_rules import EvidenceNames, evidence_names, record_names
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "EXPORTER_GROUP",
     "HEALTH_GROUP",
     "METRICS_MISSING",
+    "NOT_PAYING",
     "TARGET_DOWN_ALERTS",
     "TRAFFIC_ALERTS",
     "VLLM_ABSENT",
@@ -47,6 +48,7 @@ __all__ = [
 ACCEPTANCE_LOW = "SpecDecodeAcceptanceLow"
 ACCEPTANCE_CRITICAL = "SpecDecodeAcceptanceCritical"
 DRAFTS_STOPPED = "SpecDecodeDraftsStopped"
+NOT_PAYING = "SpecDecodeNotPaying"
 METRICS_MISSING = "SpecDecodeMetricsMissing"
 VLLM_UNREACHABLE = "SpecDecodeVllmUnreachable"
 VLLM_RESTARTING = "SpecDecodeVllmRestarting"
@@ -57,7 +59,7 @@ EXPORTER_ABSENT = "SpecDecodeExporterAbsent"
 VLLM_ABSENT = "SpecDecodeVllmAbsent"
 
 # Alerts about acceptance that a dead target makes meaningless (Alertmanager inhibits them).
-TRAFFIC_ALERTS = (ACCEPTANCE_LOW, ACCEPTANCE_CRITICAL, DRAFTS_STOPPED)
+TRAFFIC_ALERTS = (ACCEPTANCE_LOW, ACCEPTANCE_CRITICAL, DRAFTS_STOPPED, NOT_PAYING)
 TARGET_DOWN_ALERTS = (VLLM_UNREACHABLE, EXPORTER_DOWN)
 
 ACCEPTANCE_GROUP = "vllm-spec-decode.alerts"
@@ -217,8 +219,28 @@ def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
             for_=cfg.spec_decode_stopped_for,
             dashboard_variables=SERVER_MODEL_VARIABLES,
         ),
+        not_paying(cfg),
         metrics_missing(cfg),
     ]
+
+
+def not_paying(cfg: MixinConfig) -> dict[str, Any]:
+    inst = _label_template(cfg.instance_label)
+    return _alert(
+        cfg, NOT_PAYING,
+        expr=load.not_paying_condition(cfg),
+        severity=cfg.warning_severity,
+        summary="Speculative decoding costs more than it saves at the current load.",
+        description=(
+            MODEL_ON + inst + "{{ with $labels.engine }} (engine {{ . }}){{ end }}: at its running batch, "
+            "speculation is estimated to decode at {{ $value | printf \"%.2f\" }}x the speed of plain "
+            f"decoding, below 1x for {cfg.not_paying_for}. The batch verifies more draft tokens than the target "
+            f"handles for free (compute_bound_tokens {cfg.compute_bound_tokens}), and the drafts it accepts no "
+            "longer make up for that work. Lower k or turn speculation off above this batch size."
+        ),
+        for_=cfg.not_paying_for,
+        dashboard_variables=SERVER_MODEL_VARIABLES,
+    )
 
 
 def metrics_missing(cfg: MixinConfig) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from typing import Any
 from ...names import MetricName
 from .. import links
 from ..config import MixinConfig
-from . import fleet_counts, fleet_records, positions, sources
+from . import fleet_counts, fleet_records, load, positions, sources
 from .fleet_records import FLEET_GROUP
 from .quantities import ACCEPTANCE, MEAN_ACCEPTANCE_LENGTH, POSITION_ACCEPTANCE, POSITION_MATCHING
 from .sources import ACCEPTED, DRAFT_TOKENS, DRAFTS, GENERATED, SourceCounter, own
@@ -351,6 +351,7 @@ def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
             fleet_records.fleet_group(cfg),
             {"name": RECORDING_GROUP, "interval": interval, "rules": recording_rules(cfg)},
             counts_group(cfg),
+            load.load_group(cfg),
             *({"name": evidence_group_name(window), "interval": interval, "rules": evidence_rules(cfg, window)}
               for window in cfg.windows.evidence)]
 

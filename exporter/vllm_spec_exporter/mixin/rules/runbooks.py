@@ -18,7 +18,7 @@ from ...names import MetricName
 from .. import links
 from ..config import MixinConfig
 from ..templates import fill
-from . import alert_rules, recording_rules, sources
+from . import alert_rules, load, recording_rules, sources
 
 __all__ = ["RUNBOOKS_FILE", "markdown", "render", "values"]
 
@@ -101,6 +101,11 @@ def values(cfg: MixinConfig) -> dict[str, object]:
                              "(restart without `--speculative-config`) or roll back the last change; then pick "
                              "by what the diagnosis showed;"})
     out["acceptance_sections"] = _partial("runbook-acceptance-alerts.md", out)
+    loads = load.load_names(cfg)
+    out["not_paying_section"] = _partial("runbook-not-paying.md", {
+        **out, "speedup_at_load_record": loads.speedup, "load_batch_record": loads.batch,
+        "compute_bound_tokens": cfg.compute_bound_tokens, "draft_cost_ratio": f"{cfg.draft_cost_ratio:g}",
+        "not_paying_for": cfg.not_paying_for})
     return out
 
 

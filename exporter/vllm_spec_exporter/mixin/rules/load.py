@@ -1,0 +1,78 @@
+"""Is speculation paying at the current load? The running batch and the speed-up estimated at it.
+
+Acceptance alone does not say whether speculation pays: a speculative step verifies every
+request's drafts, and once a step holds more tokens than the target can verify for free
+(`compute_bound_tokens`: past it, step time grows with the tokens), the same acceptance that paid
+at a small batch costs more than it saves at a large one. These records put the two together, per
+(server, model, engine), from the series vLLM already has:
+
+    instance_model_engine:vllm_num_requests_running:mean_over_time<w>       the running batch
+    instance_model_engine:vllm_spec_decode_speedup_at_load:estimate_rate<w>  speed-up at that batch
+
+The speed-up is quantities.speedup_at_load over the source records (advisor.speedup_at_load in
+Python): `(1 + accepted / drafts) / (max(N, B (1 + L)) / max(N, B) + c L)`, with L the mean
+draft length and c the `draft_cost_ratio` knob. Below 1 speculation costs more than it saves at
+that batch; SpecDecodeNotPaying warns when it stays there for `not_paying_for`.
+
+Contract: the batch is the source's running-requests gauge averaged over `rate_window` (a subquery
+at the evaluation interval, so every spelling of vLLM's gauge reads the same way), the engines
+kept apart: each data-parallel engine runs its own batch. The speed-up reads the batch record of
+the same group (Prometheus evaluates it first in the same cycle; vmalert reads the previous
+cycle's, which a warning held for minutes does not notice). Both are absent without drafts (the
+speed-up) or without a running-requests gauge (TensorRT-LLM and SGLang serve theirs through the
+sidecar; a source without one has no estimate, never 1).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from ...names import MetricName
+from ..config import MixinConfig
+from . import sources
+from .quantities import speedup_at_load
+
+__all__ = ["LOAD_GROUP", "LoadNames", "load_group", "load_meanings", "load_names", "not_paying_condition"]
+
+LOAD_GROUP = "vllm-spec-decode.load"
+
+
+class LoadNames(NamedTuple):
+    """The load records' names for one config (the window is part of each name)."""
+
+    batch: str
+    speedup: str
+
+
+def load_names(cfg: MixinConfig) -> LoadNames:
+    w = cfg.windows.rate_window
+    return LoadNames(batch=f"instance_model_engine:vllm_num_requests_running:mean_over_time{w}",
+                     speedup=f"instance_model_engine:vllm_spec_decode_speedup_at_load:estimate_rate{w}")
+
+
+def load_group(cfg: MixinConfig) -> dict[str, Any]:
+    n, w = load_names(cfg), cfg.windows
+    running = sources.raw_gauge(cfg, MetricName.REQUESTS_RUNNING, sources.source_matchers(cfg))
+    speedup = speedup_at_load(lambda counter: sources.own(cfg, sources.rate_record(cfg, counter)),
+                              sources.own(cfg, n.batch), cfg.draft_cost_ratio, cfg.compute_bound_tokens)
+    return {"name": LOAD_GROUP, "interval": w.evaluation_interval, "rules": [
+        {"record": n.batch, "expr": f"avg_over_time(({running})[{w.rate_window}:{w.evaluation_interval}])"},
+        {"record": n.speedup, "expr": speedup},
+    ]}
+
+
+def not_paying_condition(cfg: MixinConfig) -> str:
+    """Speculation estimated to cost more than it saves at the running batch, now."""
+    return f"{sources.own(cfg, load_names(cfg).speedup)} < 1"
+
+
+def load_meanings(cfg: MixinConfig) -> dict[str, str]:
+    """Record name -> one-line meaning (alerts/README.md)."""
+    n = load_names(cfg)
+    return {
+        n.batch: ("Per server, model and engine: running requests (the batch), averaged over "
+                  f"`{cfg.windows.rate_window}`."),
+        n.speedup: ("Per server, model and engine: estimated speed-up of speculation at that batch, tokens per "
+                    f"step over a speculative step's cost (`compute_bound_tokens` {cfg.compute_bound_tokens}, "
+                    f"`draft_cost_ratio` {cfg.draft_cost_ratio:g}); below 1 it costs more than it saves."),
+    }

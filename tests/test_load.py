@@ -1,0 +1,110 @@
+"""Paying at the current load: the speed-up estimated at the running batch, in Python
+(advisor.speedup_at_load) and in PromQL (rules/load.py, run by promtool on both bundles), and
+SpecDecodeNotPaying firing only when the estimate stays below 1 at a batch that makes it so."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+from test_sources_promtool import run_scenario
+
+from vllm_spec_exporter import advisor
+from vllm_spec_exporter.check import paying_at
+from vllm_spec_exporter.derive import SeriesFigures
+from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.rules import alert_rules, load, recording_rules, sources
+from vllm_spec_exporter.names import MetricName
+
+N = advisor.DEFAULT_COMPUTE_BOUND_TOKENS
+
+
+def test_at_a_small_batch_it_is_the_speedup_bound() -> None:
+    """Below the compute-bound point verification is free: only acceptance and drafting cost count."""
+    for batch in (0, 1, 8, N / 5 - 1):
+        assert math.isclose(advisor.speedup_at_load(100, 400, 300, batch, 0.05),
+                            advisor.speedup_bound(100, 400, 300, 0.05))
+
+
+def test_a_large_batch_makes_the_same_acceptance_stop_paying() -> None:
+    """k = 4 drafts at 25 % acceptance: 2 tokens a step. It pays at 8 requests, not at 128: each
+    step then verifies 640 tokens instead of 128, 2.5x the work for 2x the tokens."""
+    small = advisor.speedup_at_load(100, 400, 100, 8, 0.0)
+    large = advisor.speedup_at_load(100, 400, 100, 128, 0.0)
+    assert small == pytest.approx(2.0) and large == pytest.approx(2.0 / (640 / 256))
+    assert large < 1 < small
+    # Monotone in the batch once compute-bound, and it never rises again.
+    values = [advisor.speedup_at_load(100, 400, 100, batch, 0.0) for batch in range(1, 400, 7)]
+    assert all(a >= b for a, b in itertools.pairwise(values))
+
+
+def test_no_drafts_is_no_estimate_and_bad_input_is_named() -> None:
+    assert advisor.speedup_at_load(0, 0, 0, 4, 0.0) is None
+    with pytest.raises(ValueError, match="compute-bound tokens"):
+        advisor.speedup_at_load(1, 4, 2, 4, 0.0, compute_bound_tokens=0)
+    with pytest.raises(ValueError, match="batch"):
+        advisor.speedup_at_load(1, 4, 2, -1, 0.0)
+
+
+def test_check_estimates_at_the_mean_sampled_batch() -> None:
+    total = SeriesFigures(seconds=30, drafts=100, draft_tokens=400, accepted=100, generation=200,
+                          accepted_by_position={}, k=4)
+    paying = paying_at(total, [100, 156], 0.0, N, min_draft_tokens=100)
+    assert paying is not None and paying.batch == 128
+    assert paying.speedup == pytest.approx(advisor.speedup_at_load(100, 400, 100, 128, 0.0))
+    assert paying_at(total, [], 0.0, N, 100) is None  # no running-requests gauge: no estimate, never 1
+    assert paying_at(total, [8], 0.0, N, min_draft_tokens=1000) is None  # too few drafts to say
+
+
+def _scenario(cfg: MixinConfig, batch: int, accepted_per_s: int) -> tuple[list[dict], str]:
+    """One server at a steady 25 drafts/s of k = 4 and `batch` running requests, for 30 minutes."""
+    if cfg.direct:
+        labels = 'job="vllm", instance="a:8000", model_name="m", engine="0"'
+        name = {counter: f"vllm:{counter.vllm}" for counter in sources.COUNTERS}
+        running = f"vllm:{sources.VLLM_GAUGES[MetricName.REQUESTS_RUNNING]}"
+    else:
+        labels = 'job="vllm-spec-exporter", instance="a:9850", model_name="m", engine="0"'
+        name = {counter: str(counter.exporter) for counter in sources.COUNTERS}
+        running = str(MetricName.REQUESTS_RUNNING)
+    per_step = 15  # s
+    steps = 120
+    rates = {sources.DRAFTS: 25, sources.DRAFT_TOKENS: 100, sources.ACCEPTED: accepted_per_s,
+             sources.GENERATED: 25 + accepted_per_s}
+    series = [{"series": f"{name[c]}{{{labels}}}", "values": f"0+{rate * per_step}x{steps}"}
+              for c, rate in rates.items()]
+    series.append({"series": f"{running}{{{labels}}}", "values": f"{batch}x{steps}"})
+    return series, labels
+
+
+@pytest.mark.parametrize("source", ["exporter", "vllm"])
+@pytest.mark.parametrize("batch, accepted, pays", [(8, 25, True), (128, 25, False), (128, 75, True)])
+def test_the_record_equals_python_and_the_alert_fires_only_where_it_does_not_pay(
+        source: str, batch: int, accepted: int, pays: bool, promtool: str, tmp_path: Path) -> None:
+    cfg = MixinConfig(source=source)
+    series, labels = _scenario(cfg, batch, accepted)
+    expected = advisor.speedup_at_load(25, 100, accepted, batch, cfg.draft_cost_ratio, cfg.compute_bound_tokens)
+    assert expected is not None and (expected >= 1) == pays
+    names = load.load_names(cfg)
+    alert = alert_rules.not_paying(cfg)
+    tests = [{"expr": f"round({names.speedup}, 0.0001)", "eval_time": "20m",
+              "exp_samples": [{"labels": f"{{{labels}}}", "value": round(expected, 4)}]},
+             {"expr": f"round({names.batch}, 0.0001)", "eval_time": "20m",
+              "exp_samples": [{"labels": f"{{{labels}}}", "value": batch}]},
+             {"expr": f'ALERTS{{alertname="{alert_rules.NOT_PAYING}", alertstate="firing"}}', "eval_time": "20m",
+              "exp_samples": [] if pays else [{"labels": (
+                  f'{{__name__="ALERTS", alertname="{alert_rules.NOT_PAYING}", alertstate="firing", '
+                  f'severity="warning", {labels}}}'), "value": 1}]},
+             # Not before it lasted not_paying_for: 15 minutes from the first full rate window.
+             {"expr": f'ALERTS{{alertname="{alert_rules.NOT_PAYING}", alertstate="firing"}}', "eval_time": "10m",
+              "exp_samples": []}]
+    groups = [{"name": "source", "rules": sources.source_rules(cfg)}, load.load_group(cfg),
+              {"name": "alerts", "rules": [alert]}]
+    run_scenario(promtool, tmp_path, groups, series, tests)
+
+
+def test_the_committed_bundles_carry_the_load_group_and_the_alert() -> None:
+    for cfg in (MixinConfig(), MixinConfig(source="vllm")):
+        assert load.load_group(cfg) in recording_rules.recording_groups(cfg)
+        assert alert_rules.NOT_PAYING in {a["alert"] for a in alert_rules.all_alerts(cfg)}

@@ -39,11 +39,11 @@ def test_console_script_prints_one_line_per_server() -> None:
     assert {"prometheus", "alertmanager", "victoria-metrics", "vmalert", "vllm", "llama-server"} <= set(names)
 
 
-def test_the_readme_sample_is_what_the_command_prints() -> None:
-    """The README's `vllm-spec-lab versions` sample names the same servers, in the same order and
-    line format, as the command (versions and paths are this machine's)."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    sample = readme.split("$ vllm-spec-lab versions\n", 1)[1].split("```", 1)[0].splitlines()
+def test_the_compatibility_doc_sample_is_what_the_command_prints() -> None:
+    """docs/compatibility.md's `vllm-spec-lab versions` sample names the same servers, in the same
+    order and line format, as the command (versions and paths are this machine's)."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "compatibility.md").read_text()
+    sample = doc.split("$ vllm-spec-lab versions\n", 1)[1].split("```", 1)[0].splitlines()
     printed = [server.line() for server in versions.server_versions()]
     assert [line.split(" ", 1)[0] for line in sample] == [line.split(" ", 1)[0] for line in printed]
     assert all(re.fullmatch(r"\S+ \S.*  \(/\S+\)", line) for line in sample), sample

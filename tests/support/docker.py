@@ -154,7 +154,7 @@ class PrivateDockerd:
 
     def _answers(self) -> bool:
         """The daemon answers `docker version`. A probe that times out is "not yet": on a loaded
-        machine a starting dockerd took over 10 s to answer one in CI, and the start's
+        machine a starting dockerd has taken over 10 s to answer one (seen in CI), and the start's
         own deadline, not one probe's, decides when it failed."""
         try:
             return self.socket.exists() and self.docker("version", check=False, timeout=10).returncode == 0

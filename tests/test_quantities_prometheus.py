@@ -37,7 +37,7 @@ from vllm_spec_exporter.derive import derive_series, figures
 from vllm_spec_exporter.engines import VLLM_PREFIXES
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.dashboards import promql
-from vllm_spec_exporter.mixin.rules import fleet_records, positions, recording_rules
+from vllm_spec_exporter.mixin.rules import fleet_records, load, positions, recording_rules
 from vllm_spec_exporter.names import MetricName, SeriesKey
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
@@ -168,7 +168,7 @@ class Record(NamedTuple):
 
 # The groups whose records a query is inlined with (not the band counts: several rules share a name).
 INLINED_GROUPS = (recording_rules.SOURCE_GROUP, positions.K_GROUP, fleet_records.FLEET_GROUP,
-                  recording_rules.RECORDING_GROUP)
+                  recording_rules.RECORDING_GROUP, load.LOAD_GROUP)
 
 
 def records(*, evidence: bool = False) -> dict[str, Record]:

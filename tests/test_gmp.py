@@ -74,7 +74,7 @@ def operator_problems(obj: dict[str, Any], scope: dict[str, str]) -> list[str]:
             name = rule.get("record") or rule.get("alert")
             if "for" in rule and not is_prometheus_duration(rule["for"]):
                 problems.append(f"{name}: for {rule['for']!r}")
-            problems += [f"{name}: sets label {label}" for label in scope if label in rule.get("labels", {})]
+            problems.extend(f"{name}: sets label {label}" for label in scope if label in rule.get("labels", {}))
 
             def visit(node: promql_parser.Expr, name: str = name) -> bool:
                 if isinstance(node, promql_parser.VectorSelector):

@@ -26,7 +26,7 @@ import yaml
 from . import docs
 from .config import SOURCE_VLLM, MixinConfig, load_config
 from .dashboards import dashboard_files
-from .deploy import compose, gmp, jsonnet, kubernetes
+from .deploy import compose, gmp, guide, jsonnet, kubernetes
 from .rules import alertmanager, rule_files, runbooks
 
 RENDERERS: tuple[Callable[[MixinConfig], dict[str, str]], ...] = (
@@ -39,6 +39,7 @@ RENDERERS: tuple[Callable[[MixinConfig], dict[str, str]], ...] = (
     compose.render,
     jsonnet.render,
     gmp.render,
+    guide.render,
 )
 # {copy: original}: byte-identical copies of files another renderer wrote.
 COPIES: dict[str, str] = kubernetes.COPIES

@@ -21,6 +21,7 @@ from typing import Any
 import _gojsonnet
 import pytest
 import yaml
+from test_kubernetes import crd_errors
 
 from vllm_spec_exporter.mixin import generate, links
 from vllm_spec_exporter.mixin.config import MixinConfig, load_config
@@ -254,3 +255,15 @@ def test_composes_with_another_mixin_as_kube_prometheus_does() -> None:
     other = "{ _config+:: { clusterLabel: 'k8s' }, prometheusAlerts+:: { groups+: [{ name: 'other', rules: [] }] } }"
     names = evaluate(SIDECAR, expression=f"[g.name for g in (m + {other}).prometheusAlerts.groups]")
     assert names == [*(g["name"] for g in committed()["prometheusAlerts"]["groups"]), "other"]
+
+
+def test_outputs_are_hidden_fields_and_make_a_valid_prometheusrule() -> None:
+    # As in kubernetes-mixin: `+::` fields, found by std.objectHasAll (kube-prometheus' addMixin
+    # looks them up that way), never manifested by themselves.
+    visible = evaluate(SIDECAR, expression=f"[std.objectHas(m, f) for f in {json.dumps(FIELDS)}]")
+    present = evaluate(SIDECAR, expression=f"[std.objectHasAll(m, f) for f in {json.dumps(FIELDS)}]")
+    assert visible == [False] * 3 and present == [True] * 3
+    groups = evaluate(SIDECAR, expression="m.prometheusAlerts.groups + m.prometheusRules.groups")
+    rule = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+            "metadata": {"name": "vllm-spec-exporter", "namespace": "monitoring"}, "spec": {"groups": groups}}
+    assert crd_errors(rule) == []

@@ -37,12 +37,13 @@ DIRECT = ROOT / generate.DIRECT_ROOT / jsonnet.MIXIN_DIR
 FIELDS = ("prometheusRules", "prometheusAlerts", "grafanaDashboards")
 
 
-def evaluate(mixin_dir: Path, config: dict[str, Any] | None = None, expression: str = "") -> Any:
+def evaluate(mixin_dir: Path, config: dict[str, Any] | None = None, expression: str = "",
+             entry: str = "mixin.libsonnet") -> Any:
     """The mixin at `mixin_dir` with `config` merged into `_config`: its three outputs, or `expression`
     over it (`m`)."""
     overrides = json.dumps(config or {})
     body = expression or "{" + ", ".join(f"{field}: m.{field}" for field in FIELDS) + "}"
-    snippet = f"local m = (import 'mixin.libsonnet') + {{ _config+:: {overrides} }}; {body}"
+    snippet = f"local m = (import '{entry}') + {{ _config+:: {overrides} }}; {body}"
     return json.loads(_gojsonnet.evaluate_snippet("test", snippet, jpathdir=[str(mixin_dir)]))
 
 
@@ -152,7 +153,8 @@ def test_an_explicit_hold_stays_as_rendered(tmp_path: Path) -> None:
 
 
 def values(config: dict[str, Any], mixin_dir: Path = SIDECAR) -> dict[str, Any]:
-    return evaluate(mixin_dir, config, "m._vllmSpecValues")
+    """config.libsonnet's values alone (the mixin's other files need not be parsed)."""
+    return evaluate(mixin_dir, config, "m._vllmSpecValues", entry="config.libsonnet")
 
 
 @pytest.mark.parametrize("threshold", [0.05, 0.1, 0.123, 0.25, 0.33, 0.4, 0.4125, 0.45, 0.5, 0.55, 0.5501, 0.6,
@@ -200,8 +202,12 @@ def test_every_config_field_is_a_knob_or_feeds_one() -> None:
     listed = set(evaluate(SIDECAR, expression="std.objectFieldsAll(m._config)"))
     assert set(knob_fields().values()) <= listed
     assert listed - set(knob_fields().values()) == {"clusterLabel", "showMultiCluster", "vllmSpecScrapeInterval"}
-    # Each one changes the output (no field that does nothing).
-    default = evaluate(SIDECAR)
+    # Each one changes a value the templates print (config.libsonnet lists only the values some
+    # template uses), so the output: no field that does nothing.
+    default = values({})
+    templates = "".join((SIDECAR / name).read_text() for name in ("alerts.libsonnet", "rules.libsonnet",
+                                                                    "dashboards.libsonnet"))
+    assert all(f"%({name})s" in templates or f"v.{name}" in templates for name in default), default
     changed = {"vllmSpecExporterSelector": 'job="other"', "vllmSelector": 'job="other"',
                "vllmSpecFleetLabels": ["namespace"], "clusterLabel": "k8s", "showMultiCluster": True,
                "specDecodeAcceptanceWarningThreshold": 0.45, "specDecodeAcceptanceCriticalThreshold": 0.3,
@@ -209,7 +215,7 @@ def test_every_config_field_is_a_knob_or_feeds_one() -> None:
     assert set(changed) == listed - {"vllmSpecScrapeInterval"}
     for field, value in changed.items():
         extra = {"showMultiCluster": True} if field == "clusterLabel" else {}
-        assert evaluate(SIDECAR, {field: value, **extra}) != default, field
+        assert values({field: value, **extra}) != default, field
 
 
 # --- the generator refuses what it cannot template -------------------------------------------

@@ -167,8 +167,8 @@ class MixinConfig:
         "The `interval:` of the two fleet groups (`vllm-spec-decode.fleet`, `.fleet.counts`): sums and counts over "
         "every server that only the dashboards' \"All\" panels read, never an alert. Empty: a minute (the rate "
         "window when shorter), or the evaluation interval when longer: summing every server is among the costliest "
-        "work of a large fleet's rules, and no page waits on it. Their panels step once an interval at All. At least the "
-        "evaluation interval; at most rate_window, or the fleet rates skip traffic between evaluations.",
+        "work of a large fleet's rules, and no page waits on it. Their panels step once an interval at All. At least "
+        "the evaluation interval; at most rate_window, or the fleet rates skip traffic between evaluations.",
     )
     rate_window: str = knob(
         WINDOWS, "",

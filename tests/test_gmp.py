@@ -218,14 +218,25 @@ def test_gmps_target_labels_match_exporter_selector(selector: str, name: str) ->
         assert not selector_holds(selector, gmp_target_labels(pm, bare, endpoint["port"]))
 
 
-@pytest.mark.parametrize(("sets", "message"), [
-    (['exporter_selector=job="My_Sidecars"'], "Kubernetes object name"),
-    (['vllm_selector=job="vllm:8000"'], "Kubernetes object name"),
-    (['exporter_selector=container="exporter"'], "container"),
+@pytest.mark.parametrize(("selector", "left_out"), [
+    ('exporter_selector=job="My_Sidecars"', gmp.EXPORTER_PODMONITORING_FILE),
+    ('vllm_selector=job="vllm:8000"', gmp.VLLM_PODMONITORING_FILE),
 ])
-def test_selectors_gmp_cannot_meet_are_errors(sets: list[str], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        gmp.render(load_config(None, sets))
+def test_a_job_gmp_cannot_name_leaves_its_podmonitoring_out(selector: str, left_out: str) -> None:
+    # generate still renders everything (the Prometheus Operator objects can relabel any job); the
+    # GMP README says what is missing and why, and the kustomization lists what is there.
+    files = gmp_files(load_config(None, [selector]))
+    assert left_out not in files
+    name = left_out.rsplit("/", 1)[1]
+    assert f"No `{name}`" in files[gmp.README_FILE] and "Kubernetes object name" in files[gmp.README_FILE]
+    kustomization = yaml.safe_load(files[gmp.KUSTOMIZATION])
+    assert name not in kustomization["resources"] and "clusterrules.yaml" in kustomization["resources"]
+    assert "Left out" not in (ROOT / gmp.README_FILE).read_text()
+
+
+def test_a_container_the_sidecar_does_not_have_is_an_error() -> None:
+    with pytest.raises(ValueError, match="container"):
+        gmp.render(load_config(None, ['exporter_selector=container="exporter"']))
 
 
 def test_podmonitorings_scrape_the_ports_the_sidecar_uses() -> None:

@@ -32,7 +32,7 @@ def render(cfg: MixinConfig) -> dict[str, str]:
         "fleet_file": dashboard_files.file_name(dashboard_files.FLEET_PATH),
         "field_rows": "\n".join(field_rows(cfg)),
         "scrape_field": jsonnet.SCRAPE_INTERVAL_FIELD,
-        "exporter_job": gmp.job_name(cfg.exporter_selector, "exporter_selector", gmp.NAME),
-        "vllm_job": gmp.job_name(cfg.vllm_selector, "vllm_selector", "vllm"),
+        "exporter_job": gmp.job_name(cfg.exporter_selector, gmp.NAME),
+        "vllm_job": gmp.job_name(cfg.vllm_selector, "vllm"),
         "fleet_level": "_".join((*cfg.fleet_labels, "model")),
     })}

@@ -198,24 +198,30 @@ def test_config_the_mixin_cannot_honour_is_an_error(config: dict[str, Any], mess
         evaluate(SIDECAR, config, "m.prometheusAlerts")
 
 
-def test_every_config_field_is_a_knob_or_feeds_one() -> None:
-    listed = set(evaluate(SIDECAR, expression="std.objectFieldsAll(m._config)"))
-    assert set(knob_fields().values()) <= listed
-    assert listed - set(knob_fields().values()) == {"clusterLabel", "showMultiCluster", "vllmSpecScrapeInterval"}
+CHANGED = {"vllmSpecExporterSelector": 'job="other"', "vllmSelector": 'job="other"',
+           "vllmSpecFleetLabels": ["namespace"], "clusterLabel": "k8s", "showMultiCluster": True,
+           "specDecodeAcceptanceWarningThreshold": 0.45, "specDecodeAcceptanceCriticalThreshold": 0.3,
+           "specDecodeRaiseKThreshold": 0.8, "vllmSpecWarningSeverity": "x", "vllmSpecCriticalSeverity": "y"}
+
+
+@pytest.mark.parametrize(("mixin_dir", "absent"), [(SIDECAR, set()), (DIRECT, {"vllmSpecExporterSelector"})],
+                         ids=["sidecar", "direct"])
+def test_every_config_field_is_a_knob_or_feeds_one(mixin_dir: Path, absent: set[str]) -> None:
+    # Without the sidecar no rule or panel reads the exporter's selector: the mixin does not offer it.
+    listed = set(evaluate(mixin_dir, expression="std.objectFieldsAll(m._config)", entry="config.libsonnet"))
+    knobs = set(knob_fields().values()) - absent
+    assert knobs <= listed and not absent & listed
+    assert listed - knobs == {"clusterLabel", "showMultiCluster", "vllmSpecScrapeInterval"}
     # Each one changes a value the templates print (config.libsonnet lists only the values some
     # template uses), so the output: no field that does nothing.
-    default = values({})
-    templates = "".join((SIDECAR / name).read_text() for name in ("alerts.libsonnet", "rules.libsonnet",
-                                                                    "dashboards.libsonnet"))
+    default = values({}, mixin_dir)
+    templates = "".join((mixin_dir / name).read_text() for name in ("alerts.libsonnet", "rules.libsonnet",
+                                                                      "dashboards.libsonnet"))
     assert all(f"%({name})s" in templates or f"v.{name}" in templates for name in default), default
-    changed = {"vllmSpecExporterSelector": 'job="other"', "vllmSelector": 'job="other"',
-               "vllmSpecFleetLabels": ["namespace"], "clusterLabel": "k8s", "showMultiCluster": True,
-               "specDecodeAcceptanceWarningThreshold": 0.45, "specDecodeAcceptanceCriticalThreshold": 0.3,
-               "specDecodeRaiseKThreshold": 0.8, "vllmSpecWarningSeverity": "x", "vllmSpecCriticalSeverity": "y"}
-    assert set(changed) == listed - {"vllmSpecScrapeInterval"}
-    for field, value in changed.items():
+    assert set(CHANGED) - absent == listed - {"vllmSpecScrapeInterval"}
+    for field in listed - {"vllmSpecScrapeInterval"}:
         extra = {"showMultiCluster": True} if field == "clusterLabel" else {}
-        assert values({field: value, **extra}) != default, field
+        assert values({field: CHANGED[field], **extra}, mixin_dir) != default, field
 
 
 # --- the generator refuses what it cannot template -------------------------------------------

@@ -56,8 +56,6 @@ local unique(labels) = std.foldl(function(kept, label) if std.member(kept, label
 
 {
   _config+:: {
-    // Label matchers (without braces) of the exporter's scrape job (MixinConfig exporter_selector).
-    vllmSpecExporterSelector: 'job="vllm-spec-exporter"',
     // Label matchers of vLLM's own /metrics scrape job (MixinConfig vllm_selector).
     vllmSelector: 'job="vllm"',
     // Labels the fleet records keep besides model_name; they also prefix the fleet records' names
@@ -87,7 +85,6 @@ local unique(labels) = std.foldl(function(kept, label) if std.member(kept, label
   _vllmSpecValues:: {
     local c = $._config,
     assert c.vllmSpecScrapeInterval == '15s' : 'vllmSpecScrapeInterval is fixed at 15s (it sizes every window and hold): render the mixin for another with vllm-spec-exporter generate --set scrape_interval=...',
-    assert c.vllmSpecExporterSelector != '' : 'vllmSpecExporterSelector is empty',
     assert c.vllmSelector != '' : 'vllmSelector is empty; render that with `vllm-spec-exporter generate --set vllm_selector=`',
     assert !(c.showMultiCluster && std.member(c.vllmSpecFleetLabels, c.clusterLabel)) : 'showMultiCluster adds clusterLabel, which vllmSpecFleetLabels already holds',
     assert 0 < c.specDecodeAcceptanceCriticalThreshold && c.specDecodeAcceptanceCriticalThreshold <= c.specDecodeAcceptanceWarningThreshold && c.specDecodeAcceptanceWarningThreshold < 1 : 'need 0 < specDecodeAcceptanceCriticalThreshold <= specDecodeAcceptanceWarningThreshold < 1',

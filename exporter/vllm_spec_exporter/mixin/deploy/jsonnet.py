@@ -85,9 +85,9 @@ MIXIN_TEXT = """\
 """
 
 
-def config_fields(mixin: Parameterised) -> list[str]:
+def config_fields(cfg: MixinConfig, mixin: Parameterised) -> list[str]:
     """The `_config` fields some template reads, in FIELDS order."""
-    read = {name for form in mixin.forms for name in form.fields}
+    read = {name for form in mixin.forms for name in form.reads(cfg)}
     read |= {field.name for field in FIELDS if any(n.field == field.name for n in _numbers(mixin))}
     return [field.name for field in FIELDS if field.name in read]
 
@@ -97,7 +97,7 @@ def _numbers(mixin: Parameterised) -> list[NumberForm]:
 
 
 def config_text(cfg: MixinConfig, mixin: Parameterised) -> str:
-    listed = config_fields(mixin)
+    listed = config_fields(cfg, mixin)
     by_name = {field.name: field for field in FIELDS}
     lines = []
     for name in listed:

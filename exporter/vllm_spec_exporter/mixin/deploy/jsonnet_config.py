@@ -98,6 +98,13 @@ class Form(NamedTuple):
     # Knobs whose probe values locate it; by default those of its fields. A hold is located by
     # probing its own knob: durations repeat across the artifacts, a hold's value could be any of them.
     located_by: tuple[str, ...] = ()
+    # It also reads the source's selector (the exporter's, or vLLM's without the sidecar).
+    reads_source_selector: bool = False
+
+    def reads(self, cfg: MixinConfig) -> tuple[str, ...]:
+        """The `_config` fields it reads under `cfg`."""
+        source = "vllmSelector" if cfg.direct else "vllmSpecExporterSelector"
+        return (*self.fields, source) if self.reads_source_selector else self.fields
 
 
 class NumberForm(NamedTuple):
@@ -134,9 +141,9 @@ FORMS: tuple[Form, ...] = (
     # The fleet records' `by (...)` lists and name prefix (fleet_records, recording_rules); the
     # source selector's labels are among them, so the selector fields are read too.
     Form("fleetKeptLabels", lambda cfg: ", ".join(fleet_records.kept_labels(cfg)), "std.join(', ', keptLabels)",
-         (*_FLEET, "vllmSpecExporterSelector", "vllmSelector")),
+         _FLEET, reads_source_selector=True),
     Form("fleetModelLabels", lambda cfg: ", ".join(recording_rules.fleet_model_labels(cfg)),
-         "std.join(', ', modelLabels)", (*_FLEET, "vllmSpecExporterSelector", "vllmSelector")),
+         "std.join(', ', modelLabels)", _FLEET, reads_source_selector=True),
     Form("fleetLevel", lambda cfg: "_".join(cfg.fleet_labels), "std.join('_', fleetLabels)", _FLEET),
     Form("warningSeverity", lambda cfg: cfg.warning_severity, "c.vllmSpecWarningSeverity",
          ("vllmSpecWarningSeverity",)),
@@ -172,7 +179,7 @@ def probe(cfg: MixinConfig, plain_text: str) -> MixinConfig:
     different from `cfg`'s and nowhere in `plain_text` (the plain render, serialised). ValueError
     if none."""
     probed = cfg
-    needed = {knob for form in FORMS if form.applies(cfg) for knob in _knobs(form)}
+    needed = {knob for form in FORMS if form.applies(cfg) for knob in _knobs(form, cfg)}
     for knob, candidates in PROBES.items():
         if knob not in needed:
             continue  # e.g. a hold set explicitly: the mixin writes it as rendered
@@ -182,7 +189,7 @@ def probe(cfg: MixinConfig, plain_text: str) -> MixinConfig:
             except ValueError:
                 continue  # e.g. a critical threshold above the warning one
             if all(_acceptable(form, cfg, probed, trial, plain_text) for form in FORMS
-                   if knob in _knobs(form) and form.applies(cfg)):
+                   if knob in _knobs(form, cfg) and form.applies(cfg)):
                 probed = trial
                 break
         else:
@@ -191,11 +198,11 @@ def probe(cfg: MixinConfig, plain_text: str) -> MixinConfig:
     return probed
 
 
-def _knobs(form: Form) -> set[str]:
+def _knobs(form: Form, cfg: MixinConfig) -> set[str]:
     if form.located_by:
         return set(form.located_by)
     by_field = {f.name: f.knob for f in FIELDS}
-    return {by_field[name] for name in form.fields if by_field[name]}
+    return {by_field[name] for name in form.reads(cfg) if by_field[name]}
 
 
 def _acceptable(form: Form, cfg: MixinConfig, before: MixinConfig, trial: MixinConfig, plain_text: str) -> bool:

@@ -364,3 +364,45 @@ def test_a_regenerated_tree_with_other_selectors_still_builds_and_validates(tmp_
                                                                          "team": "inference"}
     for kind in ("PodMonitor", "PrometheusRule"):
         assert crd_errors(objects[kind]) == []
+
+
+# --- config: kube-prometheus-stack's release label ------------------------------------------
+
+
+def test_default_operator_objects_carry_no_release_label() -> None:
+    # The label is opt-in: the committed base stays selector-neutral, the example overlay adds it.
+    for rel in (kubernetes.PODMONITOR_FILE, kubernetes.PROMETHEUS_RULE_FILE, rule_files.PROMETHEUS_RULE_FILE,
+                generate.DIRECT_ROOT + rule_files.PROMETHEUS_RULE_FILE):
+        assert "release" not in yaml.safe_load((ROOT / rel).read_text())["metadata"]["labels"], rel
+
+
+def test_release_label_reaches_both_operator_objects_and_replaces_the_overlays_patch(tmp_path: Path) -> None:
+    cfg = load_config(None, ["release_label=prom-stack"])
+    files = generate.render_all(cfg)
+    for rel in (kubernetes.PODMONITOR_FILE, kubernetes.PROMETHEUS_RULE_FILE, rule_files.PROMETHEUS_RULE_FILE,
+                generate.DIRECT_ROOT + rule_files.PROMETHEUS_RULE_FILE):
+        obj = yaml.safe_load(files[rel])
+        assert obj["metadata"]["labels"]["release"] == "prom-stack", rel
+        assert crd_errors(obj) == [], rel
+    # Everything else about the PrometheusRule is the default's.
+    default = yaml.safe_load((ROOT / rule_files.PROMETHEUS_RULE_FILE).read_text())
+    labelled = yaml.safe_load(files[rule_files.PROMETHEUS_RULE_FILE])
+    del labelled["metadata"]["labels"]["release"]
+    assert labelled == default
+    write_tree(kubernetes_files(cfg), tmp_path)
+    objects = by_kind(kustomize_build(tmp_path / kubernetes.EXAMPLE))
+    for kind in ("PodMonitor", "PrometheusRule"):
+        assert objects[kind]["metadata"]["labels"]["release"] == "prom-stack"  # the overlay's patch is gone
+    base = by_kind(kustomize_build(tmp_path / kubernetes.BASE))
+    assert {kind: base[kind]["metadata"]["labels"]["release"] for kind in ("PodMonitor", "PrometheusRule")} == {
+        "PodMonitor": "prom-stack", "PrometheusRule": "prom-stack"}
+
+
+@pytest.mark.parametrize(("sets", "message"), [
+    (["release_label=my release"], "label value"),
+    (["release_label=" + "x" * 64], "label value"),
+    (["release_label=a", "prometheus_rule_labels={release: b}"], "disagree"),
+])
+def test_release_label_is_checked(sets: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        load_config(None, sets)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
@@ -352,6 +353,13 @@ class MixinConfig:
         "Labels on the Kubernetes PrometheusRule (alerts/prometheusrule.yaml); match them to your Prometheus "
         "Operator's ruleSelector (kube-prometheus-stack: release=<helm release>).",
     )
+    release_label: str = knob(
+        ALERTMANAGER, "",
+        "kube-prometheus-stack's Prometheus picks PodMonitors and PrometheusRules labelled `release: <Helm release "
+        "name>` (its podMonitorSelector and ruleSelector, by default). Set your release name (e.g. "
+        "kube-prometheus-stack) and the generated PrometheusRule and PodMonitor carry that label, so "
+        "`kubectl apply -k deploy/kubernetes/base` is picked up without an overlay's patch. Empty: no label.",
+    )
 
     # --- Dashboards ------------------------------------------------------------------------
     dashboard_uid_prefix: str = knob(
@@ -451,6 +459,16 @@ class MixinConfig:
             raise ValueError(f"draft_cost_ratio must be >= 0, got {self.draft_cost_ratio}")
         if self.compute_bound_tokens < 1:
             raise ValueError(f"compute_bound_tokens must be >= 1, got {self.compute_bound_tokens}")
+        self._validate_release_label()
+
+    def _validate_release_label(self) -> None:
+        if self.release_label and not _LABEL_VALUE.fullmatch(self.release_label):
+            raise ValueError(f"release_label must be a Kubernetes label value (up to 63 letters, digits, '-', '_' or "
+                             f"'.', starting and ending with a letter or digit), got {self.release_label!r}")
+        other = self.prometheus_rule_labels.get("release")
+        if self.release_label and other is not None and other != self.release_label:
+            raise ValueError(f"release_label ({self.release_label}) and prometheus_rule_labels' release ({other}) "
+                             "disagree; set one of them")
 
     def _validate_windows(self) -> None:
         """Every rate()/increase() window holds enough samples at scrape_interval; tiers are ordered."""
@@ -501,6 +519,9 @@ class MixinConfig:
         """`95%`: the `confidence` label of the bound recording rules (GitLab metrics-catalog style)."""
         return f"{self.acceptance_confidence * 100:g}%"
 
+
+# A Kubernetes label value (release_label), as the API server validates it.
+_LABEL_VALUE = re.compile(r"(?=.{1,63}$)[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 
 # Prometheus durations as rule files accept them (units largest first, no fractions).
 _DURATION_KEYS = (

@@ -8,8 +8,8 @@ files must equal a fresh render (CI runs `generate --check`).
 
 The default (sidecar) render also writes the ready-to-use files of the sidecar-less bundle under
 `direct/` (`DIRECT_ROOT`, same layout): the rules, alerts, PrometheusRule, dashboards, their
-ConfigMap and the runbook page their alerts link, rendered with source=vllm, so they are committed
-and checked like the rest.
+ConfigMap, the runbook page their alerts link and the jsonnet mixin, rendered with source=vllm, so
+they are committed and checked like the rest.
 `generate --set source=vllm --output DIR` renders the whole sidecar-less bundle into DIR instead:
 the DIRECT_FILES and the Alertmanager routing, nothing that deploys or documents the sidecar.
 """
@@ -26,7 +26,7 @@ import yaml
 from . import docs
 from .config import SOURCE_VLLM, MixinConfig, load_config
 from .dashboards import dashboard_files
-from .deploy import compose, kubernetes
+from .deploy import compose, gmp, guide, jsonnet, kubernetes
 from .rules import alertmanager, rule_files, runbooks
 
 RENDERERS: tuple[Callable[[MixinConfig], dict[str, str]], ...] = (
@@ -37,6 +37,9 @@ RENDERERS: tuple[Callable[[MixinConfig], dict[str, str]], ...] = (
     dashboard_files.render,
     kubernetes.render,
     compose.render,
+    jsonnet.render,
+    gmp.render,
+    guide.render,
 )
 # {copy: original}: byte-identical copies of files another renderer wrote.
 COPIES: dict[str, str] = kubernetes.COPIES
@@ -44,7 +47,7 @@ COPIES: dict[str, str] = kubernetes.COPIES
 DIRECT_ROOT = "direct/"
 DIRECT_FILES = (rule_files.RULES_FILE, rule_files.ALERTS_FILE, rule_files.PROMETHEUS_RULE_FILE,
                 dashboard_files.OVERVIEW_PATH, dashboard_files.FLEET_PATH, dashboard_files.CONFIGMAP_PATH,
-                runbooks.RUNBOOKS_FILE)
+                runbooks.RUNBOOKS_FILE, *jsonnet.FILES)
 
 
 def render_all(cfg: MixinConfig) -> dict[str, str]:
@@ -53,7 +56,7 @@ def render_all(cfg: MixinConfig) -> dict[str, str]:
         # PodMonitor, compose file or exporter docs; only what a Prometheus scraping vLLM loads,
         # and the runbooks its alerts link.
         return {**alertmanager.render(cfg),
-                **{path: text for render in (rule_files.render, dashboard_files.render, runbooks.render)
+                **{path: text for render in (rule_files.render, dashboard_files.render, runbooks.render, jsonnet.render)
                    for path, text in render(cfg).items() if path in DIRECT_FILES}}
     files: dict[str, str] = {}
     for render in RENDERERS:

@@ -109,8 +109,8 @@ def podmonitor(cfg: MixinConfig) -> dict[str, Any]:
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
         "metadata": {"name": "vllm-spec-exporter",
-                     "labels": {"app.kubernetes.io/name": "vllm-spec-exporter",
-                                "app.kubernetes.io/component": "exporter"}},
+                     "labels": rule_files.operator_labels(cfg, {"app.kubernetes.io/name": "vllm-spec-exporter",
+                                                                "app.kubernetes.io/component": "exporter"})},
         "spec": {
             "selector": {"matchLabels": {POD_LABEL[0]: POD_LABEL[1]}},
             "podMetricsEndpoints": [endpoint],
@@ -214,15 +214,18 @@ def sidecar_kustomization() -> dict[str, Any]:
     }
 
 
-def example_kustomization() -> dict[str, Any]:
+def example_kustomization(cfg: MixinConfig) -> dict[str, Any]:
     release_label = [{"op": "add", "path": "/metadata/labels/release", "value": KUBE_PROMETHEUS_RELEASE}]
+    # With release_label set the base's objects carry the label already: no patch to keep in step.
+    patches = ([] if cfg.release_label else
+               [{"target": {"group": "monitoring.coreos.com"}, "patch": dump_yaml(release_label)}])
     return {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "namespace": EXAMPLE_NAMESPACE,
         "resources": ["../base", EXAMPLE_DEPLOYMENT_FILE.rsplit("/", 1)[1]],
         "components": ["../components/spec-exporter-sidecar"],
-        "patches": [{"target": {"group": "monitoring.coreos.com"}, "patch": dump_yaml(release_label)}],
+        **({"patches": patches} if patches else {}),
         # Where your build of the exporter image lives (kustomize rewrites the sidecar's image).
         "images": [{"name": IMAGE.rsplit(":", 1)[0], "newName": EXAMPLE_IMAGE, "newTag": __version__}],
     }
@@ -276,8 +279,11 @@ def render(cfg: MixinConfig) -> dict[str, str]:
             sidecar_patch()),
         EXAMPLE_KUSTOMIZATION: _commented(
             "Example overlay: copy it, list your own vLLM Deployment, set your namespace and your\n"
-            "kube-prometheus-stack release label, point `images:` at your exporter build. `kubectl apply -k`.",
-            example_kustomization()),
+            "kube-prometheus-stack release label, point `images:` at your exporter build. `kubectl apply -k`."
+            if not cfg.release_label else
+            "Example overlay: copy it, list your own vLLM Deployment, set your namespace, point `images:`\n"
+            f"at your exporter build (the base carries release: {cfg.release_label}). `kubectl apply -k`.",
+            example_kustomization(cfg)),
         EXAMPLE_DEPLOYMENT_FILE: _commented(
             "Stand-in for your own vLLM Deployment (n-gram speculative decoding on one GPU). Replace it\n"
             "with yours; the component adds the exporter container and the pod label.",

@@ -66,6 +66,7 @@ __all__ = [
     "evidence_meanings",
     "evidence_names",
     "evidence_rules",
+    "fleet_model_labels",
     "lower_bound_windows",
     "position_acceptance",
     "public_records",
@@ -265,13 +266,18 @@ def evidence_meanings(cfg: MixinConfig) -> dict[str, str]:
     return meanings
 
 
+def fleet_model_labels(cfg: MixinConfig) -> tuple[str, ...]:
+    """What the per-model fleet records keep besides model_name: the fleet labels and the source
+    selector's labels (`own()` reads these records back with it), never the instance label."""
+    kept = dict.fromkeys((*cfg.fleet_labels, *sources.selector_labels(cfg)))
+    return tuple(label for label in kept if label != cfg.instance_label)
+
+
 def recording_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
     """Per server and model, then per model across the fleet: rates and QUANTITIES' ratios (those read)."""
     n = record_names(cfg)
     fields = dataclasses.asdict(n)
-    # The selector's labels too: `own()` reads these records back with it.
-    kept = dict.fromkeys((*cfg.fleet_labels, *sources.selector_labels(cfg)))
-    by_fleet = ", ".join((*(label for label in kept if label != cfg.instance_label), "model_name"))
+    by_fleet = ", ".join((*fleet_model_labels(cfg), "model_name"))
     rules: list[dict[str, Any]] = []
 
     def record(name: str, expr: str) -> None:

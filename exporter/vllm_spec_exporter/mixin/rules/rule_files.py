@@ -17,7 +17,8 @@ from ..templates import fill
 from ..yaml_text import CONFIG_HEADER, dump_yaml
 from . import alert_rules, fleet_counts, fleet_records, load, positions, recording_rules
 
-__all__ = ["ALERTS_FILE", "PROMETHEUS_RULE_FILE", "README_FILE", "RULES_FILE", "prometheus_rule_text", "render"]
+__all__ = ["ALERTS_FILE", "PROMETHEUS_RULE_FILE", "README_FILE", "RULES_FILE", "all_groups_text", "operator_labels",
+           "prometheus_rule_text", "render"]
 
 RULES_FILE = "alerts/prometheus_rules.yaml"
 ALERTS_FILE = "alerts/prometheus_alerts.yaml"
@@ -40,15 +41,26 @@ def _groups_text(groups: list[dict[str, Any]]) -> str:
     return dump_yaml({"groups": groups})
 
 
+def all_groups_text(cfg: MixinConfig) -> str:
+    """`groups:` with every recording and alerting group, as the PrometheusRule's spec holds it."""
+    return _groups_text(recording_rules.recording_groups(cfg) + alert_rules.alert_groups(cfg))
+
+
 def prometheus_rule_text(cfg: MixinConfig, groups_text: str) -> str:
     metadata = dump_yaml({
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": {"name": "vllm-spec-exporter",
-                     "labels": dict(sorted(cfg.prometheus_rule_labels.items()))},
+                     "labels": dict(sorted(operator_labels(cfg, cfg.prometheus_rule_labels).items()))},
     })
     # `spec:` then the very same `groups:` text, indented: byte-identical groups.
     return CONFIG_HEADER + metadata + "spec:\n" + textwrap.indent(groups_text, "  ")
+
+
+def operator_labels(cfg: MixinConfig, labels: dict[str, str]) -> dict[str, str]:
+    """`labels` of a Prometheus Operator object, with kube-prometheus-stack's `release` label when
+    `release_label` is set (its Prometheus selects PodMonitors and PrometheusRules by it)."""
+    return {**labels, "release": cfg.release_label} if cfg.release_label else dict(labels)
 
 
 def readme_values(cfg: MixinConfig) -> dict[str, object]:

@@ -117,6 +117,9 @@ class SpecDecodeCollector(Collector):
         info.add_metric([], {"engine_family": result.engine_family, "schema": result.schema,
                              "version": result.version})
         yield info
+        spec = _info(MetricName.SPEC_CONFIG_INFO)
+        spec.add_metric([], result.spec_config.labels())
+        yield spec
         window = _gauge(MetricName.CONFIG_WINDOW_SECONDS)
         window.add_metric([], poller.store.window_seconds)
         yield window

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .names import POSITION_LABELS, SCRAPE_ERROR_REASONS, SERIES_LABELS, TARGET_INFO_LABELS, MetricName
+from .names import (
+    POSITION_LABELS,
+    SCRAPE_ERROR_REASONS,
+    SERIES_LABELS,
+    SPEC_CONFIG_LABELS,
+    TARGET_INFO_LABELS,
+    MetricName,
+)
 
 __all__ = ["ALL", "BY_NAME", "CONTEXT", "COUNTERS", "DERIVED", "ENGINE_GAUGES", "HEALTH", "Metric", "exposed_names"]
 
@@ -205,6 +212,14 @@ HEALTH = (
            "poll is rejected for it) and metrics schema of the target (v1, v0, diffusion, llamacpp, "
            "trtllm, sglang-gauges, tgi-summary, none, mixed, unknown), and the server version when "
            "it reports one."),
+    Metric(MetricName.SPEC_CONFIG_INFO, "info", SPEC_CONFIG_LABELS,
+           "The target's speculative decoding config, which decides what an acceptance rate means: method "
+           "(vLLM's name: ngram, draft_model, eagle3, mtp, ..., a plugin's as given, none = not speculating), "
+           "k (num_speculative_tokens; the largest k under dynamic k), verification (rejection_sample_method: "
+           "standard, block, synthetic, fly, ...), lossy (true: the verification accepts drafts exact "
+           "verification rejects, so acceptance reads higher), dynamic_k (a batch-size table of k or adaptive "
+           "verification), source (flag, server_info, cmdline; metrics: only k, from the draft positions; none). "
+           "unknown where the source does not say. docs/speculation-config.md."),
     Metric(MetricName.CONFIG_WINDOW_SECONDS, "gauge", (),
            "Configured trailing window for the derived gauges (--window)."),
     Metric(MetricName.CONFIG_MIN_DRAFT_TOKENS, "gauge", (),

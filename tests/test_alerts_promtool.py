@@ -38,7 +38,7 @@ def test_promtool_check_rules_on_committed_files(promtool: str) -> None:
     # scrape errors; 4 windows x (drafts + acceptance + upper bound) + 2 read lower bounds (the
     # fast tier's)
     assert "SUCCESS: 42 rules found" in result.stdout
-    assert "SUCCESS: 8 rules found" in result.stdout
+    assert "SUCCESS: 9 rules found" in result.stdout
 
 
 def test_the_scenarios_per_position_check_is_the_runbooks_query() -> None:
@@ -58,7 +58,7 @@ def test_promtool_check_rules_on_prometheusrule_spec(promtool: str, tmp_path: Pa
     path.write_text(yaml.safe_dump(spec))
     result = run_tool([promtool, "check", "rules", str(path)])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 50 rules found" in result.stdout  # 42 records + 8 alerts
+    assert "SUCCESS: 51 rules found" in result.stdout  # 42 records + 9 alerts
 
 
 def test_there_are_promtool_scenarios() -> None:
@@ -133,7 +133,7 @@ def _run_scenarios_against(cfg: MixinConfig, tmp_path: Path, expected_failure: s
     return result.stdout + result.stderr  # promtool prints failures on stderr
 
 
-@pytest.mark.slow  # 14 promtool runs, each of the one scenario file that must fail
+@pytest.mark.slow  # 15 promtool runs, each of the one scenario file that must fail
 @pytest.mark.parametrize(
     ("overrides", "expected_failure"),
     [
@@ -157,6 +157,7 @@ def _run_scenarios_against(cfg: MixinConfig, tmp_path: Path, expected_failure: s
         ({"spec_decode_missing_for": "5m"}, "name: spec decoding turned off"),
         ({"counter_resets_threshold": 2}, "name: vllm restarting repeatedly"),
         ({"target_down_for": "3m"}, "name: vllm unreachable"),
+        ({"lossy_verification_for": "10m"}, "name: a lossy verification is named and flagged"),
     ],
 )
 def test_scenarios_fail_against_wrong_rules(overrides: dict[str, object], expected_failure: str,

@@ -176,6 +176,18 @@ def test_sidecar_container_is_hardened_probed_and_bounded(built: Objects) -> Non
         assert set(c["resources"][kind]) == {"cpu", "memory"}
 
 
+def test_sidecar_takes_the_speculative_config_from_an_optional_configmap_key(built: Objects) -> None:
+    """The env var is the one settings.py reads for --speculative-config, and optional: a pod without
+    the ConfigMap must still start (the sidecar then reads vLLM's own config or reports unknown)."""
+    env = {e["name"]: e for e in sidecar(built["Deployment"])["env"]}
+    spec = env[settings.ENV_PREFIX + "SPECULATIVE_CONFIG"]
+    assert spec["valueFrom"]["configMapKeyRef"] == {"name": kubernetes.SPEC_CONFIG_MAP[0],
+                                                    "key": kubernetes.SPEC_CONFIG_MAP[1], "optional": True}
+    conf = settings.resolve(cli.build_parser().parse_args(sidecar(built["Deployment"])["args"]),
+                            environ={spec["name"]: '{"method": "ngram", "num_speculative_tokens": 4}'})
+    assert conf.speculative_config == '{"method": "ngram", "num_speculative_tokens": 4}'
+
+
 def test_podmonitor_scrapes_the_sidecars_named_port(built: Objects) -> None:
     ports = {p["name"] for c in built["Deployment"]["spec"]["template"]["spec"]["containers"]
              for p in c.get("ports", [])}

@@ -76,6 +76,7 @@ def test_malformed_flag_json_is_named_and_gives_no_config(text: str, problem: st
 
 def test_no_flag_is_no_reading() -> None:
     assert from_flags(None) == specconfig.Reading(None)
+    assert from_flags(" ", spec_method="", spec_tokens="") == specconfig.Reading(None)  # an empty env var
 
 
 def test_the_shorthands_alone() -> None:

@@ -307,8 +307,10 @@ def from_flags(speculative_config: str | None, spec_method: str | None = None,
                spec_tokens: str | None = None) -> Reading:
     """The sidecar's `--speculative-config JSON` (the JSON given to vLLM) and the shorthands
     `--spec-method` / `--spec-tokens` (vLLM's own). Reading(None) when none is given."""
-    shorthands = {flag: value for flag, value in (("--spec-method", spec_method), ("--spec-tokens", spec_tokens))
-                  if value is not None}
+    # An empty value is no value (an environment variable set to "" by a template).
+    speculative_config = (speculative_config or "").strip() or None
+    given = (("--spec-method", spec_method), ("--spec-tokens", spec_tokens))
+    shorthands = {flag: value.strip() for flag, value in given if value is not None and value.strip()}
     if speculative_config is None and not shorthands:
         return Reading(None)
     data: Any = {}

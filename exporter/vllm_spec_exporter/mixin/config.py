@@ -166,8 +166,8 @@ class MixinConfig:
         "The `interval:` of the two fleet groups (`vllm-spec-decode.fleet`, `.fleet.counts`): sums and counts over "
         "every server that only the dashboards' \"All\" panels read, never an alert. Empty: a minute (the rate "
         "window when shorter), or the evaluation interval when longer: summing every server is among the costliest "
-        "work of a large fleet's rules, and no page waits on it. Their panels step once an interval at All. At least the "
-        "evaluation interval; at most rate_window, or the fleet rates skip traffic between evaluations.",
+        "work of a large fleet's rules, and no page waits on it. Their panels step once an interval at All. At least "
+        "the evaluation interval; at most rate_window, or the fleet rates skip traffic between evaluations.",
     )
     rate_window: str = knob(
         WINDOWS, "",
@@ -259,6 +259,12 @@ class MixinConfig:
         "The exporter reports `vllm_spec_decode_enabled 0` (no spec-decode metrics: speculation off, or a vLLM "
         "upgrade renamed them) for this long before SpecDecodeMetricsMissing fires. Long enough to ride out a rolling"
         " restart.",
+    )
+    lossy_verification_for: str = knob(
+        EVIDENCE, "15m",
+        "The exporter reports a lossy verification method (vllm_spec_decode_config_info{lossy=\"true\"}: synthetic, "
+        "fly, typical acceptance) for this long before SpecDecodeLossyVerification fires (sidecar only). A config, "
+        "not an outage: long enough that a canary or a benchmark run of a few minutes stays quiet.",
     )
     counter_resets_threshold: int = knob(
         EVIDENCE, 3,
@@ -486,8 +492,8 @@ _DURATION_KEYS = (
     "acceptance_low_for", "acceptance_critical_for",
     "acceptance_slow_for", "acceptance_fast_long_window", "acceptance_fast_short_window",
     "acceptance_slow_long_window", "acceptance_slow_short_window",
-    "target_down_for", "spec_decode_stopped_for", "spec_decode_missing_for", "reset_window", "drafting_batch_memory",
-    "alertmanager_group_wait", "alertmanager_group_interval", "alertmanager_repeat_interval",
+    "target_down_for", "spec_decode_stopped_for", "spec_decode_missing_for", "lossy_verification_for", "reset_window",
+    "drafting_batch_memory", "alertmanager_group_wait", "alertmanager_group_interval", "alertmanager_repeat_interval",
 )
 
 

@@ -10,8 +10,9 @@ every selected server seen in the range while they are at most cfg.panel_all_ser
 none (a selected server shows everything about it, also after it went quiet). It scans every
 server's series over the whole range, so it runs once a dashboard load, not once a panel: that
 scan is most of a ranking's cost, and a dashboard holds seven rankings. At All Grafana
-substitutes every option, regex-escaped, as `(a|b|...)`, and `()` when there is none; the panel's range query then reads the servers of
-its ranking and of crowd_seen only (Crowd.read). promql.Queries.crowd builds one per panel.
+substitutes every option, regex-escaped, as `(a|b|...)`, and `()` when there is none; the panel's
+range query then reads the servers of its ranking and of crowd_seen only (Crowd.read).
+promql.Queries.crowd builds one per panel.
 
 Contract: a ranking reads no `$__rate_interval` (Grafana sets it for panel queries only), and its
 subquery step is the evaluation interval, explicitly: MetricsQL defaults a subquery's step to the

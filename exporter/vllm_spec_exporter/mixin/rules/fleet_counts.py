@@ -3,7 +3,8 @@
 Two panels summarise every server of the fleet at each step of their range: the fleet dashboard's
 "Servers per acceptance band" (how many servers' acceptance lies in each band) and the overview's
 "Scrape errors by reason" (the sidecars' failed polls). Computed from every server's series at
-every step they take seconds over an hour on a fleet of thousands. These records hold the answers at the dashboards' default, "All":
+every step they take seconds over an hour on a fleet of thousands. These records hold the answers
+at the dashboards' default, "All":
 
     <fleet labels>_acceptance_band:vllm_spec_decode_servers:count{acceptance_band="ok|low|critical"}
     <fleet labels>_reason:vllm_spec_exporter_scrape_errors:rate<w>        (the sidecar's bundle only)

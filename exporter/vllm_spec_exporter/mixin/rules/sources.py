@@ -120,7 +120,8 @@ GENERATED = _counter("vllm_generation_tokens", MetricName.GENERATION_TOKENS_TOTA
 
 COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_BY_POSITION, GENERATED)
 # The counters with a source record: all but the per-position one. Per server its records were
-# k times the series of any other counter's and the source group's costliest rule, read only by panels with servers selected and a runbook's server: those read
+# k times the series of any other counter's and the source group's costliest rule, read only by
+# panels with servers selected and a runbook's server: those read
 # the scraped counters, k series a server (at All the panels read the fleet's per-position sum,
 # a fleet record: fleet_records.py). A config whose selector matches on the instance label has
 # no fleet scope (promql.Queries.fleet_scope): its per-position panels read every server's.

@@ -198,6 +198,8 @@ def test_k_comes_from_the_positions_when_no_config_says() -> None:
     assert SpecConfig().with_positions([4]) == (SpecConfig(k=4, source=Source.METRICS), "")
     method_only = SpecConfig("eagle3", None, "standard", False, Source.CMDLINE)
     assert method_only.with_positions([3, 3]) == (method_only._replace(k=3), "")
+    no_method = SpecConfig(None, None, "standard", False, Source.CMDLINE)  # the rest is still the command line's
+    assert no_method.with_positions([2]) == (no_method._replace(k=2), "")
 
 
 def test_positions_override_a_stale_k_and_say_so() -> None:

@@ -207,15 +207,17 @@ def test_the_served_info_series(config: SpecConfig, served: dict[str, str]) -> N
     assert served_info(poller) == [served]
 
 
-def test_the_info_is_served_while_the_target_is_down_and_a_comeback_asks_again() -> None:
+def test_the_info_is_omitted_while_the_target_is_down_and_a_comeback_asks_again() -> None:
     fetcher, reader = FixtureFetcher(), StaticReader(NGRAM)
     poller = Poller(fetcher, interval=1, window=10, min_draft_tokens=0, spec_config=reader)  # type: ignore[arg-type]
     poller.poll_once()
+    assert served_info(poller) == [NGRAM.labels()]
     fetcher.fail = True
     poller.poll_once()
-    assert served_info(poller) == [NGRAM.labels()] and reader.restarts == 0
+    assert served_info(poller) == [] and reader.restarts == 0  # like every vLLM series: never stale
     fetcher.fail = False
     poller.poll_once()
+    assert served_info(poller) == [NGRAM.labels()]
     assert reader.restarts == 1  # back up: perhaps another vLLM, another config
 
 

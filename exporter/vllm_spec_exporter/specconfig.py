@@ -148,7 +148,7 @@ class SpecConfig(NamedTuple):
                 f"the speculative config from {self.source} says vLLM does not speculate, but it exposes "
                 f"{positions} draft positions: serving only k (is the config stale?)")
         if self.k is None:
-            return self._replace(k=positions, source=self.source if self.method else Source.METRICS), ""
+            return self._replace(k=positions, source=Source.METRICS if self.source == Source.NONE else self.source), ""
         if self.k != positions:
             return self._replace(k=positions), (
                 f"the speculative config from {self.source} says k = {self.k} but vLLM exposes {positions} "

@@ -325,12 +325,13 @@ def fake_proc(root: Path, processes: dict[int, list[str]]) -> Path:
 
 def test_find_config_picks_the_process_on_the_targets_port(tmp_path: Path) -> None:
     proc = fake_proc(tmp_path, {
-        10: argv("ngram"),  # --host 127.0.0.1 --port 50325
+        10: argv("ngram"),  # --host 127.0.0.1 --port <the port it ran on>
         11: argv("draft_model"),
         12: ["VLLM::EngineCore", "", ""],
         13: ["/bin/sh", "-c", "sleep 100"],
     })
-    assert vllm_process.find_config("http://localhost:50325", proc).config == SpecConfig(
+    port = argv("ngram")[argv("ngram").index("--port") + 1]
+    assert vllm_process.find_config(f"http://localhost:{port}", proc).config == SpecConfig(
         "ngram", 4, "standard", False, Source.CMDLINE)
     missing = vllm_process.find_config("http://127.0.0.1:8000", proc)
     assert missing.config is None and missing.problems == ()

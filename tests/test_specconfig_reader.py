@@ -72,6 +72,13 @@ def test_server_info_comes_before_the_command_line(tmp_path: Path) -> None:
                       "(vLLM serves it only with VLLM_SERVER_DEV_MODE=1)"]
 
 
+def test_an_answer_that_is_not_json_is_a_problem_not_an_absence(tmp_path: Path) -> None:
+    error = FetchError("parse", "GET http://h:8000/server_info?config_format=json: not JSON: Expecting value")
+    config, absent, problems = read_sources(Reading(None), ServerInfoFetcher(error), "http://h:8000",
+                                            empty_proc(tmp_path))
+    assert config == SpecConfig() and problems == [str(error)] and len(absent) == 1  # the process scan's
+
+
 def test_a_malformed_flag_falls_through_to_the_next_source_and_is_named(tmp_path: Path) -> None:
     config, absent, problems = read_sources(from_flags('{"method": '), ServerInfoFetcher(), "http://h:8000",
                                             empty_proc(tmp_path))

@@ -56,8 +56,11 @@ def read_sources(flags: Reading, fetcher: Fetcher | None, target: str,
         try:
             reading = from_server_info(fetcher.get_server_info())
         except FetchError as error:
-            hint = " (vLLM serves it only with VLLM_SERVER_DEV_MODE=1)" if "HTTP 404" in str(error) else ""
-            absent.append(f"{error}{hint}")
+            if error.reason in ("parse", "too_large"):  # an answer, but not vLLM's
+                problems.append(str(error))
+            else:  # not served (no dev mode), or not reachable: the next source may know
+                hint = " (vLLM serves it only with VLLM_SERVER_DEV_MODE=1)" if "HTTP 404" in str(error) else ""
+                absent.append(f"{error}{hint}")
         else:
             problems.extend(reading.problems)
             if reading.config is not None:

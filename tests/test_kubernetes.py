@@ -376,3 +376,30 @@ def test_a_regenerated_tree_with_other_selectors_still_builds_and_validates(tmp_
                                                                          "team": "inference"}
     for kind in ("PodMonitor", "PrometheusRule"):
         assert crd_errors(objects[kind]) == []
+
+
+def test_one_generated_configmap_feeds_vllm_and_the_sidecar(tmp_path: Path) -> None:
+    """docs/speculation-config.md's recipe, built by real kustomize: a configMapGenerator in the
+    overlay (its name gets a hash suffix) and vLLM's container reading the same key; the sidecar's
+    optional reference follows the hashed name, so both containers read one JSON."""
+    write_tree(kubernetes_files(MixinConfig()), tmp_path)
+    overlay = tmp_path / kubernetes.EXAMPLE
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    name, key = kubernetes.SPEC_CONFIG_MAP
+    spec = '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4}'
+    kustomization["configMapGenerator"] = [{"name": name, "literals": [f"{key}={spec}"]}]
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    deployment = yaml.safe_load((overlay / "vllm-deployment.yaml").read_text())
+    vllm = deployment["spec"]["template"]["spec"]["containers"][0]
+    vllm["env"] = [{"name": "SPECULATIVE_CONFIG", "valueFrom": {"configMapKeyRef": {"name": name, "key": key}}}]
+    vllm["args"] = [arg for arg in vllm["args"] if not arg.startswith("--speculative-config")] + [
+        "--speculative-config=$(SPECULATIVE_CONFIG)"]
+    (overlay / "vllm-deployment.yaml").write_text(yaml.safe_dump(deployment))
+    docs = kustomize_build(overlay)
+    generated = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith(name + "-")]
+    assert len(generated) == 1 and generated[0]["data"] == {key: spec}
+    hashed = generated[0]["metadata"]["name"]
+    pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    refs = {c["name"]: [e["valueFrom"]["configMapKeyRef"]["name"] for e in c.get("env", []) if "valueFrom" in e]
+            for c in pod["containers"]}
+    assert refs == {"vllm": [hashed], kubernetes.CONTAINER_NAME: [hashed]}

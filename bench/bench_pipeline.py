@@ -40,6 +40,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from vllm_spec_exporter.derive import derive
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
+from vllm_spec_exporter.specconfig import Source, SpecConfig
 from vllm_spec_exporter.window import WindowStore
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.httpd import LoopbackServer, QuietHandler
@@ -215,6 +216,16 @@ def main() -> None:
         reference = per_call(lambda t=text: list(text_string_to_metric_families(t)), seconds)
         print(f"{label:<24}{len(text.encode()):>9}{ours * 1e3:>10.3f}{reference * 1e3:>16.3f}"
               f"{reference / ours:>9.1f}x")
+    # The poller's one addition per poll for vllm_spec_decode_config_info: the config's k checked
+    # against the draft positions (the config itself is read on its own thread, never in a poll).
+    config = SpecConfig("ngram", 4, "standard", False, Source.SERVER_INFO)
+    print(f"\n{'payload':<24}{'config check us':>16}{'share of the poll':>19}")
+    for label, text in texts:
+        snap = normalise(parse(text))
+        check = min(per_call(lambda s=snap: config.with_positions(s.k_by_series().values()), seconds / 20)
+                    for _ in range(20))
+        print(f"{label:<24}{check * 1e6:>16.1f}{check / min_per_poll(text, seconds):>18.1%}")
+    print()
     for (label, text), interval in zip(texts[1:], (0.05, 0.2), strict=True):
         rss, cpu, failed = measure_process(text, polls=40 if args.quick else 200, interval=interval)
         print(f"exporter process polling {label} ({len(text.encode()) // 1024} KB) every {interval * 1000:.0f} ms: "

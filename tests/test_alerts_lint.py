@@ -79,8 +79,9 @@ def test_contract_alert_names_and_severities() -> None:
     assert set(by_name) == {
         "SpecDecodeAcceptanceLow", "SpecDecodeAcceptanceCritical", "SpecDecodeDraftsStopped",
         "SpecDecodeNotPaying", "SpecDecodeMetricsMissing", "SpecDecodeVllmUnreachable", "SpecDecodeVllmRestarting",
-        "SpecDecodeExporterDown", "SpecDecodeExporterAbsent",
+        "SpecDecodeExporterDown", "SpecDecodeExporterAbsent", "SpecDecodeLossyVerification",
     }
+    assert by_name["SpecDecodeLossyVerification"]["labels"]["severity"] == "warning"  # a config: never a page
     direct = {a["alert"]: a for a in _alerts(generate.DIRECT_ROOT)}
     assert set(direct) == {
         "SpecDecodeAcceptanceLow", "SpecDecodeAcceptanceCritical", "SpecDecodeDraftsStopped",

@@ -20,7 +20,7 @@ import yaml
 from support.prom import require_version, run_tool
 from vllm_spec_exporter.mixin import generate
 from vllm_spec_exporter.mixin.config import MixinConfig
-from vllm_spec_exporter.mixin.rules import alertmanager, recording_rules, rule_files
+from vllm_spec_exporter.mixin.rules import alert_rules, alertmanager, recording_rules, rule_files
 from vllm_spec_lab.binaries import AMTOOL_OLDEST_BIN
 from vllm_spec_lab.monitoring import AMTOOL_BIN, PROMTOOL_BIN, PROMTOOL_OLDEST_BIN
 
@@ -133,7 +133,7 @@ def _run_scenarios_against(cfg: MixinConfig, tmp_path: Path, expected_failure: s
     return result.stdout + result.stderr  # promtool prints failures on stderr
 
 
-@pytest.mark.slow  # 14 promtool runs, each of the one scenario file that must fail
+@pytest.mark.slow  # 15 promtool runs, each of the one scenario file that must fail
 @pytest.mark.parametrize(
     ("overrides", "expected_failure"),
     [
@@ -157,9 +157,37 @@ def _run_scenarios_against(cfg: MixinConfig, tmp_path: Path, expected_failure: s
         ({"spec_decode_missing_for": "5m"}, "name: spec decoding turned off"),
         ({"counter_resets_threshold": 2}, "name: vllm restarting repeatedly"),
         ({"target_down_for": "3m"}, "name: vllm unreachable"),
+        ({"lossy_verification_for": "10m"}, "name: a lossy verification is named and flagged"),
     ],
 )
 def test_scenarios_fail_against_wrong_rules(overrides: dict[str, object], expected_failure: str,
                                              tmp_path: Path) -> None:
     output = _run_scenarios_against(MixinConfig().with_overrides(overrides), tmp_path, expected_failure)
     assert expected_failure in output, output[:3000]
+
+
+def test_the_config_scenarios_catch_a_join_on_the_config_series(tmp_path: Path) -> None:
+    """Joining the config series into the acceptance alerts (the tempting way to name the config)
+    silences them wherever the series is missing and adds labels where it is there: the config
+    scenarios catch both, so the lookup in the description cannot be swapped for a join unnoticed."""
+    files = generate.render_all(MixinConfig())
+    alerts = yaml.safe_load(files[rule_files.ALERTS_FILE])
+    joined = 0
+    for group in alerts["groups"]:
+        for rule in group["rules"]:
+            if rule.get("alert") in (alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL):
+                rule["expr"] = (f"({rule['expr']})\n* on (job, instance) group_left (method, k, verification)\n"
+                                "  vllm_spec_decode_config_info")
+                joined += 1
+    assert joined == 2
+    for rel, text in {**files, rule_files.ALERTS_FILE: yaml.safe_dump(alerts, sort_keys=False)}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    tests_dir = tmp_path / "tests" / "promtool"
+    tests_dir.mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "promtool" / "spec_config_test.yaml", tests_dir)
+    result = run_tool([require_version(PROMTOOL_BIN, "3."), "test", "rules", "spec_config_test.yaml"], cwd=tests_dir)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "acceptance alerts fire without the config series" in output, output[:3000]
+    assert "acceptance alerts name the config when it is served" in output, output[:3000]

@@ -29,6 +29,19 @@ def test_verdict_and_exit_code_follow_acceptance(acceptance, code, word):
     assert done.returncode == code, done.stdout + done.stderr
     assert f"verdict: {word}" in done.stdout, done.stdout
     assert "engines 0, 1 · k=4" in done.stdout and "position  3" in done.stdout
+    # The simulation serves no /server_info and runs no vLLM process: only k is known, from its positions.
+    assert ("speculation: method unknown, k 4, verification unknown, dynamic k unknown (from metrics)"
+            in done.stdout), done.stdout
+
+
+def test_check_prints_the_speculative_config_it_is_given():
+    with FakeVllm(k=4) as fake:
+        url = fake.start()
+        fake.drive(50, 0.8)
+        done = run_check(url, "--json", "--speculative-config",
+                         '{"method": "ngram", "num_speculative_tokens": 4, "rejection_sample_method": "fly"}')
+    assert json.loads(done.stdout)["speculative_config"] == {
+        "method": "ngram", "k": "4", "verification": "fly", "lossy": "true", "dynamic_k": "false", "source": "flag"}
 
 
 def test_json_report_sums_engines_before_dividing():

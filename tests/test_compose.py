@@ -315,6 +315,22 @@ def test_vllm_draft_model_and_extra_keys_reach_the_json(tmp_path: Path) -> None:
     assert _flag(vllm, "--max-model-len") == "4096" and _flag(vllm, "--served-model-name") == "my model"
 
 
+def test_the_exporter_gets_the_speculative_config_vllm_runs(resolved: dict, tmp_path: Path) -> None:
+    """The full stack builds the exporter's VLLM_SPEC_EXPORTER_SPECULATIVE_CONFIG from the same .env
+    values as vLLM's --speculative-config: the same JSON, also with a draft model and extra keys;
+    the monitoring stack passes VLLM_SPECULATIVE_CONFIG through, empty by default."""
+    spec = "VLLM_SPEC_EXPORTER_SPECULATIVE_CONFIG"
+    for config in (resolved[FULL], _resolve(FULL, tmp_path, VLLM_SPEC_METHOD="draft_model",
+                                            VLLM_SPEC_DRAFT_MODEL="org/draft-0.5b", VLLM_SPEC_K="5",
+                                            VLLM_SPEC_EXTRA_JSON="'\"rejection_sample_method\":\"block\"'")):
+        services = config["services"]
+        assert json.loads(services["exporter"]["environment"][spec]) == _speculative_config(services["vllm"])
+    assert resolved[MONITORING]["services"]["exporter"]["environment"][spec] == ""
+    given = '{"method":"eagle3","model":"e","num_speculative_tokens":3}'
+    mon = _resolve(MONITORING, tmp_path / "mon", VLLM_SPECULATIVE_CONFIG=f"'{given}'")
+    assert mon["services"]["exporter"]["environment"][spec] == given
+
+
 def test_vllm_gpu_cache_token_health(resolved: dict) -> None:
     vllm = resolved[FULL]["services"]["vllm"]
     devices = vllm["deploy"]["resources"]["reservations"]["devices"]
@@ -408,8 +424,10 @@ def test_monitoring_stack_matches_the_full_one(resolved: dict) -> None:
     # The documented differences only (header of docker-compose.monitoring.yml).
     assert strip(mon["alertmanager"]) == strip(full["alertmanager"])
     assert strip(mon["grafana"]) == strip(full["grafana"])
-    assert strip(mon["exporter"], "command", "extra_hosts", "depends_on") == \
-        strip(full["exporter"], "command", "extra_hosts", "depends_on")
+    assert strip(mon["exporter"], "command", "extra_hosts", "depends_on", "environment") == \
+        strip(full["exporter"], "command", "extra_hosts", "depends_on", "environment")
+    spec = "VLLM_SPEC_EXPORTER_SPECULATIVE_CONFIG"
+    assert strip(mon["exporter"]["environment"], spec) == strip(full["exporter"]["environment"], spec)
     assert strip(mon["prometheus"], "volumes", "extra_hosts") == strip(full["prometheus"], "volumes", "extra_hosts")
 
 

@@ -127,6 +127,27 @@ def test_version_endpoint_is_optional(target):
     assert fetcher(target.url).get_version() == ""
 
 
+def test_server_info_is_read_bounded_and_named(target):
+    """vLLM's /server_info (the speculative config): JSON from the target's own host, with the same
+    deadline and body cap as /metrics; a 404 (no dev mode) or a body that is not JSON is a FetchError."""
+    f = fetcher(target.url + "/custom/metrics", max_bytes=4096)
+    target.set(target.body(b'{"vllm_config": {"speculative_config": null}}'))
+    assert f.get_server_info() == {"vllm_config": {"speculative_config": None}}
+    assert target.requests[-1].startswith(b"GET /server_info?config_format=json ")
+    target.set(target.status("404 Not Found"))
+    with pytest.raises(FetchError, match="answered HTTP 404") as info:
+        f.get_server_info()
+    assert info.value.reason == "http_status"
+    target.set(target.body(b"<html>"))
+    with pytest.raises(FetchError, match="not JSON") as info:
+        f.get_server_info()
+    assert info.value.reason == "parse"
+    target.set(target.body(b"[" + b"1," * 4096 + b"1]"))
+    with pytest.raises(FetchError) as info:
+        f.get_server_info()
+    assert info.value.reason == "too_large"
+
+
 def test_body_cut_short_is_a_broken_response(target):
     target.set(target.short_body(GOOD))
     reason, message = reason_of(fetcher(target.url))

@@ -176,6 +176,18 @@ def test_sidecar_container_is_hardened_probed_and_bounded(built: Objects) -> Non
         assert set(c["resources"][kind]) == {"cpu", "memory"}
 
 
+def test_sidecar_takes_the_speculative_config_from_an_optional_configmap_key(built: Objects) -> None:
+    """The env var is the one settings.py reads for --speculative-config, and optional: a pod without
+    the ConfigMap must still start (the sidecar then reads vLLM's own config or reports unknown)."""
+    env = {e["name"]: e for e in sidecar(built["Deployment"])["env"]}
+    spec = env[settings.ENV_PREFIX + "SPECULATIVE_CONFIG"]
+    assert spec["valueFrom"]["configMapKeyRef"] == {"name": kubernetes.SPEC_CONFIG_MAP[0],
+                                                    "key": kubernetes.SPEC_CONFIG_MAP[1], "optional": True}
+    conf = settings.resolve(cli.build_parser().parse_args(sidecar(built["Deployment"])["args"]),
+                            environ={spec["name"]: '{"method": "ngram", "num_speculative_tokens": 4}'})
+    assert conf.speculative_config == '{"method": "ngram", "num_speculative_tokens": 4}'
+
+
 def test_podmonitor_scrapes_the_sidecars_named_port(built: Objects) -> None:
     ports = {p["name"] for c in built["Deployment"]["spec"]["template"]["spec"]["containers"]
              for p in c.get("ports", [])}
@@ -406,3 +418,30 @@ def test_release_label_reaches_both_operator_objects_and_replaces_the_overlays_p
 def test_release_label_is_checked(sets: list[str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         load_config(None, sets)
+
+
+def test_one_generated_configmap_feeds_vllm_and_the_sidecar(tmp_path: Path) -> None:
+    """docs/speculation-config.md's recipe, built by real kustomize: a configMapGenerator in the
+    overlay (its name gets a hash suffix) and vLLM's container reading the same key; the sidecar's
+    optional reference follows the hashed name, so both containers read one JSON."""
+    write_tree(kubernetes_files(MixinConfig()), tmp_path)
+    overlay = tmp_path / kubernetes.EXAMPLE
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    name, key = kubernetes.SPEC_CONFIG_MAP
+    spec = '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4}'
+    kustomization["configMapGenerator"] = [{"name": name, "literals": [f"{key}={spec}"]}]
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    deployment = yaml.safe_load((overlay / "vllm-deployment.yaml").read_text())
+    vllm = deployment["spec"]["template"]["spec"]["containers"][0]
+    vllm["env"] = [{"name": "SPECULATIVE_CONFIG", "valueFrom": {"configMapKeyRef": {"name": name, "key": key}}}]
+    vllm["args"] = [arg for arg in vllm["args"] if not arg.startswith("--speculative-config")] + [
+        "--speculative-config=$(SPECULATIVE_CONFIG)"]
+    (overlay / "vllm-deployment.yaml").write_text(yaml.safe_dump(deployment))
+    docs = kustomize_build(overlay)
+    generated = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith(name + "-")]
+    assert len(generated) == 1 and generated[0]["data"] == {key: spec}
+    hashed = generated[0]["metadata"]["name"]
+    pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    refs = {c["name"]: [e["valueFrom"]["configMapKeyRef"]["name"] for e in c.get("env", []) if "valueFrom" in e]
+            for c in pod["containers"]}
+    assert refs == {"vllm": [hashed], kubernetes.CONTAINER_NAME: [hashed]}

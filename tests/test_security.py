@@ -77,9 +77,10 @@ def test_no_request_parameter_changes_where_the_exporter_connects():
                 requests.get(exporter.url + path, timeout=5)
             time.sleep(1)
         assert elsewhere.requests == []
-        # /version (vLLM), /props (llama.cpp's version), /v1/models (the model of unlabelled engines).
+        # /version (vLLM), /props (llama.cpp's version), /v1/models (the model of unlabelled engines),
+        # /server_info?config_format=json (vLLM's speculative config).
         assert target.requests and all(r.startswith((b"GET /metrics ", b"GET /version ", b"GET /props ",
-                                                     b"GET /v1/models "))
+                                                     b"GET /v1/models ", b"GET /server_info?config_format=json "))
                                        for r in target.requests)
 
 

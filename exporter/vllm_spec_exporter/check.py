@@ -16,12 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from . import advisor, durations, settings, terminal
+from . import advisor, durations, settings, specconfig, specconfig_reader, terminal
 from .derive import SeriesFigures, derive_series, derive_v0, figures
 from .engines import COUNTER_SCHEMAS
-from .names import Family, MetricName, Schema
+from .names import EngineFamily, Family, MetricName, Schema
 from .normalise import Snapshot
-from .poller import Poller
+from .poller import UNKNOWN_CONFIG, Poller
+from .specconfig import SpecConfig
 
 EXIT_HEALTHY, EXIT_BELOW, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
 EPILOG = """exit codes: 0 acceptance at or above the threshold; 1 below it; 2 bad arguments;
@@ -47,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{advisor.DEFAULT_COMPUTE_BOUND_TOKENS}; about the GPU's FLOP/s over its bytes/s)")
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds allowed per poll (default 3)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    settings.add_arguments(parser, only=settings.CONNECTION_OPTIONS)
+    settings.add_arguments(parser, only=settings.CONNECTION_OPTIONS + settings.SPEC_CONFIG_OPTIONS)
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                         help="colour the table: auto (when stdout is a terminal), always or never (default auto)")
 
@@ -112,6 +113,7 @@ class CheckReport(NamedTuple):
     models: list[ModelReport]
     verdict: str
     exit_code: int
+    spec_config: SpecConfig = UNKNOWN_CONFIG
 
 
 def sum_figures(parts: list[SeriesFigures]) -> SeriesFigures:
@@ -252,11 +254,25 @@ def run(args: argparse.Namespace) -> int:
     code, line = verdict(snap.schema, reports, args.threshold)
     report = CheckReport(target=fetcher.url, vllm_version=result.version, schema=snap.schema,
                          engine_family=snap.engine_family, sampled_seconds=duration, polls=polls, models=reports,
-                         verdict=line, exit_code=code)
+                         verdict=line, exit_code=code, spec_config=read_spec_config(conf, snap))
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     print(json.dumps(to_json(report), indent=2, sort_keys=True) if args.json else
           render_table(report, args.threshold, color))
     return code
+
+
+def read_spec_config(conf: settings.Settings, snap: Snapshot) -> SpecConfig:
+    """The target's speculative config from the sources `serve` reads (specconfig_reader), its k
+    checked against the draft positions sampled; problems go to the log, which `check` silences."""
+    server_info = settings.make_fetcher(conf, specconfig_reader.SERVER_INFO_TIMEOUT, 64 * 1024 * 1024)
+    try:
+        flags = specconfig.from_flags(conf.speculative_config, conf.spec_method, conf.spec_tokens)
+        config, _absent, _problems = specconfig_reader.read_sources(flags, server_info, conf.target)
+    finally:
+        server_info.close()
+    if snap.engine_family == EngineFamily.VLLM:
+        config, _disagreement = config.with_positions(snap.k_by_series().values())
+    return config
 
 
 def to_json(report: CheckReport) -> dict[str, Any]:
@@ -285,14 +301,16 @@ def to_json(report: CheckReport) -> dict[str, Any]:
         models.append(entry)
     return {"target": report.target, "vllm_version": report.vllm_version, "schema": report.schema,
             "engine_family": report.engine_family, "sampled_seconds": report.sampled_seconds,
-            "polls": report.polls, "models": models, "verdict": report.verdict, "exit_code": report.exit_code}
+            "polls": report.polls, "models": models, "verdict": report.verdict, "exit_code": report.exit_code,
+            "speculative_config": report.spec_config.labels()}
 
 
 def render_table(report: CheckReport, threshold: float, color: bool) -> str:
     paint = terminal.painter(color)
     lines = [paint(f"vllm-spec-exporter check — {report.target}", "1"),
              f"schema {report.schema} · vLLM {report.vllm_version or 'version unknown'} · "
-             f"sampled {report.sampled_seconds:g} s in {report.polls} polls"]
+             f"sampled {report.sampled_seconds:g} s in {report.polls} polls",
+             f"speculation: {report.spec_config.line()}"]
     if report.schema == Schema.V0:
         lines.append("V0 engine: lifetime gauges, not windowed (V0's counters are unusable).")
     for m in report.models:

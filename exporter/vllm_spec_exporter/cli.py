@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
 
-from . import __version__, check, settings, webconfig
+from . import __version__, check, settings, specconfig_reader, webconfig
 from .collector import SpecDecodeCollector
 from .poller import Poller
 
@@ -138,8 +138,9 @@ def serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("vllm_spec_exporter")
     fetcher = settings.make_fetcher(conf, conf.poll_timeout, conf.max_bytes)
+    spec_config = specconfig_reader.reader_for(conf)
     poller = Poller(fetcher, conf.interval, conf.window, conf.min_draft_tokens, conf.max_series,
-                    conf.draft_cost_ratio)
+                    conf.draft_cost_ratio, spec_config=spec_config)
     registry = CollectorRegistry()
     registry.register(SpecDecodeCollector(poller))
     web_config = webconfig.load(conf.web_config_file) if conf.web_config_file else None
@@ -150,6 +151,7 @@ def serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    spec_config.start()
     poller.start()
     serve_in_thread(server)
     host, port = server.server_address[:2]
@@ -164,6 +166,7 @@ def serve(args: argparse.Namespace) -> int:
     # A poll blocked on a hung target is not waited for: the poller is a daemon thread and holds
     # nothing that needs flushing.
     poller.stop(timeout=0.1)
+    spec_config.stop(timeout=0.1)
     log.info("stopped in %.2f s", time.monotonic() - stopping)
     return 0
 

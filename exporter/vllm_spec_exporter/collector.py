@@ -74,6 +74,10 @@ class SpecDecodeCollector(Collector):
         snap = result.snapshot
         if not result.target_up or snap is None:
             return  # target down: omit every vLLM series rather than repeat stale values
+        if snap.spec_enabled is not None:  # a diffusion model's config is not speculative decoding
+            spec = _info(MetricName.SPEC_CONFIG_INFO)
+            spec.add_metric([], result.spec_config.labels())
+            yield spec
         derived = {m.name: _gauge(m.name) for m in DERIVED}
         for name, labels, value in result.derived:
             derived[name].add_metric(list(labels), value)

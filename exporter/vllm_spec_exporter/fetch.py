@@ -57,7 +57,8 @@ def metrics_url(target: str) -> str:
 class Fetcher:
     """Fetches the one configured target's /metrics (and /version), bounded in time and size.
 
-    Invariants: only `url` and `version_url`, both fixed at construction, are ever requested;
+    Invariants: only the URLs fixed at construction (`url`, and `version_url`, `models_url`,
+    `props_url`, `server_info_url` on the same host) are ever requested;
     redirects are never followed; each exchange (DNS, connect, headers, body) has a hard deadline
     of `timeout` seconds and a body cap of `max_bytes`, and any failure is a FetchError whose
     `reason` is a names.SCRAPE_ERROR_REASONS value; at most one request is in flight (a hung one
@@ -74,6 +75,7 @@ class Fetcher:
         self.version_url = urlunsplit((parts.scheme, parts.netloc, "/version", "", ""))
         self.models_url = urlunsplit((parts.scheme, parts.netloc, "/v1/models", "", ""))
         self.props_url = urlunsplit((parts.scheme, parts.netloc, "/props", "", ""))
+        self.server_info_url = urlunsplit((parts.scheme, parts.netloc, "/server_info", "config_format=json", ""))
         self.timeout = timeout
         self.max_bytes = max_bytes
         self._worker: threading.Thread | None = None
@@ -123,6 +125,17 @@ class Fetcher:
         except (FetchError, ValueError):
             pass
         return ""
+
+    def get_server_info(self) -> object:
+        """vLLM's `GET /server_info?config_format=json` as parsed JSON (served only with
+        VLLM_SERVER_DEV_MODE=1: otherwise HTTP 404), bounded by the timeout and --max-bytes.
+        Raises FetchError, reason `parse` for a body that is not JSON."""
+        body = self._bounded(lambda: self._get(self.server_info_url, self.max_bytes), f"GET {self.server_info_url}",
+                             self.timeout)
+        try:
+            return json.loads(body)
+        except ValueError as error:
+            raise FetchError("parse", f"GET {self.server_info_url}: not JSON: {_short(error)}") from None
 
     def _bounded(self, request: Callable[[], bytes], what: str, budget: float) -> bytes:
         """Run `request` with a hard deadline for the whole exchange: socket timeouts bound each

@@ -22,6 +22,7 @@ __all__ = [
     "POSITION_LABELS",
     "SCRAPE_ERROR_REASONS",
     "SERIES_LABELS",
+    "SPEC_CONFIG_LABELS",
     "TARGET_INFO_LABELS",
     "CounterKey",
     "EngineFamily",
@@ -147,6 +148,7 @@ class MetricName(StrEnum):
     # counter_resets): promlint rejects a counter whose name contains its type; see CHANGELOG.md.
     TARGET_RESTARTS_TOTAL = "vllm_spec_exporter_target_restarts_total"
     TARGET_INFO = "vllm_spec_exporter_target_info"
+    SPEC_CONFIG_INFO = "vllm_spec_decode_config_info"
     CONFIG_WINDOW_SECONDS = "vllm_spec_exporter_window_seconds"
     CONFIG_MIN_DRAFT_TOKENS = "vllm_spec_exporter_min_draft_tokens"
     BUILD_INFO = "vllm_spec_exporter_build_info"
@@ -171,6 +173,9 @@ SCRAPE_ERROR_REASONS = (
 
 # The labels of target_info, in exposition order.
 TARGET_INFO_LABELS = ("engine_family", "schema", "version")
+# The labels of config_info (specconfig.SpecConfig.labels), in exposition order. Per target, no
+# model_name: one vLLM process has one speculative config, whatever it names its model.
+SPEC_CONFIG_LABELS = ("method", "k", "verification", "lossy", "dynamic_k", "source")
 
 
 class SeriesKey(NamedTuple):

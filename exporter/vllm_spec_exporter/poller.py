@@ -18,14 +18,17 @@ from dataclasses import dataclass, field
 from . import derive as derive_mod
 from .engines import UNLABELLED_MODEL_FAMILIES
 from .fetch import Fetcher, FetchError
-from .names import FAMILY_MIXED, FAMILY_UNKNOWN, SCRAPE_ERROR_REASONS, Schema
+from .names import FAMILY_MIXED, FAMILY_UNKNOWN, SCRAPE_ERROR_REASONS, EngineFamily, Schema
 from .normalise import EngineError, Snapshot, normalise
 from .parse import ParseError, parse
+from .specconfig import SpecConfig
+from .specconfig_reader import SpecConfigReader
 from .window import SeriesLimitError, WindowStore
 
 __all__ = ["PollResult", "Poller"]
 
 log = logging.getLogger("vllm_spec_exporter")
+UNKNOWN_CONFIG = SpecConfig()
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class PollResult:
     errors: dict[str, int] = field(default_factory=dict)
     counter_resets: int = 0
     error_message: str = ""
+    spec_config: SpecConfig = UNKNOWN_CONFIG  # the reader's, k checked against the metrics while up
 
 
 class RateLimitedLog:
@@ -90,8 +94,10 @@ class Poller:
     def __init__(self, fetcher: Fetcher, interval: float, window: float, min_draft_tokens: float,
                  max_series: int = 10_000, draft_cost: float = derive_mod.DEFAULT_DRAFT_COST,
                  clock: Callable[[], float] = time.monotonic,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time,
+                 spec_config: SpecConfigReader | None = None) -> None:
         self.fetcher = fetcher
+        self.spec_config = spec_config
         self.interval = interval
         self.min_draft_tokens = min_draft_tokens
         self.draft_cost = draft_cost
@@ -109,6 +115,7 @@ class Poller:
         self._last_poll_clock: float | None = None
         self._was_up: bool | None = None
         self._last_schema: str | None = None
+        self._k_disagreement = ""
         self._log = RateLimitedLog(clock=clock)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -140,7 +147,8 @@ class Poller:
                               engine_family=result.engine_family, last_success_unix=result.last_success_unix,
                               errors=result.errors,
                               counter_resets=result.counter_resets,
-                              error_message=f"no poll finished for {age:.0f} s (polling stalled)")
+                              error_message=f"no poll finished for {age:.0f} s (polling stalled)",
+                              spec_config=result.spec_config)
         return result
 
     def _poll(self, started: float) -> PollResult:
@@ -173,6 +181,8 @@ class Poller:
                            snap.invalid[0])
         if not self._was_up or resets:
             self.version = self.fetcher.get_version() or self.version
+            if self.spec_config is not None and self._was_up is not None:
+                self.spec_config.target_restarted()  # a new vLLM may run another config
         if snap.schema != self._last_schema:
             why = {False: " (no spec-decode metrics: speculative decoding off)",
                    None: " (a diffusion model: its counters are not speculative decoding)"}
@@ -189,9 +199,21 @@ class Poller:
             snapshot=snap,
             derived=tuple(derived), duration_seconds=self.clock() - started,
             last_success_unix=self.last_success, errors=dict(self.errors),
-            counter_resets=self.counter_resets,
+            counter_resets=self.counter_resets, spec_config=self._checked_spec_config(snap),
         )
         return self.result
+
+    def _checked_spec_config(self, snap: Snapshot) -> SpecConfig:
+        """The reader's config, its k checked against the draft positions vLLM exposes (vLLM
+        only: another engine's positions are not its k)."""
+        config = self.spec_config.current if self.spec_config is not None else UNKNOWN_CONFIG
+        if snap.engine_family != EngineFamily.VLLM:
+            return config
+        config, disagreement = config.with_positions(snap.k_by_series().values())
+        if disagreement and disagreement != self._k_disagreement:  # once per change, not per poll
+            log.warning("%s", disagreement)
+        self._k_disagreement = disagreement
+        return config
 
     def _publish_failure(self, reason: str, message: str, started: float, schema: str | None = None,
                          engine_family: str | None = None) -> PollResult:
@@ -208,6 +230,7 @@ class Poller:
             engine_family=self.result.engine_family if engine_family is None else engine_family,
             duration_seconds=self.clock() - started, last_success_unix=self.last_success,
             errors=dict(self.errors), counter_resets=self.counter_resets, error_message=message,
+            spec_config=self.spec_config.current if self.spec_config is not None else UNKNOWN_CONFIG,
         )
         return self.result
 

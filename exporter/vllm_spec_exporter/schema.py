@@ -9,9 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .names import POSITION_LABELS, SCRAPE_ERROR_REASONS, SERIES_LABELS, TARGET_INFO_LABELS, MetricName
+from .names import (
+    POSITION_LABELS,
+    SCRAPE_ERROR_REASONS,
+    SERIES_LABELS,
+    SPEC_CONFIG_LABELS,
+    TARGET_INFO_LABELS,
+    MetricName,
+)
 
-__all__ = ["ALL", "BY_NAME", "CONTEXT", "COUNTERS", "DERIVED", "ENGINE_GAUGES", "HEALTH", "Metric", "exposed_names"]
+__all__ = ["ALL", "BY_NAME", "CONFIG", "CONTEXT", "COUNTERS", "DERIVED", "ENGINE_GAUGES", "HEALTH", "Metric",
+           "exposed_names"]
 
 
 @dataclass(frozen=True)
@@ -184,6 +192,19 @@ CONTEXT = (
            "KV-cache usage 0..1; vllm:kv_cache_usage_perc (vllm:gpu_cache_usage_perc before 0.12)."),
 )
 
+# What the target is configured to do, which decides what its acceptance means (specconfig.py).
+CONFIG = (
+    Metric(MetricName.SPEC_CONFIG_INFO, "info", SPEC_CONFIG_LABELS,
+           "The target's speculative decoding config, which decides what an acceptance rate means: method "
+           "(vLLM's name: ngram, draft_model, eagle3, mtp, ..., a plugin's as given, none = not speculating), "
+           "k (num_speculative_tokens; the largest k under dynamic k), verification (rejection_sample_method: "
+           "standard, block, synthetic, fly, ...), lossy (true: the verification accepts drafts exact "
+           "verification rejects, so acceptance reads higher), dynamic_k (a batch-size table of k or adaptive "
+           "verification), source (flag, server_info, cmdline; metrics: only k, from the draft positions; none). "
+           "unknown where the source does not say. Omitted while the target is down, and for a vLLM serving a "
+           "diffusion model. docs/speculation-config.md."),
+)
+
 HEALTH = (
     Metric(MetricName.TARGET_UP, "gauge", (),
            "1 when the last poll of the target's /metrics succeeded and parsed, else 0."),
@@ -213,7 +234,7 @@ HEALTH = (
            "Version of vllm-spec-exporter."),
 )
 
-ALL = DERIVED + COUNTERS + ENGINE_GAUGES + CONTEXT + HEALTH
+ALL = DERIVED + COUNTERS + ENGINE_GAUGES + CONTEXT + CONFIG + HEALTH
 BY_NAME = {m.name: m for m in ALL}
 
 

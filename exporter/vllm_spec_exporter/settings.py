@@ -8,6 +8,7 @@ show up in `ps`, shell history or `--help`.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 from dataclasses import dataclass, fields
@@ -22,6 +23,7 @@ __all__ = [
     "CONNECTION_OPTIONS",
     "DEFAULT_PORT",
     "ENV_PREFIX",
+    "SPEC_CONFIG_OPTIONS",
     "Settings",
     "add_arguments",
     "make_fetcher",
@@ -63,6 +65,9 @@ class Settings:
     client_key_file: str | None = None
     web_config_file: str | None = None
     log_level: str = "info"
+    speculative_config: str | None = None
+    spec_method: str | None = None
+    spec_tokens: str | None = None
 
     @property
     def poll_timeout(self) -> float:
@@ -127,12 +132,18 @@ HELP = {
     "web_config_file": "exporter-toolkit style YAML enabling TLS and/or basic auth (bcrypt hashes) "
                        "on this exporter's own endpoint; off by default",
     "log_level": "debug, info, warning or error",
+    "speculative_config": "the JSON given to vLLM's --speculative-config, for the config_info series "
+                          "(otherwise read from vLLM's /server_info or its command line; docs/speculation-config.md)",
+    "spec_method": "vLLM's --spec-method shorthand, when vLLM is started with it",
+    "spec_tokens": "vLLM's --spec-tokens shorthand (k), when vLLM is started with it",
 }
 
 
 # The options that say how to reach the target; `check` takes them too.
 CONNECTION_OPTIONS = ("bearer_token_file", "basic_auth_user", "basic_auth_password_file", "ca_file",
                       "insecure_skip_verify", "client_cert_file", "client_key_file")
+# The options that say how the target speculates (specconfig.from_flags); `check` takes them too.
+SPEC_CONFIG_OPTIONS = ("speculative_config", "spec_method", "spec_tokens")
 
 
 def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
@@ -153,12 +164,12 @@ def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None 
 
 
 def resolve_connection(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Settings:
-    """Only the target and how to reach it (flags > environment > defaults), for `check`, whose
-    timing options are its own."""
+    """Only the target, how to reach it and how it speculates (flags > environment > defaults), for
+    `check`, whose timing options are its own."""
     environ = dict(os.environ) if environ is None else environ
     values: dict[str, Any] = {"target": args.target}
     for f in fields(Settings):
-        if f.name in CONNECTION_OPTIONS:
+        if f.name in CONNECTION_OPTIONS + SPEC_CONFIG_OPTIONS:
             raw = getattr(args, f.name, None)
             raw = environ.get(ENV_PREFIX + f.name.upper()) if raw is None else raw
             if raw is not None:
@@ -218,6 +229,8 @@ def _convert(name: str, raw: Any, default: Any) -> Any:
             return int(raw)
         if isinstance(default, float):
             return float(raw)
+        if isinstance(raw, dict | list):  # a YAML mapping where vLLM takes JSON (speculative_config:)
+            return json.dumps(raw)
         return str(raw)
     except (TypeError, ValueError):
         kind = {"bool": "true/false", "int": "a whole number", "float": "a number"}.get(type(default).__name__, "text")

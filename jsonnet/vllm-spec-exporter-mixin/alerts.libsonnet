@@ -39,7 +39,7 @@
             },
             annotations: {
               dashboard_url: '/d/vllm-spec-overview?var-job={{ $labels.job | urlquery }}&var-instance={{ $labels.instance | urlquery }}&var-model_name={{ $labels.model_name | urlquery }}',
-              description: 'We are 98%% sure that acceptance of the draft tokens proposed {{ with $labels.model_name }}for model {{ . }} {{ end }}on {{ $labels.instance }} is below %(warningPercent)s: over the last 5m (or 10m at low traffic) it is at most {{ $value | humanizePercentage }}, and still low now. Speculation is probably saving little or nothing; check the draft model and k.' % v,
+              description: 'We are 98%% sure that acceptance of the draft tokens proposed {{ with $labels.model_name }}for model {{ . }} {{ end }}on {{ $labels.instance }} is below %(warningPercent)s: over the last 5m (or 10m at low traffic) it is at most {{ $value | humanizePercentage }}, and still low now.{{ with printf `vllm_spec_decode_config_info{job=%%q,instance=%%q}` $labels.job $labels.instance | query }}{{ with . | first }} Speculative config: method {{ .Labels.method }}, k {{ .Labels.k }}, verification {{ .Labels.verification }}{{ if eq .Labels.dynamic_k "true" }}, dynamic k{{ end }}{{ if eq .Labels.lossy "true" }}; lossy verification accepts drafts exact verification rejects, so acceptance reads higher than the threshold assumes{{ end }}.{{ end }}{{ end }} Speculation is probably saving little or nothing; check the draft model and k.' % v,
               runbook_url: 'https://github.com/vllm-spec-exporter/vllm-spec-exporter/blob/main/docs/runbooks.md#specdecodeacceptancelow',
               summary: 'Speculative decoding acceptance is below %(warningPercent)s.' % v,
             },
@@ -76,7 +76,7 @@
             },
             annotations: {
               dashboard_url: '/d/vllm-spec-overview?var-job={{ $labels.job | urlquery }}&var-instance={{ $labels.instance | urlquery }}&var-model_name={{ $labels.model_name | urlquery }}',
-              description: 'We are 98%% sure that acceptance of the draft tokens proposed {{ with $labels.model_name }}for model {{ . }} {{ end }}on {{ $labels.instance }} is below %(criticalPercent)s: over the last 5m (or 10m at low traffic) it is at most {{ $value | humanizePercentage }}, and still low now. Speculation is now costing latency and GPU time instead of saving them.' % v,
+              description: 'We are 98%% sure that acceptance of the draft tokens proposed {{ with $labels.model_name }}for model {{ . }} {{ end }}on {{ $labels.instance }} is below %(criticalPercent)s: over the last 5m (or 10m at low traffic) it is at most {{ $value | humanizePercentage }}, and still low now.{{ with printf `vllm_spec_decode_config_info{job=%%q,instance=%%q}` $labels.job $labels.instance | query }}{{ with . | first }} Speculative config: method {{ .Labels.method }}, k {{ .Labels.k }}, verification {{ .Labels.verification }}{{ if eq .Labels.dynamic_k "true" }}, dynamic k{{ end }}{{ if eq .Labels.lossy "true" }}; lossy verification accepts drafts exact verification rejects, so acceptance reads higher than the threshold assumes{{ end }}.{{ end }}{{ end }} Speculation is now costing latency and GPU time instead of saving them.' % v,
               runbook_url: 'https://github.com/vllm-spec-exporter/vllm-spec-exporter/blob/main/docs/runbooks.md#specdecodeacceptancecritical',
               summary: 'Speculative decoding acceptance is below %(criticalPercent)s.' % v,
             },
@@ -135,6 +135,24 @@
               description: 'The vLLM server behind exporter {{ $labels.instance }} serves /metrics without any speculative-decoding series: it runs without --speculative-config, or a vLLM upgrade renamed the metrics. Acceptance is no longer monitored.',
               runbook_url: 'https://github.com/vllm-spec-exporter/vllm-spec-exporter/blob/main/docs/runbooks.md#specdecodemetricsmissing',
               summary: 'The vLLM server exposes no speculative-decoding metrics.',
+            },
+          },
+          {
+            alert: 'SpecDecodeLossyVerification',
+            expr: |||-
+              max by (job, instance, method, verification) (
+                vllm_spec_decode_config_info{%(exporterSelector)s, lossy="true"}
+              )
+            ||| % v,
+            'for': '15m',
+            labels: {
+              severity: '%(warningSeverity)s' % v,
+            },
+            annotations: {
+              dashboard_url: '/d/vllm-spec-overview?var-job={{ $labels.job | urlquery }}&var-instance={{ $labels.instance | urlquery }}',
+              description: 'Server {{ $labels.instance }} runs speculative method {{ $labels.method }} with verification {{ $labels.verification }}, which accepts draft tokens that exact verification would reject: {{ if eq $labels.verification "synthetic" }}acceptance is whatever the config sets and the output is not the target model\'s (a benchmarking mode){{ else }}the output may differ from the target model\'s, and acceptance reads higher than it would with standard verification{{ end }}. The acceptance alerts\' thresholds assume exact verification. Silence this alert if the choice is deliberate.',
+              runbook_url: 'https://github.com/vllm-spec-exporter/vllm-spec-exporter/blob/main/docs/runbooks.md#specdecodelossyverification',
+              summary: 'Speculative decoding verifies drafts with a lossy method.',
             },
           },
         ],

@@ -1843,14 +1843,95 @@
           id: 21,
         },
         {
+          datasource: {
+            type: 'prometheus',
+            uid: '${datasource}',
+          },
+          description: 'What the exporter reads about each server\'s speculative decoding: the method (ngram, draft_model, eagle3, mtp, ...; a plugin\'s name as given; none = not speculating), k (num_speculative_tokens, the largest k when dynamic), the verification method and whether it is lossy (true: it accepts drafts exact verification would reject, so acceptance reads higher and the alert thresholds, set for exact verification, do not apply as they are), dynamic k (a batch-size table of k or adaptive verification: later positions are drafted less often) and the source (flag: the exporter\'s --speculative-config; server_info or cmdline: vLLM\'s own; metrics: k only; none). unknown: the source does not say. Good: every server known (no unknown), lossy false, and the same method and k where acceptance is compared.',
+          fieldConfig: {
+            defaults: {
+              custom: {
+                align: 'auto',
+                inspect: false,
+              },
+              noValue: 'No exporter',
+              unit: 'none',
+            },
+            overrides: [],
+          },
+          gridPos: {
+            h: 4,
+            w: 24,
+            x: 0,
+            y: 43,
+          },
+          links: [
+            {
+              asDropdown: false,
+              icon: '',
+              includeVars: false,
+              keepTime: false,
+              tags: [],
+              targetBlank: true,
+              title: 'Runbook: SpecDecodeLossyVerification',
+              tooltip: '',
+              type: 'link',
+              url: 'https://github.com/vllm-spec-exporter/vllm-spec-exporter/blob/main/docs/runbooks.md#specdecodelossyverification',
+            },
+          ],
+          options: {
+            cellHeight: 'sm',
+            footer: {
+              countRows: false,
+              reducer: [],
+              show: false,
+            },
+            frameIndex: 0,
+            showHeader: true,
+            showTypeIcons: false,
+          },
+          repeatDirection: 'h',
+          targets: [
+            {
+              datasource: {
+                type: 'prometheus',
+                uid: '${datasource}',
+              },
+              expr: 'max by (instance, method, k, verification, lossy, dynamic_k, source) (vllm_spec_decode_config_info{%(exporterSelector)s, job=~"$job", instance=~"$instance"})' % v,
+              format: 'table',
+              instant: true,
+              range: false,
+              refId: 'A',
+            },
+          ],
+          title: 'Speculative config',
+          transformations: [
+            {
+              id: 'organize',
+              options: {
+                excludeByName: {
+                  Time: true,
+                  Value: true,
+                },
+                renameByName: {
+                  dynamic_k: 'dynamic k',
+                },
+              },
+            },
+          ],
+          transparent: false,
+          type: 'table',
+          id: 22,
+        },
+        {
           collapsed: false,
           gridPos: {
             h: 1,
             w: 24,
             x: 0,
-            y: 43,
+            y: 47,
           },
-          id: 22,
+          id: 23,
           panels: [],
           title: 'Token flow: where do output tokens come from?',
           type: 'row',
@@ -1924,7 +2005,7 @@
             h: 8,
             w: 12,
             x: 0,
-            y: 44,
+            y: 48,
           },
           options: {
             legend: {
@@ -1980,7 +2061,7 @@
           title: 'Draft tokens: proposed, accepted, rejected',
           transparent: false,
           type: 'timeseries',
-          id: 23,
+          id: 24,
         },
         {
           datasource: {
@@ -2039,7 +2120,7 @@
             h: 8,
             w: 12,
             x: 12,
-            y: 44,
+            y: 48,
           },
           options: {
             legend: {
@@ -2084,7 +2165,7 @@
           title: 'Output tokens by source',
           transparent: false,
           type: 'timeseries',
-          id: 24,
+          id: 25,
         },
         {
           datasource: {
@@ -2110,7 +2191,7 @@
             h: 8,
             w: 12,
             x: 0,
-            y: 52,
+            y: 56,
           },
           options: {
             legend: {
@@ -2144,7 +2225,7 @@
           title: 'Share of output from drafts by model',
           transparent: false,
           type: 'timeseries',
-          id: 25,
+          id: 26,
         },
         {
           datasource: {
@@ -2169,7 +2250,7 @@
             h: 8,
             w: 12,
             x: 12,
-            y: 52,
+            y: 56,
           },
           options: {
             legend: {
@@ -2214,7 +2295,7 @@
           title: 'Drafted and generated tokens by model',
           transparent: false,
           type: 'timeseries',
-          id: 26,
+          id: 27,
         },
         {
           collapsed: false,
@@ -2222,9 +2303,9 @@
             h: 1,
             w: 24,
             x: 0,
-            y: 60,
+            y: 64,
           },
-          id: 27,
+          id: 28,
           panels: [],
           title: 'Paying at this load?',
           type: 'row',
@@ -2268,7 +2349,7 @@
             h: 8,
             w: 12,
             x: 0,
-            y: 61,
+            y: 65,
           },
           links: [
             {
@@ -2316,7 +2397,7 @@
           title: 'Speed-up (est.) at the running batch',
           transparent: false,
           type: 'timeseries',
-          id: 28,
+          id: 29,
         },
         {
           datasource: {
@@ -2341,7 +2422,7 @@
             h: 8,
             w: 12,
             x: 12,
-            y: 61,
+            y: 65,
           },
           options: {
             legend: {
@@ -2386,7 +2467,7 @@
           title: 'Running batch vs where verification stops being free',
           transparent: false,
           type: 'timeseries',
-          id: 29,
+          id: 30,
         },
         {
           collapsed: false,
@@ -2394,9 +2475,9 @@
             h: 1,
             w: 24,
             x: 0,
-            y: 69,
+            y: 73,
           },
-          id: 30,
+          id: 31,
           panels: [],
           title: 'Load and latency: why did acceptance change?',
           type: 'row',
@@ -2424,7 +2505,7 @@
             h: 8,
             w: 8,
             x: 0,
-            y: 70,
+            y: 74,
           },
           options: {
             legend: {
@@ -2469,7 +2550,7 @@
           title: 'Requests running and waiting',
           transparent: false,
           type: 'timeseries',
-          id: 31,
+          id: 32,
         },
         {
           datasource: {
@@ -2495,7 +2576,7 @@
             h: 8,
             w: 8,
             x: 8,
-            y: 70,
+            y: 74,
           },
           options: {
             legend: {
@@ -2529,7 +2610,7 @@
           title: 'KV-cache usage',
           transparent: false,
           type: 'timeseries',
-          id: 32,
+          id: 33,
         },
         {
           datasource: {
@@ -2554,7 +2635,7 @@
             h: 8,
             w: 8,
             x: 16,
-            y: 70,
+            y: 74,
           },
           options: {
             legend: {
@@ -2621,7 +2702,7 @@
           title: 'Inter-token latency',
           transparent: false,
           type: 'timeseries',
-          id: 33,
+          id: 34,
         },
         {
           datasource: {
@@ -2671,7 +2752,7 @@
             h: 8,
             w: 24,
             x: 0,
-            y: 78,
+            y: 82,
           },
           options: {
             legend: {
@@ -2738,7 +2819,7 @@
           title: 'Time per output token vs tokens per step',
           transparent: false,
           type: 'timeseries',
-          id: 34,
+          id: 35,
         },
         {
           collapsed: false,
@@ -2746,9 +2827,9 @@
             h: 1,
             w: 24,
             x: 0,
-            y: 86,
+            y: 90,
           },
-          id: 35,
+          id: 36,
           panels: [],
           title: 'Exporter and target health: can these numbers be trusted?',
           type: 'row',
@@ -2777,7 +2858,7 @@
             h: 8,
             w: 8,
             x: 0,
-            y: 87,
+            y: 91,
           },
           links: [
             {
@@ -2848,7 +2929,7 @@
           title: 'Target and exporter up',
           transparent: false,
           type: 'timeseries',
-          id: 36,
+          id: 37,
         },
         {
           datasource: {
@@ -2873,7 +2954,7 @@
             h: 8,
             w: 8,
             x: 8,
-            y: 87,
+            y: 91,
           },
           options: {
             legend: {
@@ -2907,7 +2988,7 @@
           title: 'Scrape errors by reason',
           transparent: false,
           type: 'timeseries',
-          id: 37,
+          id: 38,
         },
         {
           datasource: {
@@ -2933,7 +3014,7 @@
             h: 8,
             w: 8,
             x: 16,
-            y: 87,
+            y: 91,
           },
           links: [
             {
@@ -2981,7 +3062,7 @@
           title: 'Counter resets (vLLM restarts)',
           transparent: false,
           type: 'timeseries',
-          id: 38,
+          id: 39,
         },
         {
           datasource: {
@@ -3006,7 +3087,7 @@
             h: 8,
             w: 8,
             x: 0,
-            y: 95,
+            y: 99,
           },
           options: {
             legend: {
@@ -3040,7 +3121,7 @@
           title: 'Age of the last successful poll',
           transparent: false,
           type: 'timeseries',
-          id: 39,
+          id: 40,
         },
         {
           datasource: {
@@ -3065,7 +3146,7 @@
             h: 8,
             w: 8,
             x: 8,
-            y: 95,
+            y: 99,
           },
           options: {
             legend: {
@@ -3099,7 +3180,7 @@
           title: 'Poll duration',
           transparent: false,
           type: 'timeseries',
-          id: 40,
+          id: 41,
         },
         {
           datasource: {
@@ -3122,7 +3203,7 @@
             h: 6,
             w: 8,
             x: 16,
-            y: 95,
+            y: 99,
           },
           links: [
             {
@@ -3195,7 +3276,7 @@
           ],
           transparent: false,
           type: 'table',
-          id: 41,
+          id: 42,
         },
         {
           datasource: {
@@ -3218,7 +3299,7 @@
             h: 5,
             w: 24,
             x: 0,
-            y: 103,
+            y: 107,
           },
           links: [
             {
@@ -3276,7 +3357,7 @@
           ],
           transparent: false,
           type: 'table',
-          id: 42,
+          id: 43,
         },
       ],
       refresh: '30s',

@@ -27,7 +27,9 @@ from vllm_spec_lab.venv import VENV_DIR_NAME, VllmVenvError, ensure_vllm_venv
 
 SHARED_MODEL_NAME = "tiny-llama"
 # DEBUG: an idle engine prints its stats lines only at DEBUG; 5 s: test_e2e's phases are short.
-SHARED_ENV = {"VLLM_LOGGING_LEVEL": "DEBUG", "VLLM_LOG_STATS_INTERVAL": "5"}
+# VLLM_SERVER_DEV_MODE: vLLM serves /server_info, the speculative config's first source
+# (test_config_info_real_vllm.py).
+SHARED_ENV = {"VLLM_LOGGING_LEVEL": "DEBUG", "VLLM_LOG_STATS_INTERVAL": "5", "VLLM_SERVER_DEV_MODE": "1"}
 # ~45 s on quiet cores, minutes on 2 shared cores: only a failed start waits the whole limit.
 SHARED_STARTUP_TIMEOUT_S = 600.0
 

@@ -263,6 +263,12 @@ class MixinConfig:
         "upgrade renamed them) for this long before SpecDecodeMetricsMissing fires. Long enough to ride out a rolling"
         " restart.",
     )
+    lossy_verification_for: str = knob(
+        EVIDENCE, "15m",
+        "The exporter reports a lossy verification method (vllm_spec_decode_config_info{lossy=\"true\"}: synthetic, "
+        "fly, typical acceptance) for this long before SpecDecodeLossyVerification fires (sidecar only). A config, "
+        "not an outage: long enough that a canary or a benchmark run of a few minutes stays quiet.",
+    )
     counter_resets_threshold: int = knob(
         EVIDENCE, 3,
         "Counter resets (vLLM restarts) within reset_window that count as a crash loop. Fires at once (no `for`): "
@@ -529,8 +535,9 @@ _DURATION_KEYS = (
     "acceptance_low_for", "acceptance_critical_for",
     "acceptance_slow_for", "acceptance_fast_long_window", "acceptance_fast_short_window",
     "acceptance_slow_long_window", "acceptance_slow_short_window",
-    "target_down_for", "spec_decode_stopped_for", "spec_decode_missing_for", "reset_window", "drafting_batch_memory",
-    "not_paying_for", "alertmanager_group_wait", "alertmanager_group_interval", "alertmanager_repeat_interval",
+    "target_down_for", "spec_decode_stopped_for", "spec_decode_missing_for", "lossy_verification_for", "reset_window",
+    "drafting_batch_memory", "not_paying_for", "alertmanager_group_wait", "alertmanager_group_interval",
+    "alertmanager_repeat_interval",
 )
 
 

@@ -253,7 +253,7 @@ def position_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         [Query(q.positions_paying_off(), "{{model_name}} paying", instant=True),
          Query(q.k(), "{{model_name}} k", instant=True)],
     ), 7, 3)
-    if q.direct:  # the advisor runs in the sidecar
+    if q.direct:  # the advisor runs in the sidecar, which also reads the speculative config
         return
     layout.add(named_stat(
         "Advisor: recommended k",
@@ -265,6 +265,27 @@ def position_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
          Query(q.recommended_k_speedup(), "{{model_name}} speed-up at k*", instant=True)],
         decimals=2,
     ), 7, 3)
+    layout.add(spec_config_table(cfg, q), 24, 4)
+
+
+def spec_config_table(cfg: MixinConfig, q: Queries):
+    """What each server is configured to do, which decides what its acceptance means."""
+    return table_panel(
+        "Speculative config",
+        "What the exporter reads about each server's speculative decoding: the method (ngram, draft_model, "
+        "eagle3, mtp, ...; a plugin's name as given; none = not speculating), k (num_speculative_tokens, the "
+        "largest k when dynamic), the verification method and whether it is lossy (true: it accepts drafts exact "
+        "verification would reject, so acceptance reads higher and the alert thresholds, set for exact "
+        "verification, do not apply as they are), dynamic k (a batch-size table of k or adaptive verification: "
+        "later positions are drafted less often) and the source (flag: the exporter's --speculative-config; "
+        "server_info or cmdline: vLLM's own; metrics: k only; none). unknown: the source does not say. Good: "
+        "every server known (no unknown), lossy false, and the same method and k where acceptance is compared.",
+        NUMBER,
+        [Query(q.spec_config(), table=True)],
+        hidden_columns=("Time", "Value"),
+        renames={"dynamic_k": "dynamic k"},
+        no_value=NO_EXPORTER,
+    ).links(runbook_links(cfg, alert_rules.LOSSY_VERIFICATION))
 
 
 def k_advice_mappings(cfg: MixinConfig) -> list[dashboard_models.ValueMapping]:

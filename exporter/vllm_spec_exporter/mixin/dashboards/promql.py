@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...engines import VLLM_HISTOGRAMS, VLLM_PREFIXES
-from ...names import MetricName
+from ...names import SPEC_CONFIG_LABELS, MetricName
 from ..config import MixinConfig
 from ..rules import fleet_counts, fleet_records, load, positions, recording_rules, sources
 from ..rules.fleet_counts import Band
@@ -570,6 +570,12 @@ class Queries:
         """Seconds since each exporter last read vLLM successfully (0 before the first success)."""
         last = selector(MetricName.LAST_SUCCESS_TIMESTAMP_SECONDS, self.sel.target) + " > 0"
         return f"time() - {sum_by((self.cfg.instance_label,), last, op='max')}"
+
+    def spec_config(self) -> str:
+        """One row per server with the speculative config the exporter reads (method, k,
+        verification, lossy, dynamic k and where it came from; specconfig.py)."""
+        return sum_by((self.cfg.instance_label, *SPEC_CONFIG_LABELS),
+                      selector(MetricName.SPEC_CONFIG_INFO, self.sel.target), op="max")
 
     def detected_schema(self) -> str:
         """One row per server with the engine family, schema and server version the exporter detected."""

@@ -19,7 +19,7 @@ import re
 from typing import Any
 
 from ... import __version__
-from ...settings import DEFAULT_PORT
+from ...settings import DEFAULT_PORT, ENV_PREFIX
 from ..config import MixinConfig
 from ..dashboards import dashboard_files, fleet, overview
 from ..rules import rule_files
@@ -49,6 +49,9 @@ IMAGE = f"vllm-spec-exporter:{__version__}"
 VLLM_TARGET = "http://127.0.0.1:8000"  # same pod, so loopback: vLLM's port never leaves the pod
 # Pod label the patch adds and the PodMonitor selects: works whatever labels the user's pods carry.
 POD_LABEL = ("vllm-spec-exporter/sidecar", "true")
+# Optional: the JSON vLLM runs with as --speculative-config, from one ConfigMap key that vLLM's
+# container can read too (docs/speculation-config.md). Absent, the sidecar reads what it can.
+SPEC_CONFIG_MAP = ("vllm-speculative-config", "speculative-config")
 # Labels Prometheus Operator sets on every PodMonitor target from discovery; a selector matcher on
 # them is satisfied by where the pod runs, never by a static relabeling.
 DISCOVERED_LABELS = frozenset({"namespace", "pod", "container", "endpoint", "instance"})
@@ -127,8 +130,16 @@ def sidecar_container() -> dict[str, Any]:
         "imagePullPolicy": "IfNotPresent",
         "command": ["vllm-spec-exporter"],
         "args": ["serve", f"--target={VLLM_TARGET}", f"--listen=0.0.0.0:{DEFAULT_PORT}"],
-        # The Dockerfile sets it too; repeated for other builds: no .pyc writes on a read-only root.
-        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+        "env": [
+            # The Dockerfile sets it too; repeated for other builds: no .pyc writes on a read-only root.
+            {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+            # Optional (the pod starts without the ConfigMap): vLLM's speculative config, for
+            # vllm_spec_decode_config_info. Without it the sidecar reads vLLM's /server_info or, with
+            # shareProcessNamespace, its command line.
+            {"name": ENV_PREFIX + "SPECULATIVE_CONFIG",
+             "valueFrom": {"configMapKeyRef": {"name": SPEC_CONFIG_MAP[0], "key": SPEC_CONFIG_MAP[1],
+                                               "optional": True}}},
+        ],
         "ports": [{"name": PORT_NAME, "containerPort": DEFAULT_PORT, "protocol": "TCP"}],
         # Liveness only: /healthz answers 200 while vLLM is down (so the sidecar is not restarted for
         # vLLM's faults) and 503 only when its own polling has stalled. No readinessProbe: a pod is
@@ -247,6 +258,7 @@ def readme_text(cfg: MixinConfig) -> str:
         kube_prometheus_release=KUBE_PROMETHEUS_RELEASE, example_image=EXAMPLE_IMAGE, version=__version__,
         exporter_selector=cfg.exporter_selector, vllm_selector=cfg.vllm_selector, static_labels=static,
         overview_title=overview.TITLE, fleet_title=fleet.TITLE,
+        spec_config_map=SPEC_CONFIG_MAP[0], spec_config_key=SPEC_CONFIG_MAP[1],
     ))
 
 
@@ -275,7 +287,9 @@ def render(cfg: MixinConfig) -> dict[str, str]:
         SIDECAR_PATCH_FILE: _commented(
             f"Strategic-merge patch: container {CONTAINER_NAME} reads vLLM on {VLLM_TARGET} (same pod) and\n"
             f"serves /metrics and /healthz on port {PORT_NAME} ({DEFAULT_PORT}). /healthz stays 200 while\n"
-            "vLLM is down, so the probes never restart the sidecar or unready the pod for vLLM's faults.",
+            "vLLM is down, so the probes never restart the sidecar or unready the pod for vLLM's faults.\n"
+            f"Optional: ConfigMap {SPEC_CONFIG_MAP[0]}, key {SPEC_CONFIG_MAP[1]}: the JSON of vLLM's\n"
+            "--speculative-config (docs/speculation-config.md in the repository).",
             sidecar_patch()),
         EXAMPLE_KUSTOMIZATION: _commented(
             "Example overlay: copy it, list your own vLLM Deployment, set your namespace and your\n"

@@ -27,6 +27,7 @@ __all__ = [
     "EXPORTER_DOWN",
     "EXPORTER_GROUP",
     "HEALTH_GROUP",
+    "LOSSY_VERIFICATION",
     "METRICS_MISSING",
     "NOT_PAYING",
     "TARGET_DOWN_ALERTS",
@@ -38,13 +39,16 @@ __all__ = [
     "acceptance_condition",
     "alert_groups",
     "all_alerts",
+    "config_note",
     "direct_health_alerts",
     "exporter_alerts",
+    "lossy_verification",
     "metrics_missing",
     "target_absent",
 ]
 
 # Alert names are a contract (routing, inhibition, runbook anchors, dashboards link to them).
+LOSSY_VERIFICATION = "SpecDecodeLossyVerification"
 ACCEPTANCE_LOW = "SpecDecodeAcceptanceLow"
 ACCEPTANCE_CRITICAL = "SpecDecodeAcceptanceCritical"
 DRAFTS_STOPPED = "SpecDecodeDraftsStopped"
@@ -173,6 +177,54 @@ def drafts_stopped_condition(cfg: MixinConfig) -> str:
     )
 
 
+def config_note(cfg: MixinConfig) -> str:
+    """The alert's server's speculative config, as a sentence of its description: a lookup of the
+    sidecar's config_info series (specconfig.py) for the alert's job and instance when the
+    description is rendered, so the alert's labels, its expression and when it fires never depend on
+    that series; absent (source=vllm, an older sidecar, a failed scrape), the sentence is left out.
+    Empty without the sidecar."""
+    if cfg.direct:
+        return ""
+    info = MetricName.SPEC_CONFIG_INFO
+    lookup = f"printf `{info}{{job=%q,{cfg.instance_label}=%q}}` $labels.job $labels.{cfg.instance_label}"
+    return (
+        "{{ with " + lookup + " | query }}{{ with . | first }} Speculative config: method {{ .Labels.method }}, "
+        "k {{ .Labels.k }}, verification {{ .Labels.verification }}"
+        '{{ if eq .Labels.dynamic_k "true" }}, dynamic k{{ end }}'
+        '{{ if eq .Labels.lossy "true" }}; lossy verification accepts drafts exact verification rejects, so '
+        "acceptance reads higher than the threshold assumes{{ end }}.{{ end }}{{ end }}"
+    )
+
+
+def lossy_verification(cfg: MixinConfig) -> dict[str, Any]:
+    """The target verifies drafts with a lossy method (specconfig.LOSSY_VERIFICATION: synthetic,
+    fly, typical acceptance). A warning, to chat, never a page: it is a config, mostly a deliberate
+    one, and serving goes on; but nothing else would ever say it. A lossy verifier changes what the
+    server outputs (synthetic accepts drafts without asking the target at all: a benchmarking mode)
+    and inflates acceptance, so the acceptance alerts' thresholds no longer mean what they were set
+    for. Labels: the server and the method only (k or the config's source changing is not a new
+    finding). A deliberate choice is silenced by its labels (runbook)."""
+    sel = links.exporter_selector(cfg).removesuffix("}") + ', lossy="true"}'
+    inst = _label_template(cfg.instance_label)
+    return _alert(
+        cfg, LOSSY_VERIFICATION,
+        expr=(f"max by (job, {cfg.instance_label}, method, verification) (\n"
+              f"  {MetricName.SPEC_CONFIG_INFO}{sel}\n)"),
+        severity=cfg.warning_severity,
+        summary="Speculative decoding verifies drafts with a lossy method.",
+        description=(
+            "Server " + inst + " runs speculative method {{ $labels.method }} with verification "
+            "{{ $labels.verification }}, which accepts draft tokens that exact verification would reject: "
+            '{{ if eq $labels.verification "synthetic" }}acceptance is whatever the config sets and the output '
+            "is not the target model's (a benchmarking mode){{ else }}the output may differ from the target "
+            "model's, and acceptance reads higher than it would with standard verification{{ end }}. The "
+            "acceptance alerts' thresholds assume exact verification. Silence this alert if the choice is "
+            "deliberate."
+        ),
+        for_=cfg.lossy_verification_for,
+    )
+
+
 def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
     inst = _label_template(cfg.instance_label)
     w = cfg.windows.rate_window
@@ -189,7 +241,7 @@ def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
                 f"We are {conf} sure that acceptance of the draft tokens proposed " + FOR_MODEL_ON + inst
                 + f" is below {links.percent(threshold)}: over the "
                 f"last {fast} (or {slow} at low traffic) it is at most "
-                "{{ $value | humanizePercentage }}, and still low now. " + consequence
+                "{{ $value | humanizePercentage }}, and still low now." + config_note(cfg) + " " + consequence
             ),
             dashboard_variables=SERVER_MODEL_VARIABLES,
         )
@@ -221,6 +273,7 @@ def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
         ),
         not_paying(cfg),
         metrics_missing(cfg),
+        *([] if cfg.direct else [lossy_verification(cfg)]),  # the config is the sidecar's to read
     ]
 
 

@@ -73,7 +73,7 @@ def values(cfg: MixinConfig) -> dict[str, object]:
             "critical_for": w.critical_hold, "slow_for": w.slow_hold, "scrape_interval": w.scrape_interval}
     for key in ("exporter_selector", "vllm_selector", "instance_label", "target_down_for", "spec_decode_stopped_for",
                 "drafting_batch_memory",
-                "spec_decode_missing_for", "reset_window", "counter_resets_threshold"):
+                "spec_decode_missing_for", "lossy_verification_for", "reset_window", "counter_resets_threshold"):
         out[key] = getattr(cfg, key)
     # What each bundle reads the running batch and the restarts from.
     one_server = f'{sources.source_matchers(cfg)}, {cfg.instance_label}="<instance>", model_name="<model>"'
@@ -93,6 +93,16 @@ def values(cfg: MixinConfig) -> dict[str, object]:
                                       ("critical", out["critical_percent"], w.critical_hold)):
         out[f"acceptance_{alert}_meaning"] = _partial(
             "runbook-acceptance-meaning.md", {**out, "threshold_percent": percent, "sustained": sustained})
+    out["config_step"] = (
+        "The speculative config the sidecar reads (method, k, verification, dynamic k; the alert's description "
+        "names it, the overview's **Speculative config** table draws it over time): a new method or k explains a "
+        "new acceptance level, and a lossy verification inflates it (SpecDecodeLossyVerification).\n"
+        "   ```promql\n"
+        f"   {MetricName.SPEC_CONFIG_INFO}{{{cfg.exporter_selector}, {cfg.instance_label}=\"<instance>\"}}\n"
+        "   ```"
+    ) if not cfg.direct else (
+        "Without the sidecar no series names the speculative config: read `--speculative-config` (method, "
+        "`num_speculative_tokens`, `rejection_sample_method`) from the server's command line or pod spec.")
     out["acceptance_diagnosis"] = _partial("runbook-acceptance-diagnosis.md", out)
     out["acceptance_low_mitigation"] = _partial(
         "runbook-acceptance-mitigation.md", {**out, "first_step": "Pick by what the diagnosis showed;"})

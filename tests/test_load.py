@@ -108,3 +108,30 @@ def test_the_committed_bundles_carry_the_load_group_and_the_alert() -> None:
     for cfg in (MixinConfig(), MixinConfig(source="vllm")):
         assert load.load_group(cfg) in recording_rules.recording_groups(cfg)
         assert alert_rules.NOT_PAYING in {a["alert"] for a in alert_rules.all_alerts(cfg)}
+
+
+def test_direct_batch_survives_a_spelling_switch_and_llamacpp_has_an_estimate(promtool: str, tmp_path: Path) -> None:
+    """Without the sidecar: vLLM's running-requests gauge switching from `vllm:` to `vllm_` inside the
+    rate window stays one batch series (not an evaluation error), and llama-server's unlabelled gauge
+    matches its unlabelled counters one to one."""
+    cfg = MixinConfig(source="vllm")
+    vllm = 'job="vllm", instance="a:8000", model_name="m", engine="0"'
+    llamacpp = 'job="vllm", instance="b:8080"'
+    running = sources.VLLM_GAUGES[MetricName.REQUESTS_RUNNING]
+    series = [{"series": f'{{__name__="vllm:{running}", {vllm}}}', "values": "8x20 stale"},
+              {"series": f'{{__name__="vllm_{running}", {vllm}}}', "values": "_x20 8x40"},
+              {"series": f'{{__name__="{sources.LLAMACPP_GAUGES[MetricName.REQUESTS_RUNNING]}", {llamacpp}}}',
+               "values": "8x60"}]
+    rates = {sources.DRAFTS: 25, sources.DRAFT_TOKENS: 100, sources.ACCEPTED: 25, sources.GENERATED: 50}
+    for counter, rate in rates.items():
+        series += [{"series": f'{{__name__="vllm:{counter.vllm}", {vllm}}}', "values": f"0+{rate * 15}x60"},
+                   {"series": f'{{__name__="{counter.llamacpp}", {llamacpp}}}', "values": f"0+{rate * 15}x60"}]
+    expected = advisor.speedup_at_load(25, 100, 25, 8, cfg.draft_cost_ratio, cfg.compute_bound_tokens)
+    assert expected is not None
+    names = load.load_names(cfg)
+    # At 6m the window holds both spellings of vLLM's gauge (the switch at 5m15s).
+    tests = [{"expr": f"round({name}, 0.0001)", "eval_time": "6m",
+              "exp_samples": [{"labels": f"{{{labels}}}", "value": value} for labels in (vllm, llamacpp)]}
+             for name, value in ((names.batch, 8), (names.speedup, round(expected, 4)))]
+    run_scenario(promtool, tmp_path, [{"name": "source", "rules": sources.source_rules(cfg)}, load.load_group(cfg)],
+                 series, tests)

@@ -360,7 +360,7 @@
         rules: [
           {
             record: 'instance_model_engine:vllm_num_requests_running:mean_over_time2m',
-            expr: 'avg_over_time(({__name__=~"vllm:num_requests_running|vllm_num_requests_running|ray_vllm:num_requests_running|ray_vllm_num_requests_running|llamacpp:requests_processing", %(vllmSelector)s})[2m:15s])' % v,
+            expr: 'avg_over_time((max without () ({__name__=~"vllm:num_requests_running|vllm_num_requests_running|ray_vllm:num_requests_running|ray_vllm_num_requests_running|llamacpp:requests_processing", %(vllmSelector)s}))[2m:15s])' % v,
           },
           {
             record: 'instance_model_engine:vllm_spec_decode_speedup_at_load:estimate_rate2m',

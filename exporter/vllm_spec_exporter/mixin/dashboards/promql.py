@@ -72,7 +72,6 @@ ACCEPTED_BY_POSITION = sources.ACCEPTED_BY_POSITION
 GENERATED = sources.GENERATED
 TARGET_UP = MetricName.TARGET_UP
 SPEC_DECODE_ENABLED = MetricName.SPEC_DECODE_ENABLED
-TARGET_RESTARTS = MetricName.TARGET_RESTARTS_TOTAL
 
 
 # Ray Serve's stat logger prefixes vLLM's names with `ray_` (`ray_vllm:...`, escaped `ray_vllm_...`);

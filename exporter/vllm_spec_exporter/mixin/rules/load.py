@@ -15,12 +15,13 @@ draft length and c the `draft_cost_ratio` knob. Below 1 speculation costs more t
 that batch; SpecDecodeNotPaying warns when it stays there for `not_paying_for`.
 
 Contract: the batch is the source's running-requests gauge averaged over `rate_window` (a subquery
-at the evaluation interval, so every spelling of vLLM's gauge reads the same way), the engines
-kept apart: each data-parallel engine runs its own batch. The speed-up reads the batch record of
-the same group (Prometheus evaluates it first in the same cycle; vmalert reads the previous
-cycle's, which a warning held for minutes does not notice). Both are absent without drafts (the
-speed-up) or without a running-requests gauge (TensorRT-LLM and SGLang serve theirs through the
-sidecar; a source without one has no estimate, never 1).
+at the evaluation interval over the gauge without its name, so a switch between vLLM's spellings
+inside the window is one series, not an error), the engines kept apart: each data-parallel engine
+runs its own batch. The speed-up reads the batch record of the same group (Prometheus evaluates
+it first in the same cycle; vmalert reads the previous cycle's, which a warning held for minutes
+does not notice). Both are absent without drafts (the speed-up) or without a running-requests
+gauge (TensorRT-LLM and SGLang serve theirs through the sidecar; a source without one has no
+estimate, never 1).
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ def load_names(cfg: MixinConfig) -> LoadNames:
 def load_group(cfg: MixinConfig) -> dict[str, Any]:
     n, w = load_names(cfg), cfg.windows
     running = sources.raw_gauge(cfg, MetricName.REQUESTS_RUNNING, sources.source_matchers(cfg))
+    if cfg.direct:
+        # The spellings name one gauge: drop the name at each step, or a spelling switch inside the
+        # window leaves two series with one label set and avg_over_time fails (Prometheus 3).
+        running = f"max without () ({running})"
     speedup = speedup_at_load(lambda counter: sources.own(cfg, sources.rate_record(cfg, counter)),
                               sources.own(cfg, n.batch), cfg.draft_cost_ratio, cfg.compute_bound_tokens)
     return {"name": LOAD_GROUP, "interval": w.evaluation_interval, "rules": [

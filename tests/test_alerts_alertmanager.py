@@ -105,3 +105,18 @@ def test_critical_supersedes_warning_for_the_same_server_and_model(stack) -> Non
     low_messages = [c for c in _chats(hook) if alert_rules.ACCEPTANCE_LOW in c]
     assert len(low_messages) == 1 and "qwen" in low_messages[0]
     assert any("10.0.0.6:9400" in p for p in _pages(hook))
+
+
+def test_an_acceptance_alert_inhibits_not_paying_for_the_same_server_and_model(stack) -> None:
+    """Collapsed acceptance is why speculation does not pay at any batch: chat hears the cause once."""
+    am, hook = stack
+    am.post_alerts([_alert(alert_rules.ACCEPTANCE_LOW, "warning", "10.0.0.7:9400")])
+    wait_until(lambda: len(am.alerts(alertname=alert_rules.ACCEPTANCE_LOW)) == 1, 10)
+    am.post_alerts([_alert(alert_rules.NOT_PAYING, "warning", "10.0.0.7:9400"),  # inhibited
+                    _alert(alert_rules.NOT_PAYING, "warning", "10.0.0.8:9400")])  # other server: sent
+    wait_until(lambda: any(alert_rules.NOT_PAYING in c and "10.0.0.8:9400" in c for c in _chats(hook)), 30)
+    time.sleep(3)
+    assert not any(alert_rules.NOT_PAYING in c and "10.0.0.7:9400" in c for c in _chats(hook))
+    states = {(a["labels"]["alertname"], a["labels"]["instance"]): a["status"]["state"] for a in am.alerts()}
+    assert states[(alert_rules.NOT_PAYING, "10.0.0.7:9400")] == "suppressed"
+    assert states[(alert_rules.NOT_PAYING, "10.0.0.8:9400")] == "active"

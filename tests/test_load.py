@@ -24,28 +24,40 @@ N = advisor.DEFAULT_COMPUTE_BOUND_TOKENS
 def test_at_a_small_batch_it_is_the_speedup_bound() -> None:
     """Below the compute-bound point verification is free: only acceptance and drafting cost count."""
     for batch in (0, 1, 8, N / 5 - 1):
-        assert math.isclose(advisor.speedup_at_load(100, 400, 300, batch, 0.05),
+        # Every step drafted: the request-steps are the drafts (400 generated - 300 accepted).
+        assert math.isclose(advisor.speedup_at_load(400, 400, 300, batch, 0.05),
                             advisor.speedup_bound(100, 400, 300, 0.05))
 
 
 def test_a_large_batch_makes_the_same_acceptance_stop_paying() -> None:
     """k = 4 drafts at 25 % acceptance: 2 tokens a step. It pays at 8 requests, not at 128: each
     step then verifies 640 tokens instead of 128, 2.5x the work for 2x the tokens."""
-    small = advisor.speedup_at_load(100, 400, 100, 8, 0.0)
-    large = advisor.speedup_at_load(100, 400, 100, 128, 0.0)
+    small = advisor.speedup_at_load(200, 400, 100, 8, 0.0)
+    large = advisor.speedup_at_load(200, 400, 100, 128, 0.0)
     assert small == pytest.approx(2.0) and large == pytest.approx(2.0 / (640 / 256))
     assert large < 1 < small
     # Monotone in the batch once compute-bound, and it never rises again.
-    values = [advisor.speedup_at_load(100, 400, 100, batch, 0.0) for batch in range(1, 400, 7)]
+    values = [advisor.speedup_at_load(200, 400, 100, batch, 0.0) for batch in range(1, 400, 7)]
     assert all(a >= b for a, b in itertools.pairwise(values))
 
 
+def test_steps_that_draft_nothing_are_charged_as_plain_steps() -> None:
+    """Dynamic k pausing half the steps (k = 0: no draft counted, one token each) is not charged
+    as if every step had verified drafts: 100 drafting steps as above plus 100 plain ones give
+    300 tokens in 200 request-steps, 2 draft tokens verified a step. At 128 requests that is
+    1.5 tokens a step for 384 tokens verified (1.5x a plain step): break-even, where charging
+    every step the drafting steps' 4 tokens would say 0.8x."""
+    paused = advisor.speedup_at_load(300, 400, 100, 128, 0.0)
+    assert paused == pytest.approx(1.0)
+    assert paused > advisor.speedup_at_load(200, 400, 100, 128, 0.0)
+
 def test_no_drafts_is_no_estimate_and_bad_input_is_named() -> None:
     assert advisor.speedup_at_load(0, 0, 0, 4, 0.0) is None
+    assert advisor.speedup_at_load(50, 0, 0, 4, 0.0) is None  # plain decoding only: no estimate, never 1
     with pytest.raises(ValueError, match="compute-bound tokens"):
-        advisor.speedup_at_load(1, 4, 2, 4, 0.0, compute_bound_tokens=0)
+        advisor.speedup_at_load(3, 4, 2, 4, 0.0, compute_bound_tokens=0)
     with pytest.raises(ValueError, match="batch"):
-        advisor.speedup_at_load(1, 4, 2, -1, 0.0)
+        advisor.speedup_at_load(3, 4, 2, -1, 0.0)
 
 
 def test_check_estimates_at_the_mean_sampled_batch() -> None:
@@ -53,7 +65,7 @@ def test_check_estimates_at_the_mean_sampled_batch() -> None:
                           accepted_by_position={}, k=4)
     paying = paying_at(total, [100, 156], 0.0, N, min_draft_tokens=100)
     assert paying is not None and paying.batch == 128
-    assert paying.speedup == pytest.approx(advisor.speedup_at_load(100, 400, 100, 128, 0.0))
+    assert paying.speedup == pytest.approx(advisor.speedup_at_load(200, 400, 100, 128, 0.0))
     assert paying_at(total, [], 0.0, N, 100) is None  # no running-requests gauge: no estimate, never 1
     assert paying_at(total, [8], 0.0, N, min_draft_tokens=1000) is None  # too few drafts to say
 
@@ -84,7 +96,8 @@ def test_the_record_equals_python_and_the_alert_fires_only_where_it_does_not_pay
         source: str, batch: int, accepted: int, pays: bool, promtool: str, tmp_path: Path) -> None:
     cfg = MixinConfig(source=source)
     series, labels = _scenario(cfg, batch, accepted)
-    expected = advisor.speedup_at_load(25, 100, accepted, batch, cfg.draft_cost_ratio, cfg.compute_bound_tokens)
+    expected = advisor.speedup_at_load(25 + accepted, 100, accepted, batch, cfg.draft_cost_ratio,
+                                       cfg.compute_bound_tokens)
     assert expected is not None and (expected >= 1) == pays
     names = load.load_names(cfg)
     alert = alert_rules.not_paying(cfg)
@@ -126,7 +139,7 @@ def test_direct_batch_survives_a_spelling_switch_and_llamacpp_has_an_estimate(pr
     for counter, rate in rates.items():
         series += [{"series": f'{{__name__="vllm:{counter.vllm}", {vllm}}}', "values": f"0+{rate * 15}x60"},
                    {"series": f'{{__name__="{counter.llamacpp}", {llamacpp}}}', "values": f"0+{rate * 15}x60"}]
-    expected = advisor.speedup_at_load(25, 100, 25, 8, cfg.draft_cost_ratio, cfg.compute_bound_tokens)
+    expected = advisor.speedup_at_load(50, 100, 25, 8, cfg.draft_cost_ratio, cfg.compute_bound_tokens)
     assert expected is not None
     names = load.load_names(cfg)
     # At 6m the window holds both spellings of vLLM's gauge (the switch at 5m15s).

@@ -89,32 +89,38 @@ def speedup_bound(drafts: float, draft_tokens: float, accepted: float, draft_cos
 DEFAULT_COMPUTE_BOUND_TOKENS = 256
 
 
-def speedup_at_load(drafts: float, draft_tokens: float, accepted: float, batch: float, draft_cost: float,
+def speedup_at_load(generated: float, draft_tokens: float, accepted: float, batch: float, draft_cost: float,
                     compute_bound_tokens: float = DEFAULT_COMPUTE_BOUND_TOKENS) -> float | None:
-    """S at the current load: speculation's tokens per step over what a speculative step costs
+    """S at the current load: what speculation emits per request-step over what such a step costs
     compared with a plain one, at a running batch of `batch` requests.
 
-    A plain decode step handles `batch` tokens; a speculative one verifies each request's drafts
-    too, batch x (1 + L) tokens with L = draft_tokens / drafts the mean draft length. Below
-    `compute_bound_tokens` tokens a step takes about the same time whatever it holds (reading the
-    weights dominates); above, its time grows with the tokens. So a speculative step costs
+    Every request in a step emits its accepted drafts plus one token the target sampled, so the
+    request-steps of a window number R = generated - accepted, whether they drafted or not (a
+    step of dynamic k = 0, an n-gram miss or a prefill drafts nothing and counts only here; vLLM's
+    drafts counter sees drafting steps alone). Per request-step the server emits G / R tokens and
+    verifies L = draft_tokens / R draft tokens. A plain decode step handles `batch` tokens, a
+    speculative one batch x (1 + L); below `compute_bound_tokens` tokens a step takes about the
+    same time whatever it holds (reading the weights dominates), above it its time grows with the
+    tokens. So a speculative step costs
 
         cost(B) = max(N, B (1 + L)) / max(N, B) + c L        (N = compute_bound_tokens)
 
-    plain steps, and S(B) = (1 + accepted / drafts) / cost(B). At a small batch cost(B) = 1 + c L
-    and S(B) is speedup_bound; as the batch grows the verified drafts stop being free and S(B)
-    falls, below 1 where speculation costs more than it saves. An estimate: prefill tokens sharing
-    the steps, and attention's cost growing with context, are not counted. The rules compute the
-    same in PromQL (mixin/rules/quantities.speedup_at_load). None without drafts."""
+    plain steps, and S(B) = (G / R) / cost(B). When every step drafts (R = drafts) and the batch
+    is small, S(B) is speedup_bound; as the batch grows the verified drafts stop being free and
+    S(B) falls, below 1 where speculation costs more than it saves. An estimate: each request's
+    first token (from its prefill) counts as a step, attention's cost growing with context is not
+    counted. The rules compute the same in PromQL (mixin/rules/quantities.speedup_at_load). None
+    without draft tokens (nothing speculated: no estimate, never 1) or without steps."""
     if draft_cost < 0 or compute_bound_tokens <= 0 or batch < 0:
         raise ValueError(f"need draft cost >= 0, compute-bound tokens > 0 and batch >= 0, got {draft_cost}, "
                          f"{compute_bound_tokens}, {batch}")
-    if drafts <= 0:
+    steps = generated - accepted
+    if draft_tokens <= 0 or steps <= 0:
         return None
-    draft_length = draft_tokens / drafts
+    draft_length = draft_tokens / steps
     cost = (max(compute_bound_tokens, batch * (1 + draft_length)) / max(compute_bound_tokens, batch)
             + draft_cost * draft_length)
-    return (1 + accepted / drafts) / cost
+    return (generated / steps) / cost
 
 
 def advise(position_acceptance: list[float], draft_cost: float, raise_threshold: float = 0.7) -> Advice:

@@ -186,11 +186,11 @@ def build_reports(poller: Poller, snap: Snapshot, min_draft_tokens: float, draft
 def paying_at(total: SeriesFigures, batches: list[float] | None, draft_cost: float, compute_bound_tokens: float,
               min_draft_tokens: float) -> terminal.PayingView | None:
     """The speed-up at the sampled batch, when the counters had enough drafts to say anything."""
-    D, T, A = total.drafts, total.draft_tokens, total.accepted
-    if not batches or D is None or T is None or A is None or max(min_draft_tokens, 1) > T:
+    G, T, A = total.generation, total.draft_tokens, total.accepted
+    if not batches or G is None or T is None or A is None or max(min_draft_tokens, 1) > T:
         return None
     batch = sum(batches) / len(batches)
-    speedup = advisor.speedup_at_load(D, T, A, batch, draft_cost, compute_bound_tokens)
+    speedup = advisor.speedup_at_load(G, T, A, batch, draft_cost, compute_bound_tokens)
     return None if speedup is None else terminal.PayingView(speedup, batch, compute_bound_tokens)
 
 

@@ -239,13 +239,13 @@
           {
             record: 'instance_model_engine:vllm_spec_decode_speedup_at_load:estimate_rate2m',
             expr: |||-
-              (1 + instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(exporterSelector)s} / (instance_model_engine:vllm_spec_decode_drafts:rate2m{%(exporterSelector)s} > 0))
+              (instance_model_engine:vllm_generation_tokens:rate2m{%(exporterSelector)s} / ((instance_model_engine:vllm_generation_tokens:rate2m{%(exporterSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(exporterSelector)s}) > 0))
               /
               (
-              clamp_min(instance_model_engine:vllm_num_requests_running:mean_over_time2m{%(exporterSelector)s} * (1 + instance_model_engine:vllm_spec_decode_draft_tokens:rate2m{%(exporterSelector)s} / (instance_model_engine:vllm_spec_decode_drafts:rate2m{%(exporterSelector)s} > 0)), 256)
+              clamp_min(instance_model_engine:vllm_num_requests_running:mean_over_time2m{%(exporterSelector)s} * (1 + (instance_model_engine:vllm_spec_decode_draft_tokens:rate2m{%(exporterSelector)s} > 0) / ((instance_model_engine:vllm_generation_tokens:rate2m{%(exporterSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(exporterSelector)s}) > 0)), 256)
               /
               (clamp_min(instance_model_engine:vllm_num_requests_running:mean_over_time2m{%(exporterSelector)s}, 256) > 0)
-              + 0.05 * instance_model_engine:vllm_spec_decode_draft_tokens:rate2m{%(exporterSelector)s} / (instance_model_engine:vllm_spec_decode_drafts:rate2m{%(exporterSelector)s} > 0) > 0)
+              + 0.05 * (instance_model_engine:vllm_spec_decode_draft_tokens:rate2m{%(exporterSelector)s} > 0) / ((instance_model_engine:vllm_generation_tokens:rate2m{%(exporterSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(exporterSelector)s}) > 0) > 0)
             ||| % v,
           },
         ],

@@ -2159,7 +2159,7 @@
             type: 'prometheus',
             uid: '${datasource}',
           },
-          description: 'Decoding speed with speculation relative to without it, at the batch each engine runs: tokens per step (1 + accepted / drafts) over what a speculative step costs against a plain one. A step verifies every request\'s drafts; above 256 tokens a step (knob compute_bound_tokens) its time grows with them, and drafting adds 0.05 of a step per draft token (draft_cost_ratio). The worst engine per model. Good: above the 1× line. Below it speculation costs more than it saves at this load (alert SpecDecodeNotPaying after 15m). An estimate: confirm with time per output token.',
+          description: 'Decoding speed with speculation relative to without it, at the batch each engine runs: tokens each request emits per step (generated / (generated - accepted): steps that drafted nothing count too) over what a speculative step costs against a plain one. A step verifies every request\'s drafts; above 256 tokens a step (knob compute_bound_tokens) its time grows with them, and drafting adds 0.05 of a step per draft token (draft_cost_ratio). The worst engine per model. Good: above the 1× line. Below it speculation costs more than it saves at this load (alert SpecDecodeNotPaying after 15m). An estimate: confirm with time per output token.',
           fieldConfig: {
             defaults: {
               custom: {

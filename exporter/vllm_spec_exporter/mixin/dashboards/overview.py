@@ -353,8 +353,9 @@ def load_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
     layout.row("Paying at this load?")
     layout.add(timeseries_panel(
         "Speed-up (est.) at the running batch",
-        "Decoding speed with speculation relative to without it, at the batch each engine runs: tokens per "
-        "step (1 + accepted / drafts) over what a speculative step costs against a plain one. A step "
+        "Decoding speed with speculation relative to without it, at the batch each engine runs: tokens each "
+        "request emits per step (generated / (generated - accepted): steps that drafted nothing count too) "
+        "over what a speculative step costs against a plain one. A step "
         f"verifies every request's drafts; above {cfg.compute_bound_tokens} tokens a step (knob "
         "compute_bound_tokens) its time grows with them, and drafting adds "
         f"{cfg.draft_cost_ratio:g} of a step per draft token (draft_cost_ratio). The worst engine per model. "

@@ -30,6 +30,10 @@ CHAT_RECEIVER = "spec-decode-chat"
 _DESCRIPTIONS_AS_TEXT = '{{ range .Alerts }}{{ reReplaceAll ": " ":\\u00a0" .Annotations.description }}\n{{ end }}'
 
 
+# The acceptance alerts, which explain a server not paying at its load whatever the batch.
+ACCEPTANCE_ALERTS = (alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL)
+
+
 def _alternatives(names: tuple[str, ...]) -> str:
     return "|".join(names)
 
@@ -64,6 +68,13 @@ def alertmanager_config(cfg: MixinConfig) -> dict[str, Any]:
             {
                 "source_matchers": [f'alertname="{alert_rules.ACCEPTANCE_CRITICAL}"'],
                 "target_matchers": [f'alertname="{alert_rules.ACCEPTANCE_LOW}"'],
+                "equal": sorted({*target_labels, "model_name"}),
+            },
+            # Collapsed acceptance makes speculation not pay at any batch: the acceptance alert names
+            # the cause, the estimate at the current load would only repeat it.
+            {
+                "source_matchers": [f'alertname=~"{_alternatives(ACCEPTANCE_ALERTS)}"'],
+                "target_matchers": [f'alertname="{alert_rules.NOT_PAYING}"'],
                 "equal": sorted({*target_labels, "model_name"}),
             },
         ],

@@ -10,8 +10,10 @@ at a small batch costs more than it saves at a large one. These records put the 
     instance_model_engine:vllm_spec_decode_speedup_at_load:estimate_rate<w>  speed-up at that batch
 
 The speed-up is quantities.speedup_at_load over the source records (advisor.speedup_at_load in
-Python): `(1 + accepted / drafts) / (max(N, B (1 + L)) / max(N, B) + c L)`, with L the mean
-draft length and c the `draft_cost_ratio` knob. Below 1 speculation costs more than it saves at
+Python): `(G / R) / (max(N, B (1 + L)) / max(N, B) + c L)`, with R = generated - accepted the
+request-steps (drafting or not: dynamic k's k = 0 steps count as plain ones), L = draft tokens / R
+the draft tokens verified per request-step, B the batch, N `compute_bound_tokens` and c the
+`draft_cost_ratio` knob. Below 1 speculation costs more than it saves at
 that batch; SpecDecodeNotPaying warns when it stays there for `not_paying_for`.
 
 Contract: the batch is the source's running-requests gauge averaged over `rate_window` (a subquery

@@ -91,16 +91,17 @@ POSITION_MATCHING = "ignoring (position) group_left ()"
 
 def speedup_at_load(read: Callable[[SourceCounter], str], batch: str, draft_cost: float,
                     compute_bound_tokens: int) -> str:
-    """PromQL of advisor.speedup_at_load: tokens per step over the cost of a speculative step at the
-    running batch `batch` (an expression matching the counters' labels one to one), relative to a
-    plain step: `(D + A) / D / (clamp_min(B (D + T) / D, N) / clamp_min(B, N) + c T / D)`. The
-    drafts are guarded with `> 0`, so an idle server gives no sample."""
-    drafts, draft_tokens, accepted = read(DRAFTS), read(DRAFT_TOKENS), read(ACCEPTED)
-    per_draft = f"({drafts} > 0)"
-    draft_length = f"{draft_tokens} / {per_draft}"
+    """PromQL of advisor.speedup_at_load: tokens per request-step over the cost of a speculative
+    step at the running batch `batch` (an expression matching the counters' labels one to one),
+    relative to a plain step, with R = generated - accepted the request-steps:
+    `(G / R) / (clamp_min(B (1 + T / R), N) / clamp_min(B, N) + c T / R)`. R is guarded with
+    `> 0` and the draft tokens too: an idle server, or one that drafted nothing, gives no sample."""
+    generated, draft_tokens, accepted = read(GENERATED), read(DRAFT_TOKENS), read(ACCEPTED)
+    per_step = f"(({generated} - {accepted}) > 0)"
+    draft_length = f"({draft_tokens} > 0) / {per_step}"
     verified = f"clamp_min({batch} * (1 + {draft_length}), {compute_bound_tokens})"
     # Both denominators are positive by construction (at least N, at least 1); the `> 0` filters
     # keep every division in the rules guarded the one way the rules' lint checks.
     plain = f"(clamp_min({batch}, {compute_bound_tokens}) > 0)"
     cost = f"{verified}\n/\n{plain}" + (f"\n+ {draft_cost:.10g} * {draft_length}" if draft_cost else "")
-    return f"(1 + {accepted} / {per_draft})\n/\n(\n{cost} > 0)"
+    return f"({generated} / {per_step})\n/\n(\n{cost} > 0)"

@@ -108,7 +108,7 @@ def test_amtool_check_config_on_committed_file(path: str, prefix: str) -> None:
     amtool = require_version(path, prefix)
     result = run_tool([amtool, "check-config", alertmanager.ALERTMANAGER_FILE], cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 inhibit rules" in result.stdout and "2 receivers" in result.stdout
+    assert "3 inhibit rules" in result.stdout and "2 receivers" in result.stdout
 
 
 def _run_scenarios_against(cfg: MixinConfig, tmp_path: Path, expected_failure: str) -> str:

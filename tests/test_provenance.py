@@ -12,7 +12,7 @@ from vllm_spec_lab.exporter_process import SCRIPT
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-import measured as provenance  # noqa: E402
+import measured  # noqa: E402
 from measured import Measured, stale, write_record  # noqa: E402
 
 TOY = Measured(name="toy table", remake="make toy", record="out/toy.provenance.json", outputs=("out/toy.md",),
@@ -25,7 +25,7 @@ def toy_tree(root: Path, monkeypatch) -> None:
     (root / "rules.yaml").write_text("groups: []\n")
     (root / "out").mkdir()
     (root / "out" / "toy.md").write_text("| figure |\n")
-    monkeypatch.setattr(provenance, "MEASURED", (TOY,))
+    monkeypatch.setattr(measured, "MEASURED", (TOY,))
 
 
 def test_a_fresh_record_is_not_stale(tmp_path, monkeypatch) -> None:

@@ -199,7 +199,7 @@ def verdict(schema: str, reports: list[ModelReport], threshold: float) -> tuple[
         return EXIT_UNKNOWN, "SPEC DECODING OFF — the server exposes no speculative-decoding metrics"
     if schema not in COUNTER_SCHEMAS and schema != Schema.V0:
         return EXIT_UNKNOWN, (f"CANNOT JUDGE — schema {schema} has no acceptance counters "
-                              "(docs/engines.md)")
+                              "(https://github.com/vllm-spec-exporter/vllm-spec-exporter/blob/main/docs/engines.md)")
     rates = {r.model: r.values.get(MetricName.ACCEPTANCE_RATIO) for r in reports}
     judged = {m: a for m, a in rates.items() if a is not None}
     if not judged:

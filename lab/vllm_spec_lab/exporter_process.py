@@ -23,6 +23,10 @@ EXPORTER_READ_TIMEOUT_SECONDS = 10.0
 
 
 class ExporterProcess:
+    """One `vllm-spec-exporter serve` of the venv running the caller, on a free loopback port,
+    polling `target`; `start()` returns once it answers /healthz, `stop()` ends it and returns its
+    log. Usable as a context manager."""
+
     def __init__(self, target: str, *args: str, interval: float = 0.5, window: float = 10,
                  timeout: float = 0.4, min_draft_tokens: float = 0, env: dict[str, str] | None = None,
                  log: Path | None = None) -> None:

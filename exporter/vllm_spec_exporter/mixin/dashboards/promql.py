@@ -15,6 +15,7 @@ sidecar's gauges read vLLM's own or compute the same in PromQL.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -77,6 +78,10 @@ SPEC_DECODE_ENABLED = MetricName.SPEC_DECODE_ENABLED
 # Ray Serve's stat logger prefixes vLLM's names with `ray_` (`ray_vllm:...`, escaped `ray_vllm_...`);
 # the exporter reads all four spellings (parse.py), so do the panels that read vLLM directly.
 RAY_PREFIX = "(ray_)?"
+# engines.VLLM_PREFIXES, factored as Prometheus' regex engine reads them best.
+VLLM_PREFIX_PATTERN = RAY_PREFIX + "vllm[:_]"
+if {p for p in VLLM_PREFIXES if not re.fullmatch(VLLM_PREFIX_PATTERN, p)} or len(VLLM_PREFIXES) != 4:
+    raise RuntimeError("VLLM_PREFIX_PATTERN no longer matches exactly engines.VLLM_PREFIXES")
 
 
 def vllm_name_pattern(name: str) -> str:
@@ -84,7 +89,7 @@ def vllm_name_pattern(name: str) -> str:
     OpenMetrics-escaped `vllm_`, and Ray Serve's `ray_vllm:` / `ray_vllm_`."""
     if not name.startswith("vllm:"):
         raise ValueError(f"{name} is not a vLLM metric name")
-    return RAY_PREFIX + "vllm[:_]" + name.removeprefix("vllm:")
+    return VLLM_PREFIX_PATTERN + name.removeprefix("vllm:")
 
 
 def legend_label(label: str) -> str:

@@ -19,9 +19,9 @@ from typing import Any, NamedTuple
 from . import advisor, durations, settings, specconfig, specconfig_reader, terminal
 from .derive import SeriesFigures, derive_series, derive_v0, figures
 from .engines import COUNTER_SCHEMAS
-from .names import EngineFamily, Family, MetricName, Schema
+from .names import Family, MetricName, Schema
 from .normalise import Snapshot
-from .poller import UNKNOWN_CONFIG, Poller
+from .poller import UNKNOWN_CONFIG, Poller, checked_against_positions
 from .specconfig import SpecConfig
 
 EXIT_HEALTHY, EXIT_BELOW, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
@@ -270,9 +270,7 @@ def read_spec_config(conf: settings.Settings, snap: Snapshot) -> SpecConfig:
         config, _absent, _problems = specconfig_reader.read_sources(flags, server_info, conf.target)
     finally:
         server_info.close()
-    if snap.engine_family == EngineFamily.VLLM:
-        config, _disagreement = config.with_positions(snap.k_by_series().values())
-    return config
+    return checked_against_positions(config, snap)[0]
 
 
 def to_json(report: CheckReport) -> dict[str, Any]:

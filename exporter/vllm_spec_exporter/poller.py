@@ -25,10 +25,18 @@ from .specconfig import SpecConfig
 from .specconfig_reader import SpecConfigReader
 from .window import SeriesLimitError, WindowStore
 
-__all__ = ["PollResult", "Poller"]
+__all__ = ["PollResult", "Poller", "checked_against_positions"]
 
 log = logging.getLogger("vllm_spec_exporter")
 UNKNOWN_CONFIG = SpecConfig()
+
+
+def checked_against_positions(config: SpecConfig, snap: Snapshot) -> tuple[SpecConfig, str]:
+    """`config`, its k checked against the draft positions vLLM exposes (SpecConfig.with_positions),
+    with the disagreement if any; unchanged for other engines, whose positions are not their k."""
+    if snap.engine_family != EngineFamily.VLLM:
+        return config, ""
+    return config.with_positions(snap.k_by_series().values())
 
 
 @dataclass(frozen=True)
@@ -206,14 +214,15 @@ class Poller:
     def _checked_spec_config(self, snap: Snapshot) -> SpecConfig:
         """The reader's config, its k checked against the draft positions vLLM exposes (vLLM
         only: another engine's positions are not its k)."""
-        config = self.spec_config.current if self.spec_config is not None else UNKNOWN_CONFIG
-        if snap.engine_family != EngineFamily.VLLM:
-            return config
-        config, disagreement = config.with_positions(snap.k_by_series().values())
+        config, disagreement = checked_against_positions(self._reader_config(), snap)
         if disagreement and disagreement != self._k_disagreement:  # once per change, not per poll
             log.warning("%s", disagreement)
         self._k_disagreement = disagreement
         return config
+
+    def _reader_config(self) -> SpecConfig:
+        """What the config reader holds now (unknown without a reader)."""
+        return self.spec_config.current if self.spec_config is not None else UNKNOWN_CONFIG
 
     def _publish_failure(self, reason: str, message: str, started: float, schema: str | None = None,
                          engine_family: str | None = None) -> PollResult:
@@ -230,7 +239,7 @@ class Poller:
             engine_family=self.result.engine_family if engine_family is None else engine_family,
             duration_seconds=self.clock() - started, last_success_unix=self.last_success,
             errors=dict(self.errors), counter_resets=self.counter_resets, error_message=message,
-            spec_config=self.spec_config.current if self.spec_config is not None else UNKNOWN_CONFIG,
+            spec_config=self._reader_config(),
         )
         return self.result
 

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 from ..config import MixinConfig
 from ..rules import rule_files
 from ..templates import fill
-from ..yaml_text import dump_yaml
+from ..yaml_text import comment_lines, dump_yaml
 from . import kubernetes
 from .kubernetes import POD_LABEL, PORT_NAME, VLLM_TARGET, parse_matchers
 
@@ -110,7 +110,7 @@ def rules_text(cfg: MixinConfig, kind: str) -> str:
 
 
 def _commented(comment: str, body: str) -> str:
-    return HEADER + "".join(f"# {line}".rstrip() + "\n" for line in comment.strip("\n").split("\n")) + body
+    return HEADER + comment_lines(comment) + body
 
 
 def _from_pod_note(selector: str) -> str:

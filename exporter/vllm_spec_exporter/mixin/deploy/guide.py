@@ -20,7 +20,7 @@ GUIDE_FILE = "docs/deploy.md"
 
 
 def field_rows(cfg: MixinConfig) -> list[str]:
-    listed = set(jsonnet.config_fields(cfg, parameterise(jsonnet.build, cfg)))
+    listed = set(jsonnet.config_fields(cfg, parameterise(jsonnet.mixin_contents, cfg)))
     return [f"| `{field.name}` | `{jsonnet_literal(field.default(cfg))}` | "
             f"{f'`{field.knob}`' if field.knob else '—'} | {field.doc.replace('|', '&#124;')} |"
             for field in FIELDS if field.name in listed]

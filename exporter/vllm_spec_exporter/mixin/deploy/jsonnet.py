@@ -27,7 +27,7 @@ from ..templates import fill
 from .jsonnet_config import FIELDS, NUMBER_FORMS, NumberForm, jsonnet_literal, quote
 from .jsonnet_template import Parameterised, Template, ValueRef, parameterise
 
-__all__ = ["CONFIG_FILE", "FILES", "MIXIN_DIR", "MIXIN_FILE", "build", "render"]
+__all__ = ["CONFIG_FILE", "FILES", "MIXIN_DIR", "MIXIN_FILE", "mixin_contents", "render"]
 
 MIXIN_DIR = "jsonnet/vllm-spec-exporter-mixin"
 MIXIN_FILE = f"{MIXIN_DIR}/mixin.libsonnet"
@@ -46,7 +46,7 @@ _KEYWORDS = frozenset({"assert", "else", "error", "false", "for", "function", "i
 INDENT = "  "
 
 
-def build(cfg: MixinConfig) -> dict[str, Any]:
+def mixin_contents(cfg: MixinConfig) -> dict[str, Any]:
     """What the mixin holds: the rule groups and dashboard models the other files are written from."""
     return {
         "prometheusRules": {"groups": recording_rules.recording_groups(cfg)},
@@ -57,7 +57,7 @@ def build(cfg: MixinConfig) -> dict[str, Any]:
 
 
 def render(cfg: MixinConfig) -> dict[str, str]:
-    mixin = parameterise(build, cfg)
+    mixin = parameterise(mixin_contents, cfg)
     tree = mixin.tree
     return {
         MIXIN_FILE: HEADER + MIXIN_TEXT,

@@ -24,7 +24,7 @@ from ..config import MixinConfig
 from ..dashboards import dashboard_files, fleet, overview
 from ..rules import rule_files
 from ..templates import fill
-from ..yaml_text import dump_yaml
+from ..yaml_text import comment_lines, dump_yaml
 
 ROOT = "deploy/kubernetes"
 BASE = f"{ROOT}/base"
@@ -243,9 +243,8 @@ def example_kustomization(cfg: MixinConfig) -> dict[str, Any]:
 
 
 def _commented(comment: str, data: Any) -> str:
-    lines = "".join(f"# {line}".rstrip() + "\n" for line in comment.strip("\n").split("\n"))
     # A JSON round trip unshares repeated dicts, so the YAML has no &anchors/*aliases to puzzle readers.
-    return HEADER + lines + dump_yaml(json.loads(json.dumps(data)))
+    return HEADER + comment_lines(comment) + dump_yaml(json.loads(json.dumps(data)))
 
 
 def readme_text(cfg: MixinConfig) -> str:

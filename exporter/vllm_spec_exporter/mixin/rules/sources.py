@@ -104,19 +104,23 @@ class SourceCounter:
     position: bool = False
 
 
-def _counter(metric: str, exporter: MetricName, key: Family, position: bool = False) -> SourceCounter:
+def _vllm_name(key: Family) -> str:
+    """vLLM's name of canonical `key` after the `vllm:` prefix (engines.VLLM_NAMES)."""
+    return engines.sample_name(EngineFamily.VLLM, key).removeprefix(VLLM_PREFIXES[0])
+
+
+def _source_counter(metric: str, exporter: MetricName, key: Family, position: bool = False) -> SourceCounter:
     """The counter of canonical `key`: its vLLM and llama-server names from engines' tables."""
-    vllm = engines.sample_name(EngineFamily.VLLM, key).removeprefix(VLLM_PREFIXES[0]) + "_total"
-    return SourceCounter(metric, exporter, vllm, engines.sample_name(EngineFamily.LLAMACPP, key) + "_total",
-                         position)
+    return SourceCounter(metric, exporter, _vllm_name(key) + "_total",
+                         engines.sample_name(EngineFamily.LLAMACPP, key) + "_total", position)
 
 
-DRAFTS = _counter("vllm_spec_decode_drafts", MetricName.DRAFTS_TOTAL, Family.DRAFTS)
-DRAFT_TOKENS = _counter("vllm_spec_decode_draft_tokens", MetricName.DRAFT_TOKENS_TOTAL, Family.DRAFT_TOKENS)
-ACCEPTED = _counter("vllm_spec_decode_accepted_tokens", MetricName.ACCEPTED_TOKENS_TOTAL, Family.ACCEPTED_TOKENS)
-ACCEPTED_BY_POSITION = _counter("vllm_spec_decode_accepted_tokens_by_position",
+DRAFTS = _source_counter("vllm_spec_decode_drafts", MetricName.DRAFTS_TOTAL, Family.DRAFTS)
+DRAFT_TOKENS = _source_counter("vllm_spec_decode_draft_tokens", MetricName.DRAFT_TOKENS_TOTAL, Family.DRAFT_TOKENS)
+ACCEPTED = _source_counter("vllm_spec_decode_accepted_tokens", MetricName.ACCEPTED_TOKENS_TOTAL, Family.ACCEPTED_TOKENS)
+ACCEPTED_BY_POSITION = _source_counter("vllm_spec_decode_accepted_tokens_by_position",
                                 MetricName.ACCEPTED_TOKENS_BY_POSITION_TOTAL, Family.ACCEPTED_PER_POS, position=True)
-GENERATED = _counter("vllm_generation_tokens", MetricName.GENERATION_TOKENS_TOTAL, Family.GENERATION_TOKENS)
+GENERATED = _source_counter("vllm_generation_tokens", MetricName.GENERATION_TOKENS_TOTAL, Family.GENERATION_TOKENS)
 
 COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_BY_POSITION, GENERATED)
 # The counters with a source record: all but the per-position one. Per server its records were
@@ -140,8 +144,7 @@ COUNTER_MEANINGS = {
 _GAUGE_KEYS = {MetricName.REQUESTS_RUNNING: Family.REQUESTS_RUNNING,
                MetricName.REQUESTS_WAITING: Family.REQUESTS_WAITING,
                MetricName.KV_CACHE_USAGE_RATIO: Family.KV_CACHE_USAGE}
-VLLM_GAUGES = {gauge: engines.sample_name(EngineFamily.VLLM, key).removeprefix(VLLM_PREFIXES[0])
-               for gauge, key in _GAUGE_KEYS.items()}
+VLLM_GAUGES = {gauge: _vllm_name(key) for gauge, key in _GAUGE_KEYS.items()}
 LLAMACPP_GAUGES = {gauge: engines.sample_name(EngineFamily.LLAMACPP, key) for gauge, key in _GAUGE_KEYS.items()
                    if key in engines.NAMES[EngineFamily.LLAMACPP].values()}
 

@@ -73,7 +73,7 @@ def derive(store: WindowStore, snap: Snapshot, min_draft_tokens: float,
     out: list[Sample] = []
     # Grouped once: asking the store and the snapshot per series is quadratic in the series count
     # (16 engines x 3 models: 48 series of ~40 counters each).
-    keys_by_series, k_by_series = store.keys_by_series(), snap.k_by_series()
+    keys_by_series, k_by_series = store.keys_by_series(), snap.k_by_series
     for series in snap.series_keys():
         fig = figures(store, snap, series, keys_by_series.get(series, []), k_by_series.get(series, 0))
         if fig is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from . import engines
 from .engines import COUNTER_SCHEMAS, ENGINE_GAUGE_KEYS, ENGINE_LABEL, SPEC_KEYS, EngineError
@@ -82,8 +83,11 @@ class Snapshot:
         found = {key.position for key in self.counters if key.family == per_position and key.series == series}
         return sorted(found, key=int)
 
+    @cached_property
     def k_by_series(self) -> dict[SeriesKey, int]:
-        """len(positions(series)) of every series at once, in one pass over the counters."""
+        """len(positions(series)) of every series at once, in one pass over the counters; computed
+        once a snapshot (derive and the config's k check both read it every poll), which is safe
+        because a snapshot is not changed after normalise built it."""
         per_position = Family.ACCEPTED_PER_POS
         found = {(key.series, key.position) for key in self.counters if key.family == per_position}
         out: dict[SeriesKey, int] = {}

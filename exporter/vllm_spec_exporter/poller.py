@@ -36,7 +36,7 @@ def checked_against_positions(config: SpecConfig, snap: Snapshot) -> tuple[SpecC
     with the disagreement if any; unchanged for other engines, whose positions are not their k."""
     if snap.engine_family != EngineFamily.VLLM:
         return config, ""
-    return config.with_positions(snap.k_by_series().values())
+    return config.with_positions(snap.k_by_series.values())
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ it stale when what it was made from has changed since.
 
     .venv/bin/python tools/measured.py        # exit 1 naming each stale artifact and its remake command
 
-scripts/test.sh runs it after `vllm-spec-exporter generate --check`, so CI fails on a stale picture
+scripts/test.sh runs it after pytest (keeping pytest's exit code), so CI fails on a stale picture
 or table as it does on a stale generated file. It is a repository tool, not package code: the
 artifacts and the commands that remake them exist only in a checkout.
 

@@ -97,7 +97,10 @@ def speedup_at_load(generated: float, draft_tokens: float, accepted: float, batc
     Every request in a step emits its accepted drafts plus one token the target sampled, so the
     request-steps of a window number R = generated - accepted, whether they drafted or not (a
     step of dynamic k = 0, an n-gram miss or a prefill drafts nothing and counts only here; vLLM's
-    drafts counter sees drafting steps alone). Per request-step the server emits G / R tokens and
+    drafts counter sees drafting steps alone). On llama-server R equals its decode count exactly;
+    on vLLM it reads about one or two request-steps low per finished request (accepted tokens past
+    a request's end are counted as accepted, not generated), so G / R and L read a few per cent
+    high for short requests. Per request-step the server emits G / R tokens and
     verifies L = draft_tokens / R draft tokens. A plain decode step handles `batch` tokens, a
     speculative one batch x (1 + L); below `compute_bound_tokens` tokens a step takes about the
     same time whatever it holds (reading the weights dominates), above it its time grows with the
@@ -107,7 +110,9 @@ def speedup_at_load(generated: float, draft_tokens: float, accepted: float, batc
 
     plain steps, and S(B) = (G / R) / cost(B). When every step drafts (R = drafts) and the batch
     is small, S(B) is speedup_bound; as the batch grows the verified drafts stop being free and
-    S(B) falls, below 1 where speculation costs more than it saves. An estimate: each request's
+    S(B) falls, below 1 where speculation costs more than it saves. L is averaged over the window:
+    exact when drafting varies between the requests of a step (n-gram misses), optimistic when
+    whole steps alternate between k = 0 and k > 0 past N (cost is convex in L there). An estimate: each request's
     first token (from its prefill) counts as a step, attention's cost growing with context is not
     counted. The rules compute the same in PromQL (mixin/rules/quantities.speedup_at_load). None
     without draft tokens (nothing speculated: no estimate, never 1) or without steps."""

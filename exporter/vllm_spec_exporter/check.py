@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from . import advisor, durations, settings, specconfig, specconfig_reader, terminal
+from . import advisor, durations, settings, specconfig_reader, terminal
 from .derive import SeriesFigures, derive_series, derive_v0, figures
 from .engines import COUNTER_SCHEMAS
 from .names import Family, MetricName, Schema
@@ -264,12 +264,11 @@ def run(args: argparse.Namespace) -> int:
 def read_spec_config(conf: settings.Settings, snap: Snapshot) -> SpecConfig:
     """The target's speculative config from the sources `serve` reads (specconfig_reader), its k
     checked against the draft positions sampled; problems go to the log, which `check` silences."""
-    server_info = settings.make_fetcher(conf, specconfig_reader.SERVER_INFO_TIMEOUT, 64 * 1024 * 1024)
+    reader = specconfig_reader.reader_for(conf)  # the same reader, read once on this thread
     try:
-        flags = specconfig.from_flags(conf.speculative_config, conf.spec_method, conf.spec_tokens)
-        config, _absent, _problems = specconfig_reader.read_sources(flags, server_info, conf.target)
+        config = reader.read_once()
     finally:
-        server_info.close()
+        reader.stop()
     return checked_against_positions(config, snap)[0]
 
 

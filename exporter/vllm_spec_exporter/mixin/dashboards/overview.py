@@ -371,8 +371,9 @@ def load_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "Running batch vs where verification stops being free",
         "Running requests per engine (the largest engine per model), averaged over the rate window, and the "
         f"batch at which a speculative step reaches {cfg.compute_bound_tokens} tokens: "
-        "compute_bound_tokens / (1 + mean draft length). Below that line verifying the drafts costs "
-        "almost nothing and acceptance decides whether speculation pays; above it every draft token "
+        "compute_bound_tokens / (1 + draft tokens per request-step, steps without drafts included). Below "
+        "that line verifying the drafts costs almost nothing and acceptance decides whether speculation "
+        "pays; above it every draft token "
         "costs step time. Good: the batch below the line, or the speed-up on the left still above 1×.",
         NUMBER,
         [Query(q.load_batch(by_model), "{{model_name}} running"),

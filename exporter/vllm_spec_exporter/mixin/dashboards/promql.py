@@ -343,10 +343,11 @@ class Queries:
 
     def compute_bound_batch(self, by: tuple[str, ...] = ("model_name",)) -> str:
         """The batch from which a speculative step holds more than compute_bound_tokens tokens:
-        compute_bound_tokens / (1 + mean draft length) = N x drafts / (drafts + draft tokens). Above it
-        verification stops being free."""
-        drafts = self.sum_rate(DRAFTS, by)
-        return f"{self.cfg.compute_bound_tokens} * {drafts} / ({drafts} + {self.sum_rate(DRAFT_TOKENS, by)} > 0)"
+        compute_bound_tokens / (1 + draft tokens per request-step) = N x R / (R + draft tokens), with R
+        = generated - accepted the request-steps, as the estimate at load counts them
+        (quantities.speedup_at_load). Above it verification stops being free."""
+        steps = self.target_sampled_tokens(by)
+        return f"{self.cfg.compute_bound_tokens} * ({steps}) / ({steps} + {self.sum_rate(DRAFT_TOKENS, by)} > 0)"
 
     def target_sampled_tokens(self, by: tuple[str, ...] = ()) -> str:
         """Output tokens the target model sampled itself (one per step, incl. the bonus token)."""

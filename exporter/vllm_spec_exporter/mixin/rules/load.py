@@ -13,7 +13,8 @@ The speed-up is quantities.speedup_at_load over the source records (advisor.spee
 Python): `(G / R) / (max(N, B (1 + L)) / max(N, B) + c L)`, with R = generated - accepted the
 request-steps (drafting or not: dynamic k's k = 0 steps count as plain ones), L = draft tokens / R
 the draft tokens verified per request-step, B the batch, N `compute_bound_tokens` and c the
-`draft_cost_ratio` knob. Below 1 speculation costs more than it saves at
+`draft_cost_ratio` knob. advisor.speedup_at_load says where R and the window's mean L are
+approximate. Below 1 speculation costs more than it saves at
 that batch; SpecDecodeNotPaying warns when it stays there for `not_paying_for`.
 
 Contract: the batch is the source's running-requests gauge averaged over `rate_window` (a subquery

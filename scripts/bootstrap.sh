@@ -141,6 +141,9 @@ ensure_project_venv() {
 # (that would upgrade the system): a private apt state under the cache, `apt-get download`, and
 # `dpkg-deb -x` into $VLLM_SPEC_EXPORTER_CACHE/debian-testing/root (binaries in root/usr/bin), with
 # the package versions in debian-testing/versions.txt (vmalert's Debian build prints no version).
+# Debian's builds read their data files (Alertmanager's default.tmpl, the web assets) from
+# /usr/share/prometheus and /etc/prometheus, which only Debian's own packages fill: relocate.py
+# points them at the unpacked copy (docs/compatibility.md#debians-builds-and-their-data-files).
 # Testing moves: any Prometheus 3.x and Alertmanager 0.3x is accepted. Anything else, or no network,
 # leaves the lab on Debian 12's 2.42 / 0.25 with a LOUD line: a change in testing never fails bootstrap.
 TESTING_DIR="$VLLM_SPEC_EXPORTER_CACHE/debian-testing"
@@ -151,8 +154,10 @@ TESTING_BINARIES=(prometheus promtool prometheus-alertmanager amtool victoria-me
 FALLBACK_FILE="$TESTING_DIR/FALLBACK"
 WHY_FILE="$TESTING_DIR/why"
 why() { mkdir -p "$TESTING_DIR" && printf '%s\n' "$*" > "$WHY_FILE"; }
+# RELOCATED: lab/vllm_spec_lab/relocate.py made the unpacked binaries read their own data files
+# (Alertmanager's default templates, the web assets), never the host's /usr/share/prometheus.
 testing_installed() {
-  [ -s "$TESTING_DIR/versions.txt" ] || return 1
+  [ -s "$TESTING_DIR/versions.txt" ] && [ -f "$TESTING_DIR/root/RELOCATED" ] || return 1
   local bin
   for bin in "${TESTING_BINARIES[@]}"; do [ -x "$TESTING_DIR/root/usr/bin/$bin" ] || return 1; done
 }
@@ -189,6 +194,7 @@ install_debian_testing() {
   # Already unpacked from these debs (e.g. by hand): keep it, other sessions may be running it.
   local bin have_all=1 prom_version="${versions#prometheus }"
   for bin in "${TESTING_BINARIES[@]}"; do [ -x "$TESTING_DIR/root/usr/bin/$bin" ] || have_all=0; done
+  [ -f "$TESTING_DIR/root/RELOCATED" ] || have_all=0
   if [ "$have_all" = 1 ] && "$TESTING_DIR/root/usr/bin/prometheus" --version 2>&1 | grep -qF "version ${prom_version%%-*} "; then
     printf '%s' "$versions" > "$TESTING_DIR/versions.txt"
     say "Debian testing servers already unpacked: $(tr '\n' ' ' < "$TESTING_DIR/versions.txt")"
@@ -198,6 +204,8 @@ install_debian_testing() {
   for pkg in "${TESTING_PACKAGES[@]}"; do
     dpkg-deb -x "$(ls -1 "$TESTING_DIR/debs/${pkg}"_*.deb | sort -V | tail -n 1)" "$TESTING_DIR/root.new"
   done
+  "${PYTHON:-python3}" "$ROOT/lab/vllm_spec_lab/relocate.py" "$TESTING_DIR/root.new" >/dev/null 2>"$TESTING_DIR/apt.log" \
+    || { why "$(tail -n 1 "$TESTING_DIR/apt.log")"; return 1; }
   "$TESTING_DIR/root.new/usr/bin/prometheus" --version >/dev/null 2>"$TESTING_DIR/apt.log" \
     || { why "Debian testing's prometheus does not run here: $(tail -n 1 "$TESTING_DIR/apt.log")"; return 1; }
   rm -rf "$TESTING_DIR/root" && mv "$TESTING_DIR/root.new" "$TESTING_DIR/root"

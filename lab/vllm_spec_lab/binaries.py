@@ -13,6 +13,11 @@ Two generations are installed side by side (scripts/bootstrap.sh):
 Each ``*_BIN`` constant is the path chosen once at import: the testing binary when it is there,
 else Debian 12's. VictoriaMetrics has no Debian 12 package, so its paths point into the cache
 whether or not they exist (tests call ``require_binary`` on them).
+
+The testing builds read their data files (Alertmanager's default templates, the web assets)
+relative to their working directory once bootstrap has relocated them (`relocate`): whatever
+starts one runs it in `working_dir(binary)`, so it finds its own package's files and never the
+host's /usr/share/prometheus or /etc/prometheus.
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ import subprocess
 from pathlib import Path
 
 from . import default_cache_dir
+from .relocate import BINARIES as RELOCATED_BINARIES
 
 TESTING_ROOT = default_cache_dir() / "debian-testing"
-TESTING_BIN_DIR = TESTING_ROOT / "root" / "usr" / "bin"
+TESTING_UNPACKED = TESTING_ROOT / "root"
+TESTING_BIN_DIR = TESTING_UNPACKED / "usr" / "bin"
 TESTING_VERSIONS_FILE = TESTING_ROOT / "versions.txt"
 # Written by bootstrap when it could not install testing's servers (its reason, one line).
 TESTING_FALLBACK_FILE = TESTING_ROOT / "FALLBACK"
@@ -53,6 +60,15 @@ AMTOOL_OLDEST_BIN = str(DEBIAN12_BIN_DIR / "amtool")
 VICTORIA_METRICS_BIN = _newest("victoria-metrics")
 VMALERT_BIN = _newest("vmalert")
 VMALERT_TOOL_BIN = _newest("vmalert-tool")
+
+def working_dir(binary: str) -> Path | None:
+    """The directory `binary` must run in to find its data files: the unpacked root for a relocated
+    testing build, None (any) for everything else."""
+    path = Path(binary)
+    if path.name in RELOCATED_BINARIES and path.parent == TESTING_BIN_DIR:
+        return TESTING_UNPACKED
+    return None
+
 
 # `prometheus, version 3.5.3+ds1 (branch: ...)`, `alertmanager, version 0.33.1 (...)`
 _VERSION_LINE = re.compile(r"version (\d+\.\d+\.\d+)")

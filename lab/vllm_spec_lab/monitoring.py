@@ -32,8 +32,8 @@ from .binaries import (  # re-exported: tests and the demo import the paths from
     PROMETHEUS_BIN,
     PROMTOOL_BIN,
     PROMTOOL_OLDEST_BIN,
-    TESTING_BIN_DIR,
     have_binary,
+    working_dir,
 )
 from .httpd import LoopbackServer, QuietHandler
 from .ports import free_port
@@ -83,7 +83,8 @@ class ServerProcess:
 
     def start(self, timeout: float = 30.0) -> None:
         try:
-            self.proc = processes.spawn(self._command(), name=self.name, log=self.log_path,
+            command = self._command()
+            self.proc = processes.spawn(command, name=self.name, log=self.log_path, cwd=working_dir(command[0]),
                                         ready=self.url + "/-/ready", ready_timeout=timeout)
         except BaseException:
             self.stop()
@@ -220,24 +221,6 @@ class Prometheus(PromQueryApi, RulesApi, ServerProcess):
         """Series in the TSDB head (/api/v1/status/tsdb): what the scrapes and rules keep in memory."""
         return int(http_get_json(f"{self.url}/api/v1/status/tsdb")["data"]["headStats"]["numSeries"])
 
-def with_packaged_default_templates(config_text: str, binary: str) -> str:
-    """The config, plus the binary's own default.tmpl when it runs outside its package's tree.
-
-    Debian builds Alertmanager to read its default notification templates from
-    /usr/share/prometheus/alertmanager/default.tmpl. The testing binary unpacked in the cache reads
-    that path too, which on the host is Debian 12's 0.25 file: it lacks `slack.default.color`
-    (0.33's default `color:`), and 0.33.1's Slack notifier silently drops that template error, then
-    posts with every later field empty — no channel, username or color. Loading the package's own
-    file as a user template redefines every default with the version the binary expects. The
-    generated alertmanager.yml itself needs nothing: a packaged install has the matching file."""
-    packaged = Path(binary).resolve().parents[1] / "share" / "prometheus" / "alertmanager" / "default.tmpl"
-    if Path(binary).resolve().parent != TESTING_BIN_DIR.resolve() or not packaged.exists():
-        return config_text
-    config = yaml.safe_load(config_text)
-    config["templates"] = [str(packaged), *config.get("templates", [])]
-    return yaml.safe_dump(config, sort_keys=False)
-
-
 class Alertmanager(ServerProcess):
     """A real Alertmanager (0.3x, or 0.25 on the fallback) with the given config text; fresh storage
     so it always notifies."""
@@ -247,7 +230,7 @@ class Alertmanager(ServerProcess):
     def __init__(self, config_text: str, log_path: Path | None = None) -> None:
         super().__init__(log_path)
         self.config_path = self.dir / "alertmanager.yml"
-        self.config_path.write_text(with_packaged_default_templates(config_text, ALERTMANAGER_BIN))
+        self.config_path.write_text(config_text)
 
     def _command(self) -> list[str]:
         return [

@@ -1,0 +1,94 @@
+"""Make the Debian builds unpacked into the cache read their own data files, never the system's.
+
+Debian builds Prometheus, Alertmanager and amtool to read data from absolute system paths that
+only Debian's own packages populate. Unpacked with `dpkg-deb -x` (scripts/bootstrap.sh), the
+binaries still look there:
+
+| binary | compiled-in path | read when | without it |
+|---|---|---|---|
+| prometheus-alertmanager | /usr/share/prometheus/alertmanager/default.tmpl, email.tmpl | every config load | exits 1: "failed to parse templates" |
+| prometheus-alertmanager | /usr/share/prometheus/alertmanager/ui/, no-ui/ (`--web.ui-path`) | a browser opens `/` | 404 |
+| prometheus-alertmanager | /etc/prometheus/alertmanager.yml (`--config.file`) | no flag given | the lab always gives it |
+| prometheus | /usr/share/prometheus/web/, web/no-ui/ (`--web.local-assets`) | a browser opens `/` | 404 |
+| prometheus | /etc/prometheus/consoles, console_libraries | `/consoles/*` | 404 |
+| prometheus | /etc/prometheus/prometheus.yml (`--config.file`) | no flag given | the lab always gives it |
+| amtool | /etc/prometheus/amtool.yml | every run, if present | a host's file would change its flags |
+
+promtool, victoria-metrics, vmalert and vmalert-tool name no such path. The template directory
+has no flag, so a flag cannot fix the one fatal row; a host that happens to have the files (from
+Debian 12's 0.25 package) gives the 0.33 binary another version's templates.
+
+`relocate_root(root)` rewrites, in each binary above, the prefixes `/usr/share/prometheus/` and
+`/etc/prometheus/` into the relative `usr/share/prometheus//` and `etc/prometheus//` — the same
+length, so no other byte moves (Go strings carry their length; the doubled slash is a no-op in a
+path) — and records what it did in ``root/RELOCATED``. The binaries then read those files
+relative to their working directory, which the lab sets to the unpacked root
+(`binaries.working_dir`): each finds its own package's files, and nothing of the host's.
+
+Standard library only: bootstrap runs this file straight from lab/ with the system's python3
+(`python3 lab/vllm_spec_lab/relocate.py ROOT`) right after unpacking.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+# Absolute system prefix -> a relative one of the same length.
+PREFIXES = {b"/usr/share/prometheus/": b"usr/share/prometheus//", b"/etc/prometheus/": b"etc/prometheus//"}
+# Binary -> the least number of prefixes it must contain: fewer means the build changed and this
+# table needs a look (an unrecognised build is a loud failure, never a silently unrelocated one).
+BINARIES = {"prometheus-alertmanager": 4, "prometheus": 5, "amtool": 1}
+MARKER = "RELOCATED"
+
+
+def relocate_bytes(data: bytes) -> tuple[bytes, int]:
+    """`data` with every system prefix made relative, and how many were rewritten."""
+    count = 0
+    for absolute, relative in PREFIXES.items():
+        assert len(absolute) == len(relative), (absolute, relative)
+        count += data.count(absolute)
+        data = data.replace(absolute, relative)
+    return data, count
+
+
+def relocate_binary(path: Path) -> int:
+    """Rewrite `path` in place (through a temporary file and a rename, mode kept); return the
+    number of prefixes rewritten."""
+    data, count = relocate_bytes(path.read_bytes())
+    tmp = path.with_name(path.name + ".relocating")
+    tmp.write_bytes(data)
+    os.chmod(tmp, path.stat().st_mode)
+    os.replace(tmp, path)
+    return count
+
+
+def relocate_root(root: Path) -> dict[str, int]:
+    """Relocate every binary of `BINARIES` under ``root/usr/bin``; write ``root/RELOCATED``.
+    Raises RuntimeError naming the binary when one is missing or has fewer paths than expected."""
+    counts = {}
+    for name, least in BINARIES.items():
+        path = root / "usr" / "bin" / name
+        if not path.is_file():
+            raise RuntimeError(f"relocate: {path} is missing")
+        counts[name] = relocate_binary(path)
+        if counts[name] < least:
+            raise RuntimeError(f"relocate: {path} names {counts[name]} system data paths, expected at least "
+                               f"{least}: a new Debian build? see lab/vllm_spec_lab/relocate.py")
+    (root / MARKER).write_text("".join(f"{name} {count}\n" for name, count in counts.items()))
+    return counts
+
+
+def is_relocated(root: Path) -> bool:
+    return (root / MARKER).is_file()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python3 relocate.py UNPACKED_ROOT")
+    try:
+        done = relocate_root(Path(sys.argv[1]))
+    except (OSError, RuntimeError) as error:
+        sys.exit(str(error))
+    print("relocated system data paths: " + ", ".join(f"{name} {count}" for name, count in done.items()))

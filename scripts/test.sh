@@ -13,15 +13,17 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # (tests/support/workers.py decides the groups and queues the long ones first).
 WORKERS=(-n 3 --dist loadgroup)
 TIER=()
+PURPOSE=test
 if [ "${1:-}" = "--fast" ]; then
   shift
+  PURPOSE=fast  # installs only what the fast tier runs (scripts/bootstrap.sh)
   TIER=(-m "not server and not slow")
   WORKERS=(-n auto --dist loadgroup)
   export FUZZ_EXAMPLES="${FUZZ_EXAMPLES:-300}"  # the full suite fuzzes with 3,400 inputs a property
 fi
 PYTEST_ARGS=("$@")
 set --  # bootstrap is sourced: it must not see this script's arguments
-source "$ROOT/scripts/bootstrap.sh" test
+source "$ROOT/scripts/bootstrap.sh" "$PURPOSE"
 cd "$ROOT"
 echo "== ruff"
 .venv/bin/ruff check .

@@ -23,7 +23,7 @@ import pytest
 from support.prom import require_binary
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.dashboards import dashboard_files, overview
-from vllm_spec_exporter.mixin.rules import alert_rules
+from vllm_spec_exporter.mixin.rules import alert_rules, recording_rules
 from vllm_spec_exporter.mixin.windows import seconds
 from vllm_spec_lab.exporter_process import exporter_snapshot
 from vllm_spec_lab.grafana_query import expand_variables
@@ -97,6 +97,23 @@ def firing_on(stack: LocalStack, job: str) -> dict[str, float]:
     names = (alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL)
     return {a["labels"]["alertname"]: _unix(a["activeAt"]) for a in stack.prometheus.alerts()
             if a["state"] == "firing" and a["labels"].get("job") == job and a["labels"]["alertname"] in names}
+
+
+def evidence_trace(stack: LocalStack, seconds_back: float = 150) -> str:
+    """For a failure message: each source's evidence over the last `seconds_back` s, one line a
+    series (the fast windows' upper bounds, the drafts counter, whether vLLM answered), so a lag
+    between the sidecar's and the direct alerts shows where it came from."""
+    w = stack.config.windows
+    exprs = {f"upper {window}": recording_rules.evidence_names(window).upper for window in (w.fast_long, w.fast_short)}
+    exprs |= {"drafts": f'{{__name__=~"vllm_spec_decode_drafts_total|vllm:spec_decode_num_drafts_total"}}',
+              "up": "up", "sidecar target_up": "vllm_spec_exporter_target_up"}
+    end = time.time()
+    lines = []
+    for label, expr in exprs.items():
+        for series in stack.prometheus.query_range(expr, end - seconds_back, end, step=2):
+            values = " ".join(f"{float(v):.3g}" if v != "NaN" else "nan" for _, v in series["values"])
+            lines.append(f"{label} job={series['metric'].get('job')} from -{end - series['values'][0][0]:.0f}s: {values}")
+    return "\n".join(lines)
 
 
 def warning_band_phase(stack: LocalStack, traffic: TrafficDriver) -> tuple[float, float, float, float]:
@@ -218,7 +235,8 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path, real_vllm: VllmS
         # allowed below (then the lag itself is judged). The warning's lag was taken in the band.
         sidecar = wait_until(lambda: critical in (firing := firing_on(stack, EXPORTER_JOB)) and firing, 10,
                              interval=1.0, what=f"the sidecar's {critical} firing within 10 s of the direct one",
-                             failure=lambda: f"sidecar: {firing_on(stack, EXPORTER_JOB)}, direct: {both}")
+                             failure=lambda: f"sidecar: {firing_on(stack, EXPORTER_JOB)}, direct: {both}\n"
+                                             + evidence_trace(stack))
         assert critical in sidecar, (sidecar, both)
         lags = {low: warning_lag, critical: round(sidecar[critical] - both[critical], 1)}
         assert all(abs(lag) <= 10 for lag in lags.values()), (lags, sidecar, both)

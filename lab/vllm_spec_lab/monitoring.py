@@ -127,6 +127,15 @@ class PromQueryApi:
             raise RuntimeError(f"query {expr!r} failed: {data}")
         return list(data["data"]["result"])
 
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        """Range query (Unix seconds); returns the `result` list (matrix elements with `metric` and
+        `values`, each value a [time, "text"] pair)."""
+        params = {"query": expr, "start": start, "end": end, "step": step}
+        data = http_get_json(f"{self.url}/api/v1/query_range?{urlencode(params)}")
+        if data.get("status") != "success":
+            raise RuntimeError(f"query_range {expr!r} failed: {data}")
+        return list(data["data"]["result"])
+
     def query_value(self, expr: str) -> float | None:
         """The single value of an instant query, or None when the result is empty."""
         result = self.query(expr)

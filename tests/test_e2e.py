@@ -105,14 +105,15 @@ def evidence_trace(stack: LocalStack, seconds_back: float = 150) -> str:
     between the sidecar's and the direct alerts shows where it came from."""
     w = stack.config.windows
     exprs = {f"upper {window}": recording_rules.evidence_names(window).upper for window in (w.fast_long, w.fast_short)}
-    exprs |= {"drafts": f'{{__name__=~"vllm_spec_decode_drafts_total|vllm:spec_decode_num_drafts_total"}}',
+    exprs |= {"drafts": '{__name__=~"vllm_spec_decode_drafts_total|vllm:spec_decode_num_drafts_total"}',
               "up": "up", "sidecar target_up": "vllm_spec_exporter_target_up"}
     end = time.time()
     lines = []
     for label, expr in exprs.items():
         for series in stack.prometheus.query_range(expr, end - seconds_back, end, step=2):
-            values = " ".join(f"{float(v):.3g}" if v != "NaN" else "nan" for _, v in series["values"])
-            lines.append(f"{label} job={series['metric'].get('job')} from -{end - series['values'][0][0]:.0f}s: {values}")
+            values = " ".join(f"{float(v):.3g}" for _, v in series["values"])
+            since = end - series["values"][0][0]
+            lines.append(f"{label} job={series['metric'].get('job')} from -{since:.0f}s: {values}")
     return "\n".join(lines)
 
 

@@ -2,21 +2,13 @@
 
 Debian builds Prometheus, Alertmanager and amtool to read data from absolute system paths that
 only Debian's own packages populate. Unpacked with `dpkg-deb -x` (scripts/bootstrap.sh), the
-binaries still look there:
-
-| binary | compiled-in path | read when | without it |
-|---|---|---|---|
-| prometheus-alertmanager | /usr/share/prometheus/alertmanager/default.tmpl, email.tmpl | every config load | exits 1: "failed to parse templates" |
-| prometheus-alertmanager | /usr/share/prometheus/alertmanager/ui/, no-ui/ (`--web.ui-path`) | a browser opens `/` | 404 |
-| prometheus-alertmanager | /etc/prometheus/alertmanager.yml (`--config.file`) | no flag given | the lab always gives it |
-| prometheus | /usr/share/prometheus/web/, web/no-ui/ (`--web.local-assets`) | a browser opens `/` | 404 |
-| prometheus | /etc/prometheus/consoles, console_libraries | `/consoles/*` | 404 |
-| prometheus | /etc/prometheus/prometheus.yml (`--config.file`) | no flag given | the lab always gives it |
-| amtool | /etc/prometheus/amtool.yml | every run, if present | a host's file would change its flags |
-
-promtool, victoria-metrics, vmalert and vmalert-tool name no such path. The template directory
-has no flag, so a flag cannot fix the one fatal row; a host that happens to have the files (from
-Debian 12's 0.25 package) gives the 0.33 binary another version's templates.
+binaries still look there. Alertmanager reads its default notification templates from
+/usr/share/prometheus/alertmanager at every config load and exits 1 without them (no flag moves
+that directory), and a host with Debian 12's 0.25 package would give the 0.33 binary another
+version's templates; the web assets, the console folders, amtool's config file and the default
+config files sit under /usr/share/prometheus and /etc/prometheus too. Every path, when it is read
+and how it is handled: docs/compatibility.md, "Debian's builds and their data files". promtool,
+victoria-metrics, vmalert and vmalert-tool name no such path.
 
 `relocate_root(root)` rewrites, in each binary above, the prefixes `/usr/share/prometheus/` and
 `/etc/prometheus/` into the relative `usr/share/prometheus//` and `etc/prometheus//` — the same

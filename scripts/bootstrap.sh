@@ -285,7 +285,7 @@ ensure_debian12_servers() {
   fi
 }
 
-# The container tests (tests/test_containers.py) start their own dockerd and make their base images
+# The container tests (tests/stack/test_containers.py) start their own dockerd and make their base images
 # with debootstrap (no registry is reachable); images are cached under $VLLM_SPEC_EXPORTER_CACHE/docker.
 ensure_docker() {
   command -v dockerd >/dev/null && command -v debootstrap >/dev/null && return 0
@@ -303,7 +303,7 @@ ensure_docker() {
   [ -z "$no_start" ] || rm -f /usr/sbin/policy-rc.d
 }
 
-# Debian packages for the browser tests (tests/test_dashboards_browser.py), then the renderer's npm
+# Debian packages for the browser tests (tests/stack/test_dashboards_browser.py), then the renderer's npm
 # packages (@grafana/ui, @grafana/data, esbuild, playwright-core; never a browser download:
 # --ignore-scripts, and playwright-core downloads nothing by itself).
 ensure_browser() {

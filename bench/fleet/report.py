@@ -1,5 +1,5 @@
 """What a run prints and writes: one summary per (backend, bundle, fleet size) (`summary`, also
-the --json that tests/test_fleet_scale.py reads) and one table per backend and bundle."""
+the --json that tests/stack/test_fleet_scale.py reads) and one table per backend and bundle."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _group_shares(groups: dict[str, tuple[float, float]]) -> dict[str, dict[str,
 
 
 def summary(result: Result) -> dict[str, Any]:
-    """The figures one table row shows (also written by --json, read by tests/test_fleet_scale.py)."""
+    """The figures one table row shows (also written by --json, read by tests/stack/test_fleet_scale.py)."""
     dashboards: dict[str, dict[str, Any]] = {}
     for q in result.queries:
         d = dashboards.setdefault(q.dashboard, {"queries": 0, "total": 0.0, "slowest": 0.0, "slowest_panel": "",

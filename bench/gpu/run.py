@@ -22,7 +22,7 @@ with PYTHONPATH=/tmp/site, set here if not set)::
    each method so a timeout still returns what ran).
 
 The pure parts (model building at any size, counter deltas, the estimate, the tables) run on a CPU
-and are tested by tests/test_gpu_kit.py.
+and are tested by tests/tooling/test_gpu_kit.py.
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ class TrafficMix:
 HEALTHY = TrafficMix("healthy", HIGH_ACCEPTANCE_TEMPERATURE)
 COLLAPSE = TrafficMix("collapse", LOW_ACCEPTANCE_TEMPERATURE)
 # Acceptance between the generated alerts' critical (0.4) and warning (0.5) thresholds: the warning
-# fires, the critical must not (tests/test_e2e.py checks the measured value against MixinConfig).
+# fires, the critical must not (tests/stack/test_e2e.py checks the measured value against MixinConfig).
 WARNING_BAND = TrafficMix("warning band", HIGH_ACCEPTANCE_TEMPERATURE, PARTIAL_LOOP_PROMPTS,
                           batch=len(PARTIAL_LOOP_PROMPTS))
 

@@ -6,7 +6,7 @@ import check) succeeded.
 
 Standard library only (and `vllm_spec_lab/__init__`, which is too): scripts/bootstrap.sh runs this
 module straight from lab/ with the system's python3 before the project venv exists, so the vLLM
-install starts at once, in the background (tests/test_lab_units.py checks it imports that way).
+install starts at once, in the background (tests/lab/test_lab_units.py checks it imports that way).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The real Compose v2 binary and the compose/ stacks' settings, shared by tests/test_compose.py (no
-engine) and tests/test_containers.py (a private engine, tests/support/docker.py)."""
+"""The real Compose v2 binary and the compose/ stacks' settings, shared by tests/generate/test_compose.py (no
+engine) and tests/stack/test_containers.py (a private engine, tests/support/docker.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """What the run prints at its end, collected while it runs: tests push rows here, the plugin
 (support/plugin.py) prints them in `pytest_terminal_summary`. Nothing here imports a test module.
 
-- FAULTS: tests/test_faults.py, one row per injected fault (fault, expected, observed, passed);
-- VMALERT_DIFFERENCES: tests/test_alerts_vmalert_tool.py, every explained difference between
+- FAULTS: tests/sidecar/test_faults.py, one row per injected fault (fault, expected, observed, passed);
+- VMALERT_DIFFERENCES: tests/generate/test_alerts_vmalert_tool.py, every explained difference between
   vmalert-tool and promtool (file, test, check at time, reason);
 - FALLBACK_NOTES: support/prom.require_version, each version-pinned check that ran on Debian 12's
   servers because bootstrap fell back (debian-testing/FALLBACK);

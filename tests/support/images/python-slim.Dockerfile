@@ -1,4 +1,4 @@
-# Stand-in for python:3.11-slim-bookworm, for the container tests only (tests/test_containers.py):
+# Stand-in for python:3.11-slim-bookworm, for the container tests only (tests/stack/test_containers.py):
 # no container registry is reachable on the test machines, so the official image cannot be pulled.
 #
 # MINBASE is Debian 12 minbase made with debootstrap (tests/support/docker.py) with python3,

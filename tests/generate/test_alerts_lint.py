@@ -335,6 +335,32 @@ def test_invalid_config_is_rejected() -> None:
         DEFAULT.with_overrides({"instance_label": "job"})
 
 
+def test_a_new_knob_is_validated_by_its_kind_alone() -> None:
+    """A knob states its kind and constraints where it is declared; validate reads them, so a new
+    duration or window knob needs no edit of validate (nor a name that ends the right way)."""
+    from dataclasses import dataclass, fields
+
+    from vllm_spec_exporter.mixin.knobs import Between, Kind, knob
+
+    @dataclass(frozen=True)
+    class Extended(MixinConfig):
+        quiet_hold: str = knob("test", "5m", "A hold.", Kind.DURATION)
+        lookback: str = knob("test", "", "A window, derived when empty.", Kind.WINDOW, derived=True)
+        share: float = knob("test", 0.5, "A share.", Kind.RATIO, Between(0, 1))
+
+    base = Extended()
+    base.validate()
+    assert base.with_overrides({"quiet_hold": "0s", "lookback": "3m"}).lookback == "3m"
+    with pytest.raises(ValueError, match="quiet_hold must be a Prometheus duration"):
+        base.with_overrides({"quiet_hold": "five minutes"})
+    with pytest.raises(ValueError, match=r"lookback must be longer than 0s \(a range selector\)"):
+        base.with_overrides({"lookback": "0s"})
+    with pytest.raises(ValueError, match=r"share must be in \[0, 1\], got 1.5"):
+        base.with_overrides({"share": 1.5})
+    kinds = {f.name: f.metadata["kind"] for f in fields(MixinConfig)}
+    assert kinds["rate_window"] == "window" and kinds["acceptance_low_for"] == "duration"
+    assert all(kinds.values()), [name for name, kind in kinds.items() if not kind]
+
 
 # --- links into the dashboards ---------------------------------------------------------------
 

@@ -7,10 +7,9 @@ Every knob says what it is and when to change it (node-mixin style).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any, NamedTuple
@@ -18,7 +17,8 @@ from typing import Any, NamedTuple
 import yaml
 
 from ..advisor import DEFAULT_COMPUTE_BOUND_TOKENS, UNKNOWN_METHOD_DRAFT_COST, draft_cost_help
-from ..durations import is_prometheus_duration, seconds
+from ..durations import seconds
+from .knobs import Between, Contains, Differs, Duration, Kind, Matches, NotEmpty, OneOf, field_problems, knob
 from .windows import ALWAYS_SAMPLES, SHORT_SAMPLES, AlertWindows, alert_windows, samples_problem
 
 __all__ = ["SOURCES", "SOURCE_EXPORTER", "SOURCE_VLLM", "Knob", "MixinConfig", "knobs",
@@ -30,17 +30,11 @@ SOURCE_VLLM = "vllm"
 SOURCES = (SOURCE_EXPORTER, SOURCE_VLLM)
 
 
-def knob(section: str, default: Any, doc: str) -> Any:
-    """A config field with its documentation: what it is and when to change it (node-mixin style).
-
-    The doc travels with the field (dataclass metadata), so alerts/README.md's knob table is read
-    from the fields themselves. Mutable defaults (dicts) are copied for every instance.
-    """
-    metadata = {"section": section, "doc": doc}
-    if isinstance(default, dict):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
-
+# A Kubernetes label value (release_label), as the API server validates it.
+_LABEL_VALUE = re.compile(r"(?=.{1,63}$)[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+_LABEL_VALUE_FORM = ("a Kubernetes label value (up to 63 letters, digits, '-', '_' or '.', starting and ending with a "
+                     "letter or digit)")
+_POSITIVE = Duration(positive=True)  # a duration longer than 0s
 
 # Sections of the config (the README's knob table groups by them).
 SELECTORS = "Selectors"
@@ -100,7 +94,7 @@ class MixinConfig:
     Invariants (checked by `validate`, which `with_overrides` and `load_config` always run):
     0 < critical <= warning < 1; every duration is a Prometheus duration; the runbook URL pattern
     holds `%s`; severities are non-empty. Immutable: a change is a new config (`with_overrides`).
-    Each field is a `knob` carrying its own documentation.
+    Each field is a `knob` carrying its own documentation, kind and constraints (mixin/knobs.py).
     """
 
     # --- Selectors -------------------------------------------------------------------------
@@ -108,6 +102,7 @@ class MixinConfig:
         SELECTORS, 'job="vllm-spec-exporter"',
         "PromQL label matchers (without braces) that pick the exporter's series. Point this at your own scrape job, "
         "e.g. 'job=\"my-vllm-sidecars\"' or 'namespace=\"llm\",container=\"spec-exporter\"'.",
+        Kind.SELECTOR,
     )
     source: str = knob(
         SELECTORS, "exporter",
@@ -116,22 +111,28 @@ class MixinConfig:
         "any of its four spellings `vllm:`, `vllm_`, `ray_vllm:`, `ray_vllm_`: no sidecar needed). Only the source "
         "layer of the recording rules changes (mixin/sources.py); every record, alert and panel downstream reads it. "
         "Without the sidecar there are no exporter health alerts, no advisor and no V0 support.",
+        Kind.CHOICE, OneOf(SOURCES),
     )
     vllm_selector: str = knob(
         SELECTORS, 'job="vllm"',
         "Matchers for vLLM's own /metrics scrape job (as in compose/prometheus). With source=exporter only the "
         "dashboards' latency panels read it; with source=vllm every record, alert and panel does.",
+        Kind.SELECTOR,
     )
     instance_label: str = knob(
         SELECTORS, "instance",
         "Labels that identify one server in aggregations. Keep `instance` unless your relabelling puts the pod name "
         "elsewhere (e.g. 'pod').",
+        Kind.LABEL,
+        # The dashboards tell "All" from selected servers by `job!~"$instance"` (promql.Selectors).
+        Differs("job", "must name a label other than job (the dashboards' job variable), e.g. instance or pod"),
     )
     fleet_labels: tuple[str, ...] = knob(
         SELECTORS, ("job",),
         "Labels kept (besides model_name) when the fleet-level recording rules sum over servers. Add 'cluster' "
         "(multi-cluster) or 'namespace' so separate fleets are not merged. The fleet rules' level prefix is derived "
         'from them: ("job",) gives `job_model:...`.',
+        Kind.LABELS,
     )
 
     # --- Acceptance thresholds -------------------------------------------------------------
@@ -139,14 +140,17 @@ class MixinConfig:
         THRESHOLDS, 0.5,
         "Below ~50 % acceptance the target model verifies more rejected tokens than speculation saves for typical "
         "k=3..5 drafters; this is the warning line, drawn on every dashboard panel.",
+        Kind.RATIO,
     )
     acceptance_critical_threshold: float = knob(
         THRESHOLDS, 0.4,
         "Below ~40 % speculation costs more latency and compute than it saves: page someone.",
+        Kind.RATIO,
     )
     acceptance_raise_k_threshold: float = knob(
         THRESHOLDS, 0.7,
         "Above this, the dashboards suggest trying a larger k (per-position panel, advisor).",
+        Kind.RATIO,
     )
 
     # --- Windows and durations -------------------------------------------------------------
@@ -158,10 +162,12 @@ class MixinConfig:
         "(2 for the fast tier's short window), and Prometheus 3 ranges are left-open, so a 1m window at 60 s holds "
         "one. Up to 30s the windows keep their 15 s lengths (one bundle serves 15 s and 30 s); render a bundle for "
         "60 s with `generate --set scrape_interval=60s --output DIR`.",
+        Kind.DURATION, _POSITIVE,
     )
     evaluation_interval: str = knob(
         WINDOWS, "",
         "The rule groups' `interval:` (empty: the scrape interval). The holds are rounded up to it.",
+        Kind.DURATION, _POSITIVE, derived=True,
     )
     fleet_evaluation_interval: str = knob(
         WINDOWS, "",
@@ -171,11 +177,13 @@ class MixinConfig:
         "costliest work of a large fleet's rules, and no page waits on it. Their panels step once an interval at "
         "All. At least the evaluation interval; at most rate_window, or the fleet rates skip traffic between "
         "evaluations.",
+        Kind.DURATION, _POSITIVE, derived=True,
     )
     rate_window: str = knob(
         WINDOWS, "",
         "rate() window of the dashboards' recording rules (rates, ratios) and of their per-position panels; "
         "empty: 2m, or 4 scrape intervals when longer. The alerts use their own windows below. Must hold >= 4 samples.",
+        Kind.WINDOW, derived=True,
     )
 
     # --- Acceptance alerts: a decision on evidence ------------------------------------------
@@ -187,6 +195,7 @@ class MixinConfig:
         "bound is close to the measured ratio and the level hardly matters. 98 % is GitLab's metrics-catalog level; "
         "with the overdispersion below it keeps overdispersed night traffic at 55 % free of pages "
         "(the alert-quality benchmark measures both sides).",
+        Kind.RATIO, Between(0.5, 1, low_open=True, high_open=True, note=" (e.g. 0.95)"),
     )
     acceptance_overdispersion: float = knob(
         EVIDENCE, 8.0,
@@ -196,54 +205,66 @@ class MixinConfig:
         " trials (a variance inflation factor, 1 = pure binomial over drafts). Real vLLM output needs ~1.8 for the "
         "prefix structure alone (measured on real vLLM 0.32 captures); the rest covers prompt mix: requests whose own "
         "acceptance spreads ±0.2 and run ~100 drafts each inflate the variance ~10x at low traffic.",
+        Kind.NUMBER, Between(1, note=" (1 = binomial over drafts)"),
     )
     acceptance_fast_long_window: str = knob(
         EVIDENCE, "",
         _FAST_TIER_DOC,
+        Kind.WINDOW, derived=True,
     )
     acceptance_fast_short_window: str = knob(
         EVIDENCE, "",
         _FAST_TIER_DOC,
+        Kind.WINDOW, derived=True,
     )
     acceptance_slow_long_window: str = knob(
         EVIDENCE, "",
         _SLOW_TIER_DOC,
+        Kind.WINDOW, derived=True,
     )
     acceptance_slow_short_window: str = knob(
         EVIDENCE, "",
         _SLOW_TIER_DOC,
+        Kind.WINDOW, derived=True,
     )
     acceptance_low_for: str = knob(
         EVIDENCE, "",
         _SUSTAINED_DOC,
+        Kind.DURATION, _POSITIVE, derived=True,
     )
     acceptance_critical_for: str = knob(
         EVIDENCE, "",
         _SUSTAINED_DOC,
+        Kind.DURATION, _POSITIVE, derived=True,
     )
     acceptance_slow_for: str = knob(
         EVIDENCE, "",
         "The same for the slow tier (both alerts): its short window is longer, so it stretches a dip more; dip length"
         " + slow short window keeps busy servers' dips out of it too. Empty: derived that way.",
+        Kind.DURATION, _POSITIVE, derived=True,
     )
     acceptance_dip_tolerance: str = knob(
         EVIDENCE, "2m",
         "Dips in acceptance up to this long (a batch of odd prompts), even to 0 %, never alert; the holds derive from"
         " it. A longer tolerance pages a real collapse later by the same amount.",
+        Kind.DURATION, _POSITIVE,
     )
     acceptance_healthy_floor: float = knob(
         EVIDENCE, 0.55,
         "The lowest acceptance that counts as healthy: dips from this level or above stay quiet (the holds derive "
         "from it). At or below a threshold, that alert's holds take the whole dip plus the short window.",
+        Kind.RATIO, Between(0, 1, low_open=True),
     )
     target_down_for: str = knob(
         EVIDENCE, "5m",
         "Target down / not scraped for this long before alerting.",
+        Kind.DURATION,
     )
     spec_decode_stopped_for: str = knob(
         EVIDENCE, "10m",
         "Spec decoding silently stopped (output flows, no drafts) for this long. Long, because an n-gram drafter "
         "legitimately proposes nothing for a while on text without repeats.",
+        Kind.DURATION,
     )
     drafting_batch_memory: str = knob(
         EVIDENCE, "1h",
@@ -252,31 +273,37 @@ class MixinConfig:
         "The rules remember, over this long, the smallest running batch of every window in which the server "
         "drafted; no drafts while the batch stays larger than that is *paused* (shown on the overview, never "
         "alerted), no drafts at a batch where it drafted before is *stopped* (SpecDecodeDraftsStopped).",
+        Kind.DURATION, _POSITIVE,
     )
     min_generation_tokens_per_second: float = knob(
         EVIDENCE, 1.0,
         'Minimum output tokens/s for "spec decoding stopped" to be meaningful.',
+        Kind.NUMBER, Between(0),
     )
     spec_decode_missing_for: str = knob(
         EVIDENCE, "10m",
         "The exporter reports `vllm_spec_decode_enabled 0` (no spec-decode metrics: speculation off, or a vLLM "
         "upgrade renamed them) for this long before SpecDecodeMetricsMissing fires. Long enough to ride out a rolling"
         " restart.",
+        Kind.DURATION,
     )
     lossy_verification_for: str = knob(
         EVIDENCE, "15m",
         "The exporter reports a lossy verification method (vllm_spec_decode_config_info{lossy=\"true\"}: synthetic, "
         "fly, typical acceptance) for this long before SpecDecodeLossyVerification fires (sidecar only). A config, "
         "not an outage: long enough that a canary or a benchmark run of a few minutes stays quiet.",
+        Kind.DURATION, _POSITIVE,
     )
     counter_resets_threshold: int = knob(
         EVIDENCE, 3,
         "Counter resets (vLLM restarts) within reset_window that count as a crash loop. Fires at once (no `for`): "
         "three restarts in the window are already sustained evidence.",
+        Kind.COUNT, Between(1),
     )
     reset_window: str = knob(
         EVIDENCE, "30m",
         "Window for counting those resets; the alert resolves once the oldest leaves it.",
+        Kind.WINDOW,
     )
 
     # --- Paying at the current load ---------------------------------------------------------
@@ -288,36 +315,43 @@ class MixinConfig:
         "grows. About the GPU's peak FLOP/s over its memory bandwidth in bytes/s for a dense 16-bit model "
         "(H100 ≈ 300, A100 ≈ 150); measure yours as the batch size where time per output token starts to rise "
         "without speculation. The estimated speed-up at the current load and SpecDecodeNotPaying read it.",
+        Kind.COUNT, Between(1),
     )
     not_paying_for: str = knob(
         LOAD, "15m",
         "How long the estimated speed-up at the current load must stay below 1 (speculation costs more than "
         "it saves at the running batch) before SpecDecodeNotPaying warns. Long: load moves, and one busy "
         "burst is not a reason to turn speculation off.",
+        Kind.DURATION, _POSITIVE,
     )
 
     # --- Labels, links ---------------------------------------------------------------------
     warning_severity: str = knob(
         LABELS, "warning",
         _SEVERITY_DOC,
+        Kind.TEXT, NotEmpty(),
     )
     critical_severity: str = knob(
         LABELS, "critical",
         _SEVERITY_DOC,
+        Kind.TEXT, NotEmpty(),
     )
     extra_alert_labels: dict[str, str] = knob(  # noqa: RUF009 (knob is a dataclasses.field with a default_factory)
         LABELS, {},
         "Extra labels added to every alert (team, routing key). Never target labels.",
+        Kind.LABEL_MAP,
     )
     runbook_url_pattern: str = knob(
         LABELS, "https://github.com/vllm-spec-exporter/vllm-spec-exporter/blob/main/docs/runbooks.md#%s",
         "Where runbooks live; %s is the lower-cased alert name (GitHub anchor). The default is the repository's "
         "page of the bundle: docs/runbooks.md, or direct/docs/runbooks.md with source=vllm; a pattern you set is "
         "used as given.",
+        Kind.TEXT, Contains("%s", "the lower-cased alert name"),
     )
     grafana_url: str = knob(
         LABELS, "",
         "Grafana base URL for dashboard links in alerts; empty gives a relative /d/<uid> link.",
+        Kind.TEXT,
     )
 
     # --- Alertmanager (alerts/alertmanager.yml) ----------------------------------------------
@@ -325,39 +359,48 @@ class MixinConfig:
         ALERTMANAGER, ("alertname", "model_name"),
         "Labels that group alerts into one notification: one message per alert and model, listing every server "
         "affected.",
+        Kind.LABELS,
     )
     alertmanager_group_wait: str = knob(
         ALERTMANAGER, "30s",
         _GROUP_TIMING_DOC,
+        Kind.DURATION,
     )
     alertmanager_group_interval: str = knob(
         ALERTMANAGER, "5m",
         _GROUP_TIMING_DOC,
+        Kind.DURATION,
     )
     alertmanager_repeat_interval: str = knob(
         ALERTMANAGER, "4h",
         _GROUP_TIMING_DOC,
+        Kind.DURATION,
     )
     pager_routing_key_file: str = knob(
         ALERTMANAGER, "/etc/alertmanager/secrets/pagerduty-routing-key",
         _PAGER_DOC,
+        Kind.TEXT,
     )
     pager_events_url: str = knob(
         ALERTMANAGER, "https://events.pagerduty.com/v2/enqueue",
         _PAGER_DOC,
+        Kind.TEXT,
     )
     chat_webhook_url_file: str = knob(
         ALERTMANAGER, "/etc/alertmanager/secrets/chat-webhook-url",
         _CHAT_DOC,
+        Kind.TEXT,
     )
     chat_channel: str = knob(
         ALERTMANAGER, "#vllm-alerts",
         _CHAT_DOC,
+        Kind.TEXT,
     )
     prometheus_rule_labels: dict[str, str] = knob(  # noqa: RUF009 (knob is a dataclasses.field with a default_factory)
         ALERTMANAGER, {"app.kubernetes.io/name": "vllm-spec-exporter"},
         "Labels on the Kubernetes PrometheusRule (alerts/prometheusrule.yaml); match them to your Prometheus "
         "Operator's ruleSelector (kube-prometheus-stack: release=<helm release>).",
+        Kind.LABEL_MAP,
     )
     release_label: str = knob(
         ALERTMANAGER, "",
@@ -365,6 +408,7 @@ class MixinConfig:
         "name>` (its podMonitorSelector and ruleSelector, by default). Set your release name (e.g. "
         "kube-prometheus-stack) and the generated PrometheusRule and PodMonitor carry that label, so "
         "`kubectl apply -k deploy/kubernetes/base` is picked up without an overlay's patch. Empty: no label.",
+        Kind.LABEL_VALUE, Matches(_LABEL_VALUE, _LABEL_VALUE_FORM),
     )
 
     # --- Dashboards ------------------------------------------------------------------------
@@ -372,32 +416,39 @@ class MixinConfig:
         DASHBOARDS, "vllm-spec",
         "Stable dashboard UIDs start with this; the main one is `<prefix>-overview`, which every alert's "
         "dashboard_url links to.",
+        Kind.TEXT,
     )
     dashboard_tags: tuple[str, ...] = knob(
         DASHBOARDS, ("vllm", "speculative-decoding", "vllm-spec-exporter"),
         "Grafana tags on every dashboard (dashboard lists, links between them).",
+        Kind.TAGS,
     )
     dashboard_refresh: str = knob(
         DASHBOARDS, "30s",
         _REFRESH_DOC,
+        Kind.TEXT,
     )
     dashboard_time_from: str = knob(
         DASHBOARDS, "now-1h",
         _REFRESH_DOC,
+        Kind.TEXT,
     )
     panel_all_series_up_to: int = knob(
         DASHBOARDS, 24,
         "A per-server or per-engine panel draws every series while it has at most this many (one selected "
         "server, even with 16 engines, shows everything about it); beyond, only the worst and best few "
         "(`panel_worst_k`, `panel_best_k`). 1,000 lines on one panel are unreadable and slow to draw.",
+        Kind.COUNT,
     )
     panel_worst_k: int = knob(
         DASHBOARDS, 5,
         "Series a crowded per-server panel keeps from its bad end (lowest acceptance, oldest poll, ...).",
+        Kind.COUNT,
     )
     panel_best_k: int = knob(
         DASHBOARDS, 3,
         "Series a crowded per-server panel keeps from its good end, for contrast (0: none).",
+        Kind.COUNT,
     )
     draft_cost_ratio: float = knob(
         DASHBOARDS, UNKNOWN_METHOD_DRAFT_COST,
@@ -405,6 +456,7 @@ class MixinConfig:
         "current load (both bundles, and SpecDecodeNotPaying) and the sidecar-less dashboards' \"Speed-up (est.)\" "
         "(tokens per step / (1 + cost x mean draft length)); the sidecar's advisor has its own "
         f"--draft-cost-ratio. Default: EAGLE's; set yours ({draft_cost_help()}).",
+        Kind.NUMBER, Between(0),
     )
 
     def with_overrides(self, overrides: dict[str, Any]) -> MixinConfig:
@@ -420,57 +472,19 @@ class MixinConfig:
         return new
 
     def validate(self) -> None:
+        """Every knob holds its own constraints (its kind's and its field's, mixin/knobs.py), then the
+        rules between knobs hold."""
+        if (problem := field_problems(self)) is not None:
+            raise ValueError(problem)
         if not 0 < self.panel_worst_k <= self.panel_all_series_up_to or self.panel_best_k < 0:
             raise ValueError("need 0 < panel_worst_k <= panel_all_series_up_to and panel_best_k >= 0, got "
                              f"{self.panel_worst_k}, {self.panel_all_series_up_to}, {self.panel_best_k}")
-        if self.instance_label == "job":
-            # The dashboards tell "All" from selected servers by `job!~"$instance"` (promql.Selectors).
-            raise ValueError("instance_label must name a label other than job (the dashboards' job variable), "
-                             "e.g. instance or pod")
         if not 0 < self.acceptance_critical_threshold <= self.acceptance_warning_threshold < 1:
             raise ValueError(
                 "need 0 < acceptance_critical_threshold <= acceptance_warning_threshold < 1, got "
                 f"{self.acceptance_critical_threshold} and {self.acceptance_warning_threshold}"
             )
-        if "%s" not in self.runbook_url_pattern:
-            raise ValueError("runbook_url_pattern must contain %s (the lower-cased alert name)")
-        for key in _DURATION_KEYS:
-            value = getattr(self, key)
-            if value == "" and key in _DERIVED_KEYS:
-                continue  # derived from scrape_interval (windows.py)
-            if not value or not is_prometheus_duration(value):
-                raise ValueError(f"{key} must be a Prometheus duration like 90s, 2m or 1h30m, got {value!r}")
-            if (key.endswith(("_window", "_interval", "_for", "_tolerance", "_memory"))
-                    and not key.startswith("alertmanager")
-                    and key not in ("target_down_for", "spec_decode_stopped_for", "spec_decode_missing_for")
-                    and seconds(value) <= 0):
-                kind = "a range selector" if key.endswith("_window") else "a duration"
-                raise ValueError(f"{key} must be longer than 0s ({kind}), got {value!r}")
-        if not 0 < self.acceptance_healthy_floor <= 1:
-            raise ValueError(f"acceptance_healthy_floor must be in (0, 1], got {self.acceptance_healthy_floor}")
         self._validate_windows()
-        if not self.warning_severity or not self.critical_severity:
-            raise ValueError("warning_severity and critical_severity must not be empty")
-        if self.min_generation_tokens_per_second < 0:
-            raise ValueError("min_generation_tokens_per_second must be >= 0")
-        if not 0.5 < self.acceptance_confidence < 1:
-            raise ValueError("acceptance_confidence must be between 0.5 and 1 (e.g. 0.95), got "
-                             f"{self.acceptance_confidence}")
-        if self.acceptance_overdispersion < 1:
-            raise ValueError(f"acceptance_overdispersion must be >= 1 (1 = binomial over drafts), got "
-                             f"{self.acceptance_overdispersion}")
-        if self.counter_resets_threshold < 1:
-            raise ValueError("counter_resets_threshold must be >= 1")
-        if self.draft_cost_ratio < 0:
-            raise ValueError(f"draft_cost_ratio must be >= 0, got {self.draft_cost_ratio}")
-        if self.compute_bound_tokens < 1:
-            raise ValueError(f"compute_bound_tokens must be >= 1, got {self.compute_bound_tokens}")
-        self._validate_release_label()
-
-    def _validate_release_label(self) -> None:
-        if self.release_label and not _LABEL_VALUE.fullmatch(self.release_label):
-            raise ValueError(f"release_label must be a Kubernetes label value (up to 63 letters, digits, '-', '_' or "
-                             f"'.', starting and ending with a letter or digit), got {self.release_label!r}")
         other = self.prometheus_rule_labels.get("release")
         if self.release_label and other is not None and other != self.release_label:
             raise ValueError(f"release_label ({self.release_label}) and prometheus_rule_labels' release ({other}) "
@@ -502,8 +516,6 @@ class MixinConfig:
             if seconds(short) >= seconds(long_):
                 raise ValueError(f"acceptance_{tier}_short_window ({short}) must be shorter than "
                                  f"acceptance_{tier}_long_window ({long_})")
-        if self.source not in SOURCES:
-            raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {self.source!r}")
 
     @property
     def windows(self) -> AlertWindows:
@@ -526,29 +538,6 @@ class MixinConfig:
         return f"{self.acceptance_confidence * 100:g}%"
 
 
-# A Kubernetes label value (release_label), as the API server validates it.
-_LABEL_VALUE = re.compile(r"(?=.{1,63}$)[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
-
-# Prometheus durations as rule files accept them (units largest first, no fractions).
-_DURATION_KEYS = (
-    "scrape_interval", "evaluation_interval", "fleet_evaluation_interval", "acceptance_dip_tolerance", "rate_window",
-    "acceptance_low_for", "acceptance_critical_for",
-    "acceptance_slow_for", "acceptance_fast_long_window", "acceptance_fast_short_window",
-    "acceptance_slow_long_window", "acceptance_slow_short_window",
-    "target_down_for", "spec_decode_stopped_for", "spec_decode_missing_for", "lossy_verification_for", "reset_window",
-    "drafting_batch_memory", "not_paying_for", "alertmanager_group_wait", "alertmanager_group_interval",
-    "alertmanager_repeat_interval",
-)
-
-
-# Empty means "derived from scrape_interval" (windows.py).
-_DERIVED_KEYS = frozenset({
-    "evaluation_interval", "fleet_evaluation_interval", "rate_window", "acceptance_fast_long_window",
-    "acceptance_fast_short_window", "acceptance_slow_long_window", "acceptance_slow_short_window", "acceptance_low_for",
-    "acceptance_critical_for", "acceptance_slow_for",
-})
-
-
 class Knob(NamedTuple):
     """One row of the knob table: section, key, default (as YAML), what it does."""
 
@@ -569,8 +558,6 @@ def _default_text(f: dataclasses.Field[Any]) -> str:
     if isinstance(value, tuple):
         value = list(value)
     return yaml.safe_dump(value, default_flow_style=True, width=1_000_000).strip().removesuffix("...").strip()
-
-
 
 
 def _coerce(key: str, raw: Any, current: Any) -> Any:

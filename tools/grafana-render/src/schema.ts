@@ -1,7 +1,7 @@
 /**
  * The dashboard JSON checked against @grafana/schema's generated dashboard types (v1 schema,
  * `Dashboard`), by the TypeScript compiler: `tsc --noEmit --strict` on a file assigning the JSON
- * literal to `DashboardJson` (tests/stack/test_dashboards_browser.py writes and compiles it). Object
+ * literal to `DashboardJson` (tests/test_dashboards_browser.py writes and compiles it). Object
  * literals get excess-property checks, so a misspelt or misplaced key fails, as does a wrong type
  * or enum value.
  *

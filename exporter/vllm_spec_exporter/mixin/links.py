@@ -1,4 +1,4 @@
-"""Every URL, selector and percentage the generated artifacts print, each built in one place.
+"""Every URL and percentage the generated artifacts print, each built in one place.
 
 Alerts link to the overview dashboard and to their runbook section; dashboards link to each other,
 to the runbooks and back; READMEs print thresholds as percentages. All of them call these
@@ -11,7 +11,6 @@ from .config import MixinConfig
 
 __all__ = [
     "dashboard_url",
-    "exporter_selector",
     "fleet_uid",
     "overview_uid",
     "percent",
@@ -60,11 +59,6 @@ def runbook_url(cfg: MixinConfig, alert_name: str) -> str:
 def runbook_index_url(cfg: MixinConfig) -> str:
     """The runbook page itself: the pattern without the per-alert anchor."""
     return runbook_pattern(cfg).replace("%s", "").rstrip("#")
-
-
-def exporter_selector(cfg: MixinConfig) -> str:
-    """`{<exporter_selector>}`: the braces PromQL puts around the exporter's label matchers."""
-    return "{" + cfg.exporter_selector + "}"
 
 
 def percent(ratio: float) -> str:

@@ -16,10 +16,10 @@ from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
-from ...names import MetricName
 from .. import links
 from ..config import MixinConfig
 from ..rules import sources
+from ..rules.sources import SERVED, series
 from .layout import Layout
 from .panels import DATASOURCE, DATASOURCE_VARIABLE, link
 from .promql import TARGET_UP, Queries, legend_label
@@ -107,17 +107,17 @@ def _variables(cfg: MixinConfig) -> Iterator[dashboard.QueryVariable | dashboard
     )
     source = sources.source_matchers(cfg)
     model_engine = [
-        ("model_name", "Model", MetricName.REQUESTS_RUNNING, "model_name",
+        ("model_name", "Model", SERVED.REQUESTS_RUNNING, "model_name",
          f'job=~"$job", {cfg.instance_label}=~"$instance"'),
-        ("engine", "Engine", MetricName.REQUESTS_RUNNING, "engine",
+        ("engine", "Engine", SERVED.REQUESTS_RUNNING, "engine",
          f'job=~"$job", {cfg.instance_label}=~"$instance", model_name=~"$model_name"'),
     ]
     chained = [
         # (variable, label shown, metric, label to read, matchers of the variables before it)
         ("job", "Job", TARGET_UP, "job", ""),
         # The engine family (vllm, llamacpp, ...) of each target narrows the instances.
-        ("engine_family", "Engine family", MetricName.TARGET_INFO, "engine_family", 'job=~"$job"'),
-        ("instance", "Instance", MetricName.TARGET_INFO, cfg.instance_label,
+        ("engine_family", "Engine family", SERVED.TARGET_INFO, "engine_family", 'job=~"$job"'),
+        ("instance", "Instance", SERVED.TARGET_INFO, cfg.instance_label,
          'job=~"$job", engine_family=~"$engine_family"'),
         *model_engine,
     ]
@@ -134,7 +134,7 @@ def _variables(cfg: MixinConfig) -> Iterator[dashboard.QueryVariable | dashboard
             dashboard.QueryVariable(name)
             .label(label)
             .datasource(DATASOURCE)
-            .query(f"label_values({metric}{{{matchers}}}, {label_name})")
+            .query(f"label_values({series(metric, matchers)}, {label_name})")
             .refresh(dashboard_models.VariableRefresh.ON_TIME_RANGE_CHANGED)
             .sort(dashboard_models.VariableSort.ALPHABETICAL_ASC)
             .multi(True)

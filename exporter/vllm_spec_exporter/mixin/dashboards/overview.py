@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
-from ...names import MetricName
 from .. import links
 from ..config import MixinConfig
 from ..rules import alert_rules, recording_rules
+from ..rules.sources import SERVED, series
 from . import frame
 from .layout import Layout
 from .panels import (
@@ -57,7 +57,6 @@ from .promql import (
     Queries,
     join_matchers,
     legend_label,
-    selector,
     sum_by,
 )
 from .shared_panels import (
@@ -389,8 +388,8 @@ def context_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "engine; the job/instance variables pick the exporter's targets and do not apply here."
     ) if not q.direct else f"From vLLM's own /metrics ({cfg.vllm_selector})."
     layout.row("Load and latency: why did acceptance change?")
-    running = q.load_gauge(MetricName.REQUESTS_RUNNING, by_instance)
-    waiting = q.load_gauge(MetricName.REQUESTS_WAITING, by_instance)
+    running = q.load_gauge(SERVED.REQUESTS_RUNNING, by_instance)
+    waiting = q.load_gauge(SERVED.REQUESTS_WAITING, by_instance)
     # Both lines of the same servers: the most requests in them, running or waiting.
     requests = q.crowd("requests", f"{running} + {waiting}", high_is_bad=True)
     layout.add(timeseries_panel(
@@ -406,7 +405,7 @@ def context_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "KV-cache usage",
         "Share of the KV cache in use, per server and model (highest engine). Good: below ~90 %; "
         "near 100 % vLLM preempts requests, and draft tokens also need cache blocks." + crowd_note(cfg),
-        [Query(q.crowded("kv_cache", q.load_gauge(MetricName.KV_CACHE_USAGE_RATIO, (*by_instance, "model_name"),
+        [Query(q.crowded("kv_cache", q.load_gauge(SERVED.KV_CACHE_USAGE_RATIO, (*by_instance, "model_name"),
                                                   op="max"), high_is_bad=True, several=True),
                instance_legend + " {{model_name}}")],
     ), 8, 8)
@@ -488,7 +487,7 @@ def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "Duration of the exporter's last poll of vLLM (fetch + parse + derive), per server. Good: "
         "well below the poll interval; close to the timeout means timeouts are next." + crowd_note(cfg),
         SECONDS,
-        [Query(q.crowded("poll_duration", q.per_target(MetricName.SCRAPE_DURATION_SECONDS, op="max"),
+        [Query(q.crowded("poll_duration", q.per_target(SERVED.SCRAPE_DURATION_SECONDS, op="max"),
                          high_is_bad=True), instance_legend)],
     ), 8, 8)
     layout.add(table_panel(
@@ -570,8 +569,8 @@ def acceptance_with_bound_by_instance(cfg: MixinConfig, q: Queries):
         f"we are {conf} sure acceptance is below it; a wide band = little traffic, little evidence."
         + crowd_note(cfg),
         [Query(crowd.read(q.acceptance((cfg.instance_label,))), legend_label(cfg.instance_label)),
-         Query(crowd.read(selector(evidence.upper, server_model), several=True), bound_legend + "upper bound"),
-         Query(crowd.read(selector(evidence.lower, server_model), several=True), bound_legend + "lower bound")],
+         Query(crowd.read(series(evidence.upper, server_model), several=True), bound_legend + "upper bound"),
+         Query(crowd.read(series(evidence.lower, server_model), several=True), bound_legend + "lower bound")],
     ).override_by_regexp(".* (upper|lower) bound$", [
         dashboard_models.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [4, 4]}),
         dashboard_models.DynamicConfigValue(id_val="custom.fillOpacity", value=0),

@@ -8,7 +8,7 @@ acceptance evidence), but per position with servers selected, where no record ex
 counters are read over the records' rate_window (Queries.counter_rate), every selector carries the
 dashboard variables, ratios are the QUANTITIES of rules/quantities.py (sum-then-divide with a
 `(den > 0)` guard: no NaN/Inf when idle), and every raw series comes from sources.py (the
-sidecar's health gauges from names.MetricName). With source=vllm there is no sidecar:
+sidecar's health gauges as sources.SERVED). With source=vllm there is no sidecar:
 `Queries.direct` tells the dashboards which panels to leave out, and the few that read the
 sidecar's gauges read vLLM's own or compute the same in PromQL.
 """
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...engines import VLLM_HISTOGRAMS, VLLM_PREFIXES
-from ...names import SPEC_CONFIG_LABELS, MetricName
+from ...names import SPEC_CONFIG_LABELS
 from ..config import MixinConfig
 from ..rules import fleet_counts, fleet_records, load, positions, recording_rules, sources
 from ..rules.fleet_counts import Band
@@ -34,7 +34,7 @@ from ..rules.quantities import (
     Quantity,
     speedup_bound,
 )
-from ..rules.sources import SourceCounter
+from ..rules.sources import SERVED, SourceCounter, series
 from . import crowd
 from .crowd import Crowd, ServerVariable
 
@@ -71,8 +71,8 @@ DRAFT_TOKENS = sources.DRAFT_TOKENS
 ACCEPTED = sources.ACCEPTED
 ACCEPTED_BY_POSITION = sources.ACCEPTED_BY_POSITION
 GENERATED = sources.GENERATED
-TARGET_UP = MetricName.TARGET_UP
-SPEC_DECODE_ENABLED = MetricName.SPEC_DECODE_ENABLED
+TARGET_UP = SERVED.TARGET_UP
+SPEC_DECODE_ENABLED = SERVED.SPEC_DECODE_ENABLED
 
 
 # Ray Serve's stat logger prefixes vLLM's names with `ray_` (`ray_vllm:...`, escaped `ray_vllm_...`);
@@ -150,12 +150,8 @@ def only_when_selected(variable: str) -> str:
     return f'{fleet_counts.BAND_LABEL}!~"(${variable})"'
 
 
-def selector(metric: str, matchers: str) -> str:
-    return f"{metric}{{{matchers}}}"
-
-
 def rate(metric: str, matchers: str) -> str:
-    return f"rate({selector(metric, matchers)}[{RATE_INTERVAL}])"
+    return f"rate({series(metric, matchers)}[{RATE_INTERVAL}])"
 
 
 def sum_by(labels: Sequence[str], inner: str, op: str = "sum") -> str:
@@ -206,7 +202,7 @@ class Queries:
         if raw or counter not in sources.RECORDED:
             return sources.operand(self.cfg, sources.panel_rate(self.cfg, counter, matchers,
                                                                 self.cfg.windows.rate_window))
-        return selector(sources.rate_record(self.cfg, counter), matchers)
+        return series(sources.rate_record(self.cfg, counter), matchers)
 
     def fleet_scope(self, by: tuple[str, ...]) -> bool:
         """True when a sum `by` these labels can read the fleet records at "All": none of them is
@@ -221,7 +217,7 @@ class Queries:
         The switch lives in the selectors, so only one side reads any series: the fleet records
         have no instance label, which `=~"$instance"` matches only at All (`.*`), and the servers'
         side carries `job!~"$instance"`, which matches nothing at All."""
-        return all_or_selected(by, selector(fleet_record, self.sel.series), per_server)
+        return all_or_selected(by, series(fleet_record, self.sel.series), per_server)
 
     def server_scope(self, counter: SourceCounter, by: tuple[str, ...]) -> bool:
         """True when a sum `by` these labels can read the per-server records (recording_rules,
@@ -240,7 +236,7 @@ class Queries:
         `only_when_selected("engine")`."""
         record = recording_rules.server_rate_record(self.cfg, counter)
         engines = self.counter_rate(counter, join_matchers(self.sel.series, only_when_selected("engine")))
-        return all_or_selected(by, selector(record, self.sel.series), engines)
+        return all_or_selected(by, series(record, self.sel.series), engines)
 
     def sum_rate(self, counter: SourceCounter, by: tuple[str, ...] = (), per_server: bool | None = None,
                  raw: bool = False) -> str:
@@ -335,11 +331,11 @@ class Queries:
     def speedup_at_load(self, by: tuple[str, ...] = ("model_name",)) -> str:
         """The estimated speed-up at the running batch (rules/load.py), the worst engine of `by`:
         a non-linear estimate per engine does not sum, and the one that does not pay is the news."""
-        return sum_by(by, selector(load.load_names(self.cfg).speedup, self.sel.series), op="min")
+        return sum_by(by, series(load.load_names(self.cfg).speedup, self.sel.series), op="min")
 
     def load_batch(self, by: tuple[str, ...] = ("model_name",)) -> str:
         """Running requests per engine, averaged over the rate window: the largest engine's of `by`."""
-        return sum_by(by, selector(load.load_names(self.cfg).batch, self.sel.series), op="max")
+        return sum_by(by, series(load.load_names(self.cfg).batch, self.sel.series), op="max")
 
     def compute_bound_batch(self, by: tuple[str, ...] = ("model_name",)) -> str:
         """The batch from which a speculative step holds more than compute_bound_tokens tokens:
@@ -359,7 +355,7 @@ class Queries:
     def traffic_weighted(self, gauge: str, by: tuple[str, ...] = ()) -> str:
         """Average of a per-series gauge weighted by each series' drafts/s, over the series that
         report it (the exporter omits advisor gauges while a series is idle)."""
-        gauge_selector = selector(gauge, self.sel.series)
+        gauge_selector = series(gauge, self.sel.series)
         drafts = self.counter_rate(DRAFTS)
         return guarded_ratio(
             sum_by(by, f"{gauge_selector} * {drafts}"),
@@ -370,7 +366,7 @@ class Queries:
         """The sidecar advisor's estimate; with source=vllm the same bound in PromQL (speedup_bound)."""
         if self.direct:
             return self.speedup_bound(by)
-        return self.traffic_weighted(MetricName.ESTIMATED_SPEEDUP, by)
+        return self.traffic_weighted(SERVED.ESTIMATED_SPEEDUP, by)
 
     def speedup_bound(self, by: tuple[str, ...] = ()) -> str:
         """Tokens per step / (1 + draft_cost_ratio x mean draft length), from the source records."""
@@ -378,15 +374,15 @@ class Queries:
 
     def recommended_k(self, by: tuple[str, ...] = ("model_name",)) -> str:
         """The advisor's k*; the most cautious (smallest) where engines disagree."""
-        return self.gauge(MetricName.RECOMMENDED_K, by, op="min")
+        return self.gauge(SERVED.RECOMMENDED_K, by, op="min")
 
     def recommended_k_speedup(self, by: tuple[str, ...] = ("model_name",)) -> str:
-        return self.traffic_weighted(MetricName.RECOMMENDED_K_ESTIMATED_SPEEDUP, by)
+        return self.traffic_weighted(SERVED.RECOMMENDED_K_ESTIMATED_SPEEDUP, by)
 
     def gauge(self, metric: str, by: tuple[str, ...], op: str = "sum") -> str:
-        return sum_by(by, selector(metric, self.sel.series), op=op)
+        return sum_by(by, series(metric, self.sel.series), op=op)
 
-    def load_gauge(self, metric: MetricName, by: tuple[str, ...], op: str = "sum") -> str:
+    def load_gauge(self, metric: str, by: tuple[str, ...], op: str = "sum") -> str:
         """A per-series load gauge: the sidecar's, or with source=vllm vLLM's own."""
         return sum_by(by, sources.raw_gauge(self.cfg, metric, self.sel.series), op=op)
 
@@ -399,7 +395,7 @@ class Queries:
         least each server's own count, and equal while every server's positions are 0..k-1."""
         if not (self.direct and self.fleet_scope(by)):
             return sum_by(by, self.k_series(), op="max")
-        fleet = selector(fleet_records.fleet_rate_record(self.cfg, ACCEPTED_BY_POSITION), self.sel.series)
+        fleet = series(fleet_records.fleet_rate_record(self.cfg, ACCEPTED_BY_POSITION), self.sel.series)
         return all_or_selected(by, positions.count_positions(fleet),
                                self.k_series(self.sel.servers), op="max")
 
@@ -432,7 +428,7 @@ class Queries:
         """Every selected server seen in the range, one series each, on every variable: the series
         the model and engine variables read (frame), the sidecar's running requests or directly the
         generation rate record, so a selected model or engine counts only its own servers."""
-        seen = self.counter_rate(GENERATED) if self.direct else selector(MetricName.REQUESTS_RUNNING, self.sel.series)
+        seen = self.counter_rate(GENERATED) if self.direct else series(SERVED.REQUESTS_RUNNING, self.sel.series)
         return sum_by((self.cfg.instance_label,), f"last_over_time({seen}[{RANGE}])", op="group")
 
     def servers_per_model(self) -> str:
@@ -441,8 +437,7 @@ class Queries:
 
     def vllm_rate(self, sample_name: str) -> str:
         """rate() of one of vLLM's own series under either spelling of its name."""
-        matchers = join_matchers(f'__name__=~"{vllm_name_pattern(sample_name)}"', self.sel.vllm)
-        return f"rate({{{matchers}}}[{RATE_INTERVAL}])"
+        return f"rate({sources.by_name(vllm_name_pattern(sample_name), self.sel.vllm, regex=True)}[{RATE_INTERVAL}])"
 
     def latency_quantile(self, histogram: str, quantile: float, by: tuple[str, ...] = ()) -> str:
         return f"histogram_quantile({quantile}, {sum_by(('le', *by), self.vllm_rate(histogram + '_bucket'))})"
@@ -476,7 +471,7 @@ class Queries:
         if not self.fleet_scope(()):
             return counted(self.sel.series)
         label = fleet_counts.BAND_LABEL
-        fleet = selector(fleet_counts.band_record(self.cfg), join_matchers(self.sel.series, f'{label}="{band.name}"'))
+        fleet = series(fleet_counts.band_record(self.cfg), join_matchers(self.sel.series, f'{label}="{band.name}"'))
         branches = [f"({counted(join_matchers(self.sel.series, only_when_selected(variable)))})"
                     for variable in ("instance", "model_name", "engine")]
         return " or ".join((f"sum({fleet})", *branches))
@@ -487,18 +482,18 @@ class Queries:
         the engine's own adaptive tier (SGLang tier 0; recording_rules)."""
         names = recording_rules.record_names(self.cfg)
         matchers = join_matchers(self.sel.target, 'model_name=~"$model_name"')
-        state = (f"(0 * {selector(names.drafts_stopped, matchers)} + 2)"
-                 f" or (0 * {selector(names.drafting_paused, matchers)} + 1)")
+        state = (f"(0 * {series(names.drafts_stopped, matchers)} + 2)"
+                 f" or (0 * {series(names.drafting_paused, matchers)} + 1)")
         if self.cfg.direct:  # vLLM's own series: no engine declares a tier
-            return state + f" or (0 * ({selector(names.draft_tokens_rate, matchers)} > 0))"
-        tier = recording_rules.engine_tier_steps("{" + matchers + "}")
+            return state + f" or (0 * ({series(names.draft_tokens_rate, matchers)} > 0))"
+        tier = recording_rules.engine_tier_steps(matchers)
         return (state + f" or (0 * ({tier} == 0) + 3)"
-                f" or (0 * ({selector(names.draft_tokens_rate, matchers)} > 0))"
+                f" or (0 * ({series(names.draft_tokens_rate, matchers)} > 0))"
                 f" or (0 * ({tier} > 0))")
 
     def per_target(self, metric: str, op: str = "min") -> str:
         """One value per scrape target of an exporter health gauge (no model/engine labels)."""
-        return sum_by((self.cfg.instance_label,), selector(metric, self.sel.target), op=op)
+        return sum_by((self.cfg.instance_label,), series(metric, self.sel.target), op=op)
 
     def scrape_up(self) -> str:
         """`up` of the source job's targets: the sidecars, or with source=vllm the vLLM servers."""
@@ -528,7 +523,7 @@ class Queries:
             reasons = (
                 (self.per_target(SPEC_DECODE_ENABLED, op="max"), PROBLEM_SPEC_OFF),
                 (self.per_target(TARGET_UP), PROBLEM_VLLM_UNREADABLE),
-                (self.per_target("up"), PROBLEM_EXPORTER_UNSCRAPED),
+                (self.per_target(sources.UP), PROBLEM_EXPORTER_UNSCRAPED),
             )
         return " or ".join(f'label_replace({expr} == 0, "{PROBLEM_LABEL}", "{text}", "", "")'
                            for expr, text in reasons)
@@ -541,11 +536,11 @@ class Queries:
         up = self.scrape_up()
         if self.direct:
             return f"count({up} == 0) or (0 * count({up}))"
-        target_up = selector(TARGET_UP, self.sel.target)
+        target_up = series(TARGET_UP, self.sel.target)
         return f"count(({target_up} == 0) or ({up} == 0)) or (0 * count({up}))"
 
     def firing_alerts(self) -> str:
-        return f'ALERTS{{alertname=~"{ALERT_NAME_REGEX}", alertstate="firing"}}'
+        return series(sources.ALERTS, f'alertname=~"{ALERT_NAME_REGEX}", alertstate="firing"')
 
     def firing_alerts_count(self) -> str:
         return f"count({self.firing_alerts()}) or vector(0)"
@@ -559,10 +554,10 @@ class Queries:
         server selection switches."""
         by = ("reason",)
         if not self.fleet_scope(()):  # the record keeps `reason` besides the fleet's labels
-            return sum_rate(MetricName.SCRAPE_ERRORS_TOTAL, self.sel.target, by)
-        record = selector(fleet_counts.scrape_errors_record(self.cfg), self.sel.target)
+            return sum_rate(SERVED.SCRAPE_ERRORS_TOTAL, self.sel.target, by)
+        record = series(fleet_counts.scrape_errors_record(self.cfg), self.sel.target)
         fleet = f"(avg_over_time({record}[{RATE_INTERVAL}]) or sum without () ({record}))"
-        servers = rate(MetricName.SCRAPE_ERRORS_TOTAL, join_matchers(self.sel.target, 'job!~"$instance"'))
+        servers = rate(SERVED.SCRAPE_ERRORS_TOTAL, join_matchers(self.sel.target, 'job!~"$instance"'))
         return f"({sum_by(by, fleet)} or {sum_by(by, servers)})"
 
     def counter_resets(self, window: str = RATE_INTERVAL) -> str:
@@ -573,17 +568,17 @@ class Queries:
 
     def poll_age(self) -> str:
         """Seconds since each exporter last read vLLM successfully (0 before the first success)."""
-        last = selector(MetricName.LAST_SUCCESS_TIMESTAMP_SECONDS, self.sel.target) + " > 0"
+        last = series(SERVED.LAST_SUCCESS_TIMESTAMP_SECONDS, self.sel.target) + " > 0"
         return f"time() - {sum_by((self.cfg.instance_label,), last, op='max')}"
 
     def spec_config(self) -> str:
         """One row per server with the speculative config the exporter reads (method, k,
         verification, lossy, dynamic k and where it came from; specconfig.py)."""
         return sum_by((self.cfg.instance_label, *SPEC_CONFIG_LABELS),
-                      selector(MetricName.SPEC_CONFIG_INFO, self.sel.target), op="max")
+                      series(SERVED.SPEC_CONFIG_INFO, self.sel.target), op="max")
 
     def detected_schema(self) -> str:
         """One row per server with the engine family, schema and server version the exporter detected."""
         return sum_by((self.cfg.instance_label, "engine_family", "schema", "version"),
-                      selector(MetricName.TARGET_INFO, self.sel.target), op="max")
+                      series(SERVED.TARGET_INFO, self.sel.target), op="max")
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...names import MetricName
 from .. import links
 from ..config import MixinConfig
 from . import load, sources
 from .recording_rules import EvidenceNames, evidence_names, record_names
+from .sources import SERVED
 
 __all__ = [
     "ACCEPTANCE_CRITICAL",
@@ -165,15 +165,14 @@ def drafts_stopped_condition(cfg: MixinConfig) -> str:
     if cfg.direct:
         # No sidecar, no target_info: vLLM's own counters, whose stops the records classify.
         return sources.own(cfg, n.drafts_stopped)
-    sel = links.exporter_selector(cfg)
-    info = MetricName.TARGET_INFO
+    info = sources.series(SERVED.TARGET_INFO, cfg.exporter_selector)
     target_only = "ignoring (model_name, engine_family, schema, version)"
-    trtllm = f"{info}{{{cfg.exporter_selector},engine_family=\"trtllm\"}}"
+    trtllm = sources.series(SERVED.TARGET_INFO, f'{cfg.exporter_selector},engine_family="trtllm"')
     return (
         f"(\n  {sources.own(cfg, n.drafts_stopped)}\nor\n"
         f"  (\n    {sources.own(cfg, n.generation_rate)} >= {cfg.min_generation_tokens_per_second:g}\n  and\n"
         f"    {sources.own(cfg, n.draft_tokens_rate)} == 0\n  )\n  and {target_only}\n    {trtllm}\n)\n"
-        f"* {target_only} group_left (engine_family)\n  {info}{sel}"
+        f"* {target_only} group_left (engine_family)\n  {info}"
     )
 
 
@@ -185,8 +184,8 @@ def config_note(cfg: MixinConfig) -> str:
     Empty without the sidecar."""
     if cfg.direct:
         return ""
-    info = MetricName.SPEC_CONFIG_INFO
-    lookup = f"printf `{info}{{job=%q,{cfg.instance_label}=%q}}` $labels.job $labels.{cfg.instance_label}"
+    info = sources.series(SERVED.SPEC_CONFIG_INFO, f"job=%q,{cfg.instance_label}=%q")
+    lookup = f"printf `{info}` $labels.job $labels.{cfg.instance_label}"
     return (
         "{{ with " + lookup + " | query }}{{ with . | first }} Speculative config: method {{ .Labels.method }}, "
         "k {{ .Labels.k }}, verification {{ .Labels.verification }}"
@@ -204,12 +203,12 @@ def lossy_verification(cfg: MixinConfig) -> dict[str, Any]:
     and inflates acceptance, so the acceptance alerts' thresholds no longer mean what they were set
     for. Labels: the server and the method only (k or the config's source changing is not a new
     finding). A deliberate choice is silenced by its labels (runbook)."""
-    sel = links.exporter_selector(cfg).removesuffix("}") + ', lossy="true"}'
+    lossy = sources.series(SERVED.SPEC_CONFIG_INFO, f'{cfg.exporter_selector}, lossy="true"')
     inst = _label_template(cfg.instance_label)
     return _alert(
         cfg, LOSSY_VERIFICATION,
         expr=(f"max by (job, {cfg.instance_label}, method, verification) (\n"
-              f"  {MetricName.SPEC_CONFIG_INFO}{sel}\n)"),
+              f"  {lossy}\n)"),
         severity=cfg.warning_severity,
         summary="Speculative decoding verifies drafts with a lossy method.",
         description=(
@@ -321,7 +320,7 @@ def metrics_missing(cfg: MixinConfig) -> dict[str, Any]:
         )
     return _alert(
         cfg, METRICS_MISSING,
-        expr=f"{MetricName.SPEC_DECODE_ENABLED}{links.exporter_selector(cfg)} == 0",
+        expr=f"{sources.series(SERVED.SPEC_DECODE_ENABLED, cfg.exporter_selector)} == 0",
         severity=cfg.warning_severity,
         summary="The vLLM server exposes no speculative-decoding metrics.",
         description=(
@@ -391,12 +390,13 @@ def target_absent(cfg: MixinConfig, name: str, summary: str, what: str, conseque
 
 
 def exporter_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
-    sel = links.exporter_selector(cfg)
+    target_up = sources.series(SERVED.TARGET_UP, cfg.exporter_selector)
+    up = sources.series(sources.UP, cfg.exporter_selector)
     inst = _label_template(cfg.instance_label)
     return [
         _alert(
             cfg, VLLM_UNREACHABLE,
-            expr=f"{MetricName.TARGET_UP}{sel} == 0",
+            expr=f"{target_up} == 0",
             severity=cfg.warning_severity,
             summary="The exporter cannot read vLLM's metrics.",
             description=(
@@ -420,7 +420,7 @@ def exporter_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
         ),
         _alert(
             cfg, EXPORTER_DOWN,
-            expr=f"up{sel} == 0",
+            expr=f"{up} == 0",
             severity=cfg.warning_severity,
             summary="Prometheus cannot scrape the speculative-decoding exporter.",
             description=(

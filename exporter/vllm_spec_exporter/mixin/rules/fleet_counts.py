@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ...names import MetricName
 from ..config import MixinConfig
 from . import sources
 from .fleet_records import kept_labels
@@ -74,7 +73,7 @@ def band_record(cfg: MixinConfig) -> str:
 
 
 def scrape_errors_record(cfg: MixinConfig) -> str:
-    metric = MetricName.SCRAPE_ERRORS_TOTAL.removesuffix("_total")
+    metric = sources.SERVED.SCRAPE_ERRORS_TOTAL.removesuffix("_total")
     return f"{_level(cfg, 'reason')}:{metric}:rate{cfg.windows.rate_window}"
 
 
@@ -101,7 +100,7 @@ def band_rules(cfg: MixinConfig, server_acceptance: str, drafting: str) -> list[
 def scrape_error_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
     if cfg.direct:  # no sidecar, no scrape errors of its own
         return []
-    errors = f"{MetricName.SCRAPE_ERRORS_TOTAL}{{{sources.source_matchers(cfg)}}}"
+    errors = sources.series(sources.SERVED.SCRAPE_ERRORS_TOTAL, sources.source_matchers(cfg))
     by = ", ".join((*kept_labels(cfg), "reason"))
     return [{"record": scrape_errors_record(cfg),
              "expr": f"sum by ({by}) (rate({errors}[{cfg.windows.rate_window}]))"}]

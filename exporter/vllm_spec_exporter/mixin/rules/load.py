@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ...names import MetricName
 from ..config import MixinConfig
 from . import sources
 from .quantities import speedup_at_load
@@ -56,7 +55,7 @@ def load_names(cfg: MixinConfig) -> LoadNames:
 
 def load_group(cfg: MixinConfig) -> dict[str, Any]:
     n, w = load_names(cfg), cfg.windows
-    running = sources.raw_gauge(cfg, MetricName.REQUESTS_RUNNING, sources.source_matchers(cfg))
+    running = sources.raw_gauge(cfg, sources.SERVED.REQUESTS_RUNNING, sources.source_matchers(cfg))
     if cfg.direct:
         # The spellings name one gauge: drop the name at each step, or a spelling switch inside the
         # window leaves two series with one label set and avg_over_time fails (Prometheus 3).

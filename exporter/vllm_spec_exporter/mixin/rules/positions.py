@@ -12,9 +12,8 @@ fleet dashboard's k and servers per model) read k_series.
 
 from __future__ import annotations
 
-from ...names import MetricName
 from ..config import MixinConfig
-from .sources import ACCEPTED_BY_POSITION, raw_rate, spelled_out
+from .sources import ACCEPTED_BY_POSITION, SERVED, raw_rate, series, spelled_out
 
 __all__ = ["DRAFT_POSITIONS", "K_GROUP", "count_positions", "k_group", "k_record", "k_rule", "k_series"]
 
@@ -36,7 +35,7 @@ def count_positions(per_position: str) -> str:
 def k_series(cfg: MixinConfig, matchers: str) -> str:
     """k per (server, model, engine) on `matchers` (the source's selector included): the sidecar's
     gauge, or directly the k record (k_rule)."""
-    return f"{k_record(cfg) if cfg.direct else MetricName.NUM_SPECULATIVE_TOKENS}{{{matchers}}}"
+    return series(k_record(cfg) if cfg.direct else SERVED.NUM_SPECULATIVE_TOKENS, matchers)
 
 
 def k_rule(cfg: MixinConfig) -> dict[str, str]:

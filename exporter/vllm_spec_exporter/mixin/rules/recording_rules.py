@@ -43,8 +43,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ...names import MetricName
-from .. import links
 from ..config import MixinConfig
 from . import fleet_counts, fleet_records, load, positions, sources
 from .fleet_records import FLEET_GROUP
@@ -324,8 +322,8 @@ def drafting_state_rules(cfg: MixinConfig, n: RecordNames) -> list[dict[str, Any
                  f"  {draft_tokens} == 0\n)")
     drafted_at = f"max_over_time({own(cfg, n.drafting_batch)}[{cfg.drafting_batch_memory}])"
     # Only the sidecar serves an engine's tier (SGLang); vLLM's own series (source=vllm) have none.
-    tier_0 = "" if cfg.direct else f"\nunless\n({engine_tier_steps(links.exporter_selector(cfg))} == 0)"
-    running = sources.raw_gauge(cfg, MetricName.REQUESTS_RUNNING, sources.source_matchers(cfg))
+    tier_0 = "" if cfg.direct else f"\nunless\n({engine_tier_steps(cfg.exporter_selector)} == 0)"
+    running = sources.raw_gauge(cfg, sources.SERVED.REQUESTS_RUNNING, sources.source_matchers(cfg))
     return [
         # A subquery at the evaluation interval, so idle moments (no sample above 0) are skipped. The
         # step is explicit: MetricsQL (vmalert) defaults a subquery's step to the query's, not to the
@@ -338,12 +336,13 @@ def drafting_state_rules(cfg: MixinConfig, n: RecordNames) -> list[dict[str, Any
     ]
 
 
-def engine_tier_steps(selector: str) -> str:
-    """Per server and model: the draft steps of an adaptive engine's active tier (SGLang
+def engine_tier_steps(matchers: str) -> str:
+    """Per server and model on `matchers`: the draft steps of an adaptive engine's active tier (SGLang
     --speculative-adaptive), the highest engine; 0 = the tier drafts nothing, paused by design.
     Only servers with a drafter (verify tokens >= 1: SGLang reports 0 / 0 without one)."""
-    return (f"(max without (engine) ({MetricName.ENGINE_DRAFT_STEPS}{selector}) "
-            f"and max without (engine) ({MetricName.ENGINE_VERIFY_TOKENS}{selector}) > 0)")
+    steps, verify = (sources.series(name, matchers)
+                     for name in (sources.SERVED.ENGINE_DRAFT_STEPS, sources.SERVED.ENGINE_VERIFY_TOKENS))
+    return f"(max without (engine) ({steps}) and max without (engine) ({verify}) > 0)"
 
 
 def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...names import MetricName
 from .. import links
 from ..config import MixinConfig
 from ..templates import fill
@@ -77,14 +76,15 @@ def values(cfg: MixinConfig) -> dict[str, object]:
         out[key] = getattr(cfg, key)
     # What each bundle reads the running batch and the restarts from.
     one_server = f'{sources.source_matchers(cfg)}, {cfg.instance_label}="<instance>", model_name="<model>"'
-    running = sources.raw_gauge(cfg, MetricName.REQUESTS_RUNNING, one_server)
+    running = sources.raw_gauge(cfg, sources.SERVED.REQUESTS_RUNNING, one_server)
     out["running_requests_query"] = running
     # A reader's query (one regex over the names; the rules' `or` of each name only matters while
     # a server switches spelling).
     generated = "|".join(sources.direct_names(sources.GENERATED))
     out["generated_names"] = generated
-    out["restarts_query"] = (f'max by ({cfg.instance_label}) (resets({{__name__=~"{generated}", {cfg.vllm_selector}, '
-                             f'{cfg.instance_label}="<instance>"}}[1h]))')
+    one_target = f'{cfg.vllm_selector}, {cfg.instance_label}="<instance>"'
+    out["restarts_query"] = (f"max by ({cfg.instance_label}) "
+                             f"(resets({sources.by_name(generated, one_target, regex=True)}[1h]))")
     out["sidecar_runbooks_url"] = links.runbook_index_url(cfg.with_overrides({"source": "exporter"}))
     out["direct_runbooks_url"] = links.runbook_index_url(cfg.with_overrides({"source": "vllm"}))
     # The two acceptance alerts share their meaning (with their own threshold and duration),
@@ -93,12 +93,13 @@ def values(cfg: MixinConfig) -> dict[str, object]:
                                       ("critical", out["critical_percent"], w.critical_hold)):
         out[f"acceptance_{alert}_meaning"] = _partial(
             "runbook-acceptance-meaning.md", {**out, "threshold_percent": percent, "sustained": sustained})
+    one_sidecar = f'{cfg.exporter_selector}, {cfg.instance_label}="<instance>"'
     out["config_step"] = (
         "The speculative config the sidecar reads (method, k, verification, dynamic k; the alert's description "
         "names it, the overview's **Speculative config** table draws it over time): a new method or k explains a "
         "new acceptance level, and a lossy verification inflates it (SpecDecodeLossyVerification).\n"
         "   ```promql\n"
-        f"   {MetricName.SPEC_CONFIG_INFO}{{{cfg.exporter_selector}, {cfg.instance_label}=\"<instance>\"}}\n"
+        f"   {sources.series(sources.SERVED.SPEC_CONFIG_INFO, one_sidecar)}\n"
         "   ```"
     ) if not cfg.direct else (
         "Without the sidecar no series names the speculative config: read `--speculative-config` (method, "

@@ -56,6 +56,7 @@ from ..config import MixinConfig
 __all__ = [
     "ACCEPTED",
     "ACCEPTED_BY_POSITION",
+    "ALERTS",
     "COUNTERS",
     "COUNTER_MEANINGS",
     "DRAFTS",
@@ -63,8 +64,11 @@ __all__ = [
     "GENERATED",
     "LLAMACPP_GAUGES",
     "RECORDED",
+    "SERVED",
+    "UP",
     "VLLM_GAUGES",
     "SourceCounter",
+    "by_name",
     "direct_names",
     "drafts_present",
     "increase_record",
@@ -79,6 +83,7 @@ __all__ = [
     "restarts",
     "scrape_up",
     "selector_labels",
+    "series",
     "source_matchers",
     "source_rules",
     "spelled_out",
@@ -148,6 +153,26 @@ VLLM_GAUGES = {gauge: _vllm_name(key) for gauge, key in _GAUGE_KEYS.items()}
 LLAMACPP_GAUGES = {gauge: engines.sample_name(EngineFamily.LLAMACPP, key) for gauge, key in _GAUGE_KEYS.items()
                    if key in engines.NAMES[EngineFamily.LLAMACPP].values()}
 
+# The sidecar's own series besides the counters of a quantity (its health and info series, the
+# advisor's and the engines' gauges, k, the load gauges): alerts, dashboards and runbooks name them
+# as `sources.SERVED.<NAME>`, never by names.MetricName, so this module stays the one that names
+# raw series. Prometheus' own series: UP, ALERTS.
+SERVED = MetricName
+UP = "up"
+ALERTS = "ALERTS"
+
+
+def series(name: str, matchers: str = "") -> str:
+    """`name{matchers}`: the one way the generators write a series selector, of a raw series or a
+    record (`matchers`: label matchers without braces, joined as the caller reads them best)."""
+    return f"{name}{{{matchers}}}"
+
+
+def by_name(name: str, matchers: str, regex: bool = False) -> str:
+    """`{__name__="name", matchers}` (`=~` with `regex`: one pattern over several spellings):
+    series picked by their name among spellings, where no one metric name can lead the braces."""
+    return series("", f'__name__{"=~" if regex else "="}"{name}", {matchers}')
+
 
 def vllm_spellings(name: str) -> tuple[str, ...]:
     """Every spelling of vLLM's `vllm:<name>` a TSDB may hold."""
@@ -179,7 +204,7 @@ def own(cfg: MixinConfig, record: str, matchers: str = "") -> str:
     Records keep the source's target labels, so the sidecar and the direct bundle can run in one
     Prometheus (a fleet with and without the sidecar) without reading, and re-writing, each
     other's series."""
-    return f"{record}{{{_with_selector(cfg, matchers)}}}"
+    return series(record, _with_selector(cfg, matchers))
 
 
 def _with_selector(cfg: MixinConfig, matchers: str) -> str:
@@ -207,8 +232,8 @@ def _over_range(cfg: MixinConfig, function: str, counter: SourceCounter, window:
 def _over_range_on(cfg: MixinConfig, function: str, counter: SourceCounter, window: str, match: str) -> str:
     """`function(counter{match}[window])` under each spelling the source may hold, `match` complete."""
     if not cfg.direct:
-        return f"{function}({counter.exporter}{{{match}}}[{window}])"
-    return _either([f'{function}({{__name__="{name}", {match}}}[{window}])' for name in direct_names(counter)])
+        return f"{function}({series(counter.exporter, match)}[{window}])"
+    return _either([f"{function}({by_name(name, match)}[{window}])" for name in direct_names(counter)])
 
 
 def _either(parts: list[str]) -> str:
@@ -276,15 +301,15 @@ def drafts_present(cfg: MixinConfig) -> str:
     counter counts as present only once it has drafted (the sidecar reads a llama.cpp whose counters
     are all 0 as "no spec decoding" too): without speculation it is SpecDecodeMetricsMissing's."""
     if not cfg.direct:
-        return f"group without (engine) ({DRAFTS.exporter}{{{source_matchers(cfg)}}})"
+        return f"group without (engine) ({series(DRAFTS.exporter, source_matchers(cfg))})"
     names = "|".join(vllm_spellings(DRAFTS.vllm))
-    return (f'group without (engine) (\n  {{__name__=~"{names}", {source_matchers(cfg)}}}\nor\n'
-            f'  {{__name__="{DRAFTS.llamacpp}", {source_matchers(cfg)}}} > 0\n)')
+    return (f"group without (engine) (\n  {by_name(names, source_matchers(cfg), regex=True)}\nor\n"
+            f"  {by_name(DRAFTS.llamacpp, source_matchers(cfg))} > 0\n)")
 
 
 def scrape_up(cfg: MixinConfig, matchers: str = "") -> str:
     """`up` of the source's scrape job (the sidecar's, or vLLM's own in direct mode)."""
-    return f"up{{{_with_selector(cfg, matchers)}}}"
+    return series(UP, _with_selector(cfg, matchers))
 
 
 def restarts(cfg: MixinConfig, window: str, matchers: str = "") -> str:
@@ -296,7 +321,7 @@ def restarts(cfg: MixinConfig, window: str, matchers: str = "") -> str:
     """
     match = _with_selector(cfg, matchers)
     if not cfg.direct:
-        return f"increase({MetricName.TARGET_RESTARTS_TOTAL}{{{match}}}[{window}])"
+        return f"increase({series(SERVED.TARGET_RESTARTS_TOTAL, match)}[{window}])"
     return f"max without (model_name, engine) (\n{_over_range(cfg, 'resets', GENERATED, window, matchers)}\n)"
 
 
@@ -304,7 +329,7 @@ def raw_gauge(cfg: MixinConfig, gauge: MetricName, matchers: str) -> str:
     """A load gauge of each series: the sidecar's, or vLLM's (llama.cpp's) own under any spelling (an instant
     selector: a spelling switch leaves no overlap, the old name goes stale at the same scrape)."""
     if not cfg.direct:
-        return f"{gauge}{{{matchers}}}"
+        return series(gauge, matchers)
     llamacpp = (LLAMACPP_GAUGES[gauge],) if gauge in LLAMACPP_GAUGES else ()
     names = "|".join((*vllm_spellings(VLLM_GAUGES[gauge]), *llamacpp))
-    return f'{{__name__=~"{names}", {matchers}}}'
+    return by_name(names, matchers, regex=True)

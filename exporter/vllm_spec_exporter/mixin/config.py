@@ -8,11 +8,13 @@ Every knob says what it is and when to change it (node-mixin style).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import yaml
 
@@ -22,7 +24,7 @@ from .knobs import Between, Contains, Differs, Duration, Kind, Matches, NotEmpty
 from .windows import ALWAYS_SAMPLES, SHORT_SAMPLES, AlertWindows, alert_windows, samples_problem
 
 __all__ = ["SOURCES", "SOURCE_EXPORTER", "SOURCE_VLLM", "Knob", "MixinConfig", "knobs",
-           "load_config"]
+           "load_config", "once_per_config"]
 
 # Where the recording rules read the spec-decode counters (the `source` knob; mixin/sources.py).
 SOURCE_EXPORTER = "exporter"
@@ -517,9 +519,10 @@ class MixinConfig:
                 raise ValueError(f"acceptance_{tier}_short_window ({short}) must be shorter than "
                                  f"acceptance_{tier}_long_window ({long_})")
 
-    @property
+    @functools.cached_property
     def windows(self) -> AlertWindows:
-        """Every window and hold of the rules, resolved from this config (mixin/windows.py)."""
+        """Every window and hold of the rules, resolved from this config (mixin/windows.py), once:
+        the config is immutable (cached in the instance, outside its fields)."""
         return alert_windows(self)
 
     @property
@@ -536,6 +539,25 @@ class MixinConfig:
     def confidence_label(self) -> str:
         """`95%`: the `confidence` label of the bound recording rules (GitLab metrics-catalog style)."""
         return f"{self.acceptance_confidence * 100:g}%"
+
+
+_Derived = TypeVar("_Derived")
+
+
+def once_per_config(derive: Callable[[MixinConfig], _Derived]) -> Callable[[MixinConfig], _Derived]:
+    """`derive(cfg)` computed once per config object and reused (record names, load names: a render
+    asks for them in many places). A config is immutable, so its derived values cannot go stale;
+    they are kept in the instance, outside its fields (equality, replace and asdict never see them).
+    """
+    key = f"_derived_{derive.__module__}.{derive.__qualname__}"
+
+    @functools.wraps(derive)
+    def once(cfg: MixinConfig) -> _Derived:
+        if key not in cfg.__dict__:
+            cfg.__dict__[key] = derive(cfg)
+        return cfg.__dict__[key]
+
+    return once
 
 
 class Knob(NamedTuple):

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ..config import MixinConfig
+from ..config import MixinConfig, once_per_config
 from . import sources
 from .quantities import speedup_at_load
 
@@ -47,6 +47,7 @@ class LoadNames(NamedTuple):
     speedup: str
 
 
+@once_per_config
 def load_names(cfg: MixinConfig) -> LoadNames:
     w = cfg.windows.rate_window
     return LoadNames(batch=f"instance_model_engine:vllm_num_requests_running:mean_over_time{w}",

@@ -40,10 +40,11 @@ denominator is guarded with `> 0`, so idle servers give no sample, not NaN.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import MixinConfig
+from ..config import MixinConfig, once_per_config
 from . import fleet_counts, fleet_records, load, positions, sources
 from .fleet_records import FLEET_GROUP
 from .quantities import ACCEPTANCE, MEAN_ACCEPTANCE_LENGTH, POSITION_ACCEPTANCE, POSITION_MATCHING
@@ -139,6 +140,7 @@ def public_records(cfg: MixinConfig) -> tuple[str, ...]:
     return tuple(names[field_name] for field_name in PUBLIC_RECORDS)
 
 
+@once_per_config
 def record_names(cfg: MixinConfig) -> RecordNames:
     w = cfg.windows.rate_window
     fleet = "_".join((*cfg.fleet_labels, "model"))
@@ -174,6 +176,7 @@ class EvidenceNames:
     lower: str  # Wilson lower bound (recorded for lower_bound_windows only)
 
 
+@functools.cache
 def evidence_names(window: str) -> EvidenceNames:
     return EvidenceNames(
         window=window,

@@ -14,6 +14,7 @@ from ..config import MixinConfig
 from ..rules import alert_rules, fleet_counts
 from ..rules.fleet_counts import Band
 from . import frame
+from .crowd import Crowd
 from .layout import Layout
 from .panels import (
     NUMBER,
@@ -86,7 +87,7 @@ def band_legends(cfg: MixinConfig) -> list[tuple[str, Band, str]]:
     ]
 
 
-def top_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
+def top_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     warn = links.percent(cfg.acceptance_warning_threshold)
     crit = links.percent(cfg.acceptance_critical_threshold)
     bands = band_legends(cfg)
@@ -121,12 +122,14 @@ def top_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
     ).links(runbook_links(cfg, alert_rules.METRICS_MISSING)), 3, 5)
     layout.add(targets_down_stat(cfg, q), 3, 5)
     layout.add(firing_alerts_stat(cfg, q), 3, 5)
+    return []
 
 
-def servers_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
+def servers_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     instance = cfg.instance_label
     by_server = (instance, "model_name")
     overview = links.dashboard_url(cfg, links.overview_uid(cfg))
+    ranking = acceptance_crowd(cfg, q)
     layout.row("Servers: which ones speculate badly?")
     layout.add(merged_table_panel(
         "Servers, worst acceptance first",
@@ -167,7 +170,7 @@ def servers_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "server's draft model, k or traffic; every bar short is the model or the prompt mix."
         + crowd_note(cfg),
         RATIO,
-        [Query(q.worst_first(acceptance_crowd(cfg, q).read(q.acceptance((instance,)))), legend_label(instance),
+        [Query(q.worst_first(ranking.read(q.acceptance((instance,)))), legend_label(instance),
                instant=True)],
         thresholds_config=acceptance_thresholds(cfg),
         no_value=NO_TRAFFIC,
@@ -186,10 +189,11 @@ def servers_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         legend_calcs=("max", "lastNotNull"),
         colors={legend: color for legend, _, color in bands},
     ), 8, 8)
-    layout.add(acceptance_by_instance(cfg, q), 8, 8)
+    layout.add(acceptance_by_instance(cfg, q, ranking), 8, 8)
+    return [ranking]
 
 
-def models_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
+def models_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     by_model = ("model_name",)
     layout.row("Models: fleet-wide acceptance per model")
     layout.add(merged_table_panel(
@@ -213,6 +217,7 @@ def models_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
     ).links(runbook_links(cfg, alert_rules.ACCEPTANCE_LOW,
                           alert_rules.ACCEPTANCE_CRITICAL)), 12, 8)  # 10: columns scrolled away
     layout.add(acceptance_by_model(cfg, q), 12, 8)
+    return []
 
 
 def advisor_columns(q: Queries, by: tuple[str, ...]) -> list[Column]:
@@ -228,7 +233,7 @@ def vllm_up(cfg: MixinConfig, q: Queries) -> str:
     return q.per_target(TARGET_UP)
 
 
-def not_speculating_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
+def not_speculating_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     layout.row("Servers not speculating, and alerts")
     unreadable = ("Prometheus cannot scrape vLLM's /metrics: vLLM down or unreachable)" if q.direct else
                   f"the exporter cannot read vLLM's /metrics: vLLM down or unreachable) or "
@@ -246,3 +251,4 @@ def not_speculating_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
     ).links(runbook_links(cfg, alert_rules.METRICS_MISSING, alert_rules.VLLM_UNREACHABLE,
                           *(() if q.direct else (alert_rules.EXPORTER_DOWN,)))), 12, 6)
     layout.add(firing_alerts_table(cfg, q), 12, 5)
+    return []

@@ -20,14 +20,16 @@ from .. import links
 from ..config import MixinConfig
 from ..rules import sources
 from ..rules.sources import SERVED, series
+from .crowd import Crowd
 from .layout import Layout
 from .panels import DATASOURCE, DATASOURCE_VARIABLE, link
 from .promql import TARGET_UP, Queries, legend_label
 
 __all__ = ["Row", "assemble", "dashboard_link"]
 
-# One row of a dashboard: adds its row header and panels to the layout.
-Row = Callable[[Layout, MixinConfig, Queries], None]
+# One row of a dashboard: adds its row header and panels to the layout, and returns the rankings
+# of its crowded panels (crowd.py), whose hidden variables the frame adds.
+Row = Callable[[Layout, MixinConfig, Queries], Sequence[Crowd]]
 
 ANNOTATION_STEP = "1m"
 
@@ -43,8 +45,11 @@ def assemble(cfg: MixinConfig, title: str, uid: str, description: str, rows: Seq
     """The dashboard's JSON model: the shared frame around `rows`, laid out top to bottom."""
     q = Queries(cfg)
     layout = Layout()
+    rankings: dict[str, Crowd] = {}
     for row in rows:
-        row(layout, cfg, q)
+        for ranking in row(layout, cfg, q):
+            if rankings.setdefault(ranking.variable, ranking) != ranking:
+                raise ValueError(f"two rankings named {ranking.variable}")
     builder = (
         dashboard.Dashboard(title)
         .uid(uid)
@@ -71,7 +76,7 @@ def assemble(cfg: MixinConfig, title: str, uid: str, description: str, rows: Seq
             .keep_time(True)
         )
     )
-    for variable in [*_variables(cfg), *_crowd_variables(q)]:
+    for variable in [*_variables(cfg), *_crowd_variables(q, list(rankings.values()))]:
         builder = builder.with_variable(variable)
     for annotation in _annotations(cfg, q):
         builder = builder.annotation(annotation)
@@ -144,13 +149,13 @@ def _variables(cfg: MixinConfig) -> Iterator[dashboard.QueryVariable | dashboard
         )
 
 
-def _crowd_variables(q: Queries) -> Iterator[dashboard.QueryVariable]:
+def _crowd_variables(q: Queries, rankings: Sequence[Crowd]) -> Iterator[dashboard.QueryVariable]:
     """The crowded panels' hidden variables (Queries.server_variables: the servers seen while few,
     then one ranking per panel), after the variables their queries read: servers picked at the
     end of the range, refreshed with the range. No custom all value: at All, Grafana's Prometheus
     data source substitutes every option, regex-escaped, as `(a|b|...)`, and `()` (no server) when
     there is none."""
-    for crowd in q.server_variables():
+    for crowd in q.server_variables(rankings):
         yield (
             dashboard.QueryVariable(crowd.variable)
             .label(crowd.variable)

@@ -12,9 +12,10 @@ from grafana_foundation_sdk.models import dashboard as dashboard_models
 
 from .. import links
 from ..config import MixinConfig
-from ..rules import alert_rules, recording_rules
+from ..rules import alert_rules, recording_rules, sources
 from ..rules.sources import SERVED, series
 from . import frame
+from .crowd import Crowd
 from .layout import Layout
 from .panels import (
     COLOR_ACCEPTED,
@@ -90,7 +91,7 @@ def build(cfg: MixinConfig) -> dict:
     )
 
 
-def top_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
+def top_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     # Widths (of 24) chosen from screenshots: each title readable, Tokens/s' three values legible.
     layout.add(acceptance_stat(cfg, q, "Acceptance rate", "over the selected servers"), 3, 5)
     layout.add(traffic_stat(
@@ -128,11 +129,16 @@ def top_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
     ).links(runbook_links(cfg, alert_rules.DRAFTS_STOPPED)), 5, 5)
     layout.add(targets_down_stat(cfg, q), 3, 5)
     layout.add(firing_alerts_stat(cfg, q), 3, 5)
+    return []
 
 
-def acceptance_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
+def acceptance_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     by_model = ("model_name",)
     by_instance = (cfg.instance_label,)
+    by_engine = (*by_instance, "engine")
+    rankings = [acceptance_crowd(cfg, q), q.crowd("acceptance_by_engine", q.acceptance(by_engine)),
+                q.crowd("drafting", q.drafting_state(), high_is_bad=True)]
+    by_server_ranking, by_engine_ranking, drafting_ranking = rankings
     layout.row("Acceptance: since when, and where?")
     layout.add(acceptance_by_model(cfg, q), 12, 8)
     layout.add(timeseries_panel(
@@ -148,13 +154,13 @@ def acceptance_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         dashboard_models.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]}),
         dashboard_models.DynamicConfigValue(id_val="custom.fillOpacity", value=0),
     ]), 12, 8)
-    layout.add(acceptance_with_bound_by_instance(cfg, q), 12, 8)
+    layout.add(acceptance_with_bound_by_instance(cfg, q, by_server_ranking), 12, 8)
     layout.add(acceptance_series(
         cfg,
         "Acceptance rate by engine",
         "Accepted / drafted tokens per data-parallel engine of each server. " + threshold_note(cfg)
         + " Engines of one server share model and config, so they should agree." + crowd_note(cfg),
-        [Query(q.crowded("acceptance_by_engine", q.acceptance((*by_instance, "engine")), several=True),
+        [Query(by_engine_ranking.read(q.acceptance(by_engine), several=True),
                legend_label(cfg.instance_label) + " engine {{engine}}")],
     ), 12, 8)
     layout.add(ratio_series(
@@ -186,12 +192,13 @@ def acceptance_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "read 0 %). Stopped: no drafts at a batch where it"
         f" drafted before: {alert_rules.DRAFTS_STOPPED} after {cfg.spec_decode_stopped_for}. Good: "
         "drafting, or paused only at peak load." + crowd_note(cfg),
-        [Query(q.crowded("drafting", q.drafting_state(), high_is_bad=True, several=True),
+        [Query(drafting_ranking.read(q.drafting_state(), several=True),
                legend_label(cfg.instance_label) + " {{model_name}}",
                instant=True)],
         mappings=drafting_state_mappings(),
         color_mode=BACKGROUND,
     ).links(runbook_links(cfg, alert_rules.DRAFTS_STOPPED)), 24, 3)
+    return rankings
 
 
 def drafting_state_mappings() -> list[dashboard_models.ValueMapping]:
@@ -204,7 +211,7 @@ def drafting_state_mappings() -> list[dashboard_models.ValueMapping]:
             word(2, "Stopped", "orange"), word(3, "Paused by design (tier 0)", "blue"), *no_traffic_mapping()]
 
 
-def position_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
+def position_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     warn = links.percent(cfg.acceptance_warning_threshold)
     raise_k = links.percent(cfg.acceptance_raise_k_threshold)
     advice = (
@@ -253,7 +260,7 @@ def position_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
          Query(q.k(), "{{model_name}} k", instant=True)],
     ), 7, 3)
     if q.direct:  # the advisor runs in the sidecar, which also reads the speculative config
-        return
+        return []
     layout.add(named_stat(
         "Advisor: recommended k",
         "The exporter's advisor per model: the k (at most the current k) that maximises the "
@@ -265,6 +272,7 @@ def position_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         decimals=2,
     ), 7, 3)
     layout.add(spec_config_table(cfg, q), 24, 4)
+    return []
 
 
 def spec_config_table(cfg: MixinConfig, q: Queries):
@@ -304,7 +312,7 @@ def k_advice_mappings(cfg: MixinConfig) -> list[dashboard_models.ValueMapping]:
     ]
 
 
-def token_flow_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
+def token_flow_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     by_model = ("model_name",)
     layout.row("Token flow: where do output tokens come from?")
     layout.add(timeseries_panel(
@@ -345,9 +353,10 @@ def token_flow_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         [Query(q.sum_rate(DRAFT_TOKENS, by_model), "{{model_name}} drafted"),
          Query(q.sum_rate(GENERATED, by_model), "{{model_name}} generated")],
     ), 12, 8)
+    return []
 
 
-def load_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
+def load_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     by_model = ("model_name",)
     layout.row("Paying at this load?")
     layout.add(timeseries_panel(
@@ -378,9 +387,10 @@ def load_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         [Query(q.load_batch(by_model), "{{model_name}} running"),
          Query(q.compute_bound_batch(by_model), "{{model_name}} compute-bound from")],
     ), 12, 8)
+    return []
 
 
-def context_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
+def context_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     by_instance = (cfg.instance_label,)
     instance_legend = legend_label(cfg.instance_label)
     vllm_scope = (
@@ -401,13 +411,13 @@ def context_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         [Query(requests.read(running), f"{instance_legend} running"),
          Query(requests.read(waiting), f"{instance_legend} waiting")],
     ), 8, 8)
+    kv_cache = q.load_gauge(SERVED.KV_CACHE_USAGE_RATIO, (*by_instance, "model_name"), op="max")
+    kv_cache_ranking = q.crowd("kv_cache", kv_cache, high_is_bad=True)
     layout.add(ratio_series(
         "KV-cache usage",
         "Share of the KV cache in use, per server and model (highest engine). Good: below ~90 %; "
         "near 100 % vLLM preempts requests, and draft tokens also need cache blocks." + crowd_note(cfg),
-        [Query(q.crowded("kv_cache", q.load_gauge(SERVED.KV_CACHE_USAGE_RATIO, (*by_instance, "model_name"),
-                                                  op="max"), high_is_bad=True, several=True),
-               instance_legend + " {{model_name}}")],
+        [Query(kv_cache_ranking.read(kv_cache, several=True), instance_legend + " {{model_name}}")],
     ), 8, 8)
     layout.add(timeseries_panel(
         "Inter-token latency",
@@ -437,13 +447,19 @@ def context_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         dashboard_models.DynamicConfigValue(id_val="custom.axisLabel", value="tokens per step"),
         dashboard_models.DynamicConfigValue(id_val="min", value=1),
     ]), 24, 8)
+    return [requests, kv_cache_ranking]
 
 
-def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
+def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     instance_legend = legend_label(cfg.instance_label)
     if q.direct:
-        direct_health_row(layout, cfg, q)
-        return
+        return direct_health_row(layout, cfg, q)
+    readable, scraped = q.per_target(TARGET_UP), q.per_target(sources.UP)
+    poll_duration = q.per_target(SERVED.SCRAPE_DURATION_SECONDS, op="max")
+    rankings = [q.crowd("vllm_readable", readable), q.crowd("exporter_scraped", scraped), restarts_ranking(q),
+                q.crowd("poll_age", q.poll_age(), high_is_bad=True),
+                q.crowd("poll_duration", poll_duration, high_is_bad=True)]
+    readable_ranking, scraped_ranking, restarts, age_ranking, duration_ranking = rankings
     layout.row("Exporter and target health: can these numbers be trusted?")
     layout.add(timeseries_panel(
         "Target and exporter up",
@@ -451,8 +467,8 @@ def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "'exporter scraped' is Prometheus' own up for the exporter. Good: both 1. Exporter "
         "scraped but vLLM unreadable: check vLLM and the scrape errors panel." + crowd_note(cfg),
         NUMBER,
-        [Query(q.crowded("vllm_readable", q.per_target(TARGET_UP)), f"{instance_legend} vLLM readable"),
-         Query(q.crowded("exporter_scraped", q.per_target("up")), f"{instance_legend} exporter scraped")],
+        [Query(readable_ranking.read(readable), f"{instance_legend} vLLM readable"),
+         Query(scraped_ranking.read(scraped), f"{instance_legend} exporter scraped")],
         max_value=1,
         legend_calcs=("min", "lastNotNull"),
     ).links(runbook_links(cfg, alert_rules.VLLM_UNREACHABLE, alert_rules.EXPORTER_DOWN)), 8, 8)
@@ -471,7 +487,7 @@ def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "per server per interval. Good: 0. Repeated resets are a crash loop; acceptance right "
         "after a restart covers little traffic." + crowd_note(cfg),
         NUMBER,
-        [Query(restarts_crowded(q), instance_legend)],
+        [Query(restarts.read(q.counter_resets()), instance_legend)],
         bars=True,
         legend_calcs=("sum", "max"),
     ).links(runbook_links(cfg, alert_rules.VLLM_RESTARTING)), 8, 8)
@@ -480,15 +496,14 @@ def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "Seconds since the exporter last read vLLM successfully, per server. Good: about one "
         "poll interval. Growing means the values on this dashboard are stale." + crowd_note(cfg),
         SECONDS,
-        [Query(q.crowded("poll_age", q.poll_age(), high_is_bad=True), instance_legend)],
+        [Query(age_ranking.read(q.poll_age()), instance_legend)],
     ), 8, 8)
     layout.add(timeseries_panel(
         "Poll duration",
         "Duration of the exporter's last poll of vLLM (fetch + parse + derive), per server. Good: "
         "well below the poll interval; close to the timeout means timeouts are next." + crowd_note(cfg),
         SECONDS,
-        [Query(q.crowded("poll_duration", q.per_target(SERVED.SCRAPE_DURATION_SECONDS, op="max"),
-                         high_is_bad=True), instance_legend)],
+        [Query(duration_ranking.read(poll_duration), instance_legend)],
     ), 8, 8)
     layout.add(table_panel(
         "Detected schema and spec decoding",
@@ -506,19 +521,22 @@ def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         no_value=NO_EXPORTER,
     ).links(runbook_links(cfg, alert_rules.METRICS_MISSING)), 8, 6)
     layout.add(firing_alerts_table(cfg, q), 24, 5)
+    return rankings
 
 
-def direct_health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
+def direct_health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     """source=vllm: what Prometheus itself knows about each vLLM server (no sidecar to ask)."""
     instance_legend = legend_label(cfg.instance_label)
+    scraped = sum_by((cfg.instance_label,), q.scrape_up(), op="min")
+    rankings = [q.crowd("vllm_scraped", scraped), restarts_ranking(q)]
+    scraped_ranking, restarts = rankings
     layout.row("Target health: can these numbers be trusted?")
     layout.add(timeseries_panel(
         "vLLM scraped",
         f"Prometheus' own up for each vLLM server ({cfg.vllm_selector}): 1 when its last scrape of "
         "/metrics succeeded. Good: 1." + crowd_note(cfg),
         NUMBER,
-        [Query(q.crowded("vllm_scraped", sum_by((cfg.instance_label,), q.scrape_up(), op="min")),
-               f"{instance_legend} vLLM scraped")],
+        [Query(scraped_ranking.read(scraped), f"{instance_legend} vLLM scraped")],
         max_value=1,
         legend_calcs=("min", "lastNotNull"),
     ).links(runbook_links(cfg, alert_rules.VLLM_UNREACHABLE)), 8, 8)
@@ -528,7 +546,7 @@ def direct_health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         "0. Repeated resets are a crash loop; acceptance right after a restart covers little traffic."
         + crowd_note(cfg),
         NUMBER,
-        [Query(restarts_crowded(q), instance_legend)],
+        [Query(restarts.read(q.counter_resets()), instance_legend)],
         bars=True,
         legend_calcs=("sum", "max"),
     ).links(runbook_links(cfg, alert_rules.VLLM_RESTARTING)), 8, 8)
@@ -543,22 +561,23 @@ def direct_health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> None:
         no_value="None",
     ).links(runbook_links(cfg, alert_rules.METRICS_MISSING)), 8, 8)
     layout.add(firing_alerts_table(cfg, q), 24, 5)
+    return rankings
 
 
-def restarts_crowded(q: Queries) -> str:
-    """Restarts per interval of the servers with the most restarts over the range."""
-    return q.crowded("restarts", q.counter_resets(), high_is_bad=True, latest=q.counter_resets(RANGE))
+def restarts_ranking(q: Queries) -> Crowd:
+    """The servers with the most restarts over the range (their restarts per interval are drawn)."""
+    return q.crowd("restarts", q.counter_resets(), high_is_bad=True, latest=q.counter_resets(RANGE))
 
 
-def acceptance_with_bound_by_instance(cfg: MixinConfig, q: Queries):
+def acceptance_with_bound_by_instance(cfg: MixinConfig, q: Queries, crowd: Crowd):
     """The fleet's per-server acceptance panel plus the Wilson bounds the acceptance alerts read
     (fast tier's evidence window), per server and model: the page fires when the dashed upper
-    line stays under a threshold line, so panel and page agree."""
+    line stays under a threshold line, so panel and page agree. `crowd` (acceptance_crowd) picks
+    the servers, the bounds' too."""
     evidence = recording_rules.evidence_names(cfg.windows.fast_long)
     server_model = join_matchers(q.sel.target, 'model_name=~"$model_name"')
     bound_legend = legend_label(cfg.instance_label) + " {{model_name}} "
     conf = cfg.confidence_label
-    crowd = acceptance_crowd(cfg, q)  # the bounds of the servers whose acceptance is drawn
     return acceptance_series(
         cfg,
         "Acceptance rate by instance",

@@ -189,8 +189,6 @@ class Queries:
         self.sel = Selectors.from_config(cfg)
         # source=vllm: no sidecar, so no advisor, exporter health or target info to show.
         self.direct = cfg.direct
-        # The rankings of the crowded panels built so far, by variable: the frame adds the variables.
-        self.crowds: dict[str, Crowd] = {}
 
     def counter_rate(self, counter: SourceCounter, matchers: str = "", raw: bool = False) -> str:
         """One counter's rate per (server, model, engine[, position]) on the variables: its source
@@ -406,23 +404,16 @@ class Queries:
     def crowd(self, name: str, expr: str, high_is_bad: bool = False, latest: str = "") -> Crowd:
         """The ranking of one crowded per-server panel, a hidden variable `crowd_<name>`
         (crowd.ranking: the worst and best few servers by `latest`; the panel also draws every
-        server of crowd.SEEN_VARIABLE)."""
-        made = crowd.ranking(self.cfg, name, expr, high_is_bad, latest)
-        if self.crowds.setdefault(made.variable, made) != made:
-            raise ValueError(f"two rankings named {made.variable}")
-        return made
+        server of crowd.SEEN_VARIABLE). The row that draws the panel returns it to the frame."""
+        return crowd.ranking(self.cfg, name, expr, high_is_bad, latest)
 
-    def server_variables(self) -> list[ServerVariable]:
-        """The hidden variables of the crowded panels built so far: crowd.SEEN_VARIABLE, which
-        every one of them reads, then each ranking (none without a crowded panel)."""
-        if not self.crowds:
+    def server_variables(self, rankings: Sequence[Crowd]) -> list[ServerVariable]:
+        """The hidden variables of the crowded panels' `rankings` (the rows return them, the frame
+        collects them): crowd.SEEN_VARIABLE, which every one of them reads, then each ranking
+        (none without a crowded panel)."""
+        if not rankings:
             return []
-        return [crowd.seen_variable(self.cfg, self.servers_seen()), *self.crowds.values()]
-
-    def crowded(self, name: str, expr: str, high_is_bad: bool = False, latest: str = "", several: bool = False) -> str:
-        """`expr` on the servers its own ranking and crowd.SEEN_VARIABLE pick (crowd; Crowd.read
-        for `several`)."""
-        return self.crowd(name, expr, high_is_bad, latest).read(expr, several)
+        return [crowd.seen_variable(self.cfg, self.servers_seen()), *rankings]
 
     def servers_seen(self) -> str:
         """Every selected server seen in the range, one series each, on every variable: the series

@@ -171,14 +171,15 @@ def acceptance_by_model(cfg: MixinConfig, q: Queries) -> timeseries.Panel:
     ).links(runbook_links(cfg, alert_rules.ACCEPTANCE_LOW, alert_rules.ACCEPTANCE_CRITICAL))
 
 
-def acceptance_by_instance(cfg: MixinConfig, q: Queries) -> timeseries.Panel:
+def acceptance_by_instance(cfg: MixinConfig, q: Queries, ranking: Crowd) -> timeseries.Panel:
+    """Acceptance per server, on the servers of `ranking` (acceptance_crowd)."""
     return acceptance_series(
         cfg,
         "Acceptance rate by instance",
         "Accepted / drafted tokens per vLLM server. " + threshold_note(cfg)
         + " One server below the others points at its config (draft model, k) or its traffic."
         + crowd_note(cfg),
-        [Query(acceptance_crowd(cfg, q).read(q.acceptance((cfg.instance_label,))), legend_label(cfg.instance_label))],
+        [Query(ranking.read(q.acceptance((cfg.instance_label,))), legend_label(cfg.instance_label))],
     )
 
 

@@ -12,6 +12,8 @@ ConfigMap, the runbook page their alerts link and the jsonnet mixin, rendered wi
 they are committed and checked like the rest.
 `generate --set source=vllm --output DIR` renders the whole sidecar-less bundle into DIR instead:
 the DIRECT_FILES and the Alertmanager routing, nothing that deploys or documents the sidecar.
+`generate --list` prints the paths a render writes; .gitattributes marks the default render's
+`linguist-generated` (a test of the suite keeps the two equal).
 """
 
 from __future__ import annotations
@@ -82,6 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override one config key, e.g. --set acceptance_warning_threshold=0.6")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 listing files that differ from a fresh render")
+    parser.add_argument("--list", action="store_true",
+                        help="write nothing; print the path of every file this render generates, one a line "
+                             "(.gitattributes marks the default render's as linguist-generated)")
 
 
 def checkout_root(start: Path) -> Path | None:
@@ -101,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, args.sets)
     except yaml.YAMLError as error:
         raise ValueError(f"--config: {args.config} is not valid YAML: {str(error).splitlines()[0]}") from None
+    if args.list:
+        print(*sorted(render_all(cfg)), sep="\n")
+        return 0
     output = args.output
     if output is None:
         # Without --output the artifacts belong in this project's checkout, never in whatever folder

@@ -42,7 +42,7 @@ from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
 from vllm_spec_exporter.poller import checked_against_positions
 from vllm_spec_exporter.specconfig import Source, SpecConfig
-from vllm_spec_exporter.window import WindowStore
+from vllm_spec_exporter.window_store import WindowStore
 from vllm_spec_lab.exporter_process import ExporterProcess
 from vllm_spec_lab.httpd import LoopbackServer, QuietHandler
 
@@ -183,8 +183,11 @@ def revision_modules(rev: str, folder: Path) -> SimpleNamespace:
     (folder / "exporter" / "vllm_spec_exporter").rename(folder / "exporter" / package)
     sys.path.insert(0, str(folder / "exporter"))
     load = importlib.import_module
+    # The ring buffers' module was `window` before it became `window_store`.
+    windows = next(f"{package}.{name}" for name in ("window_store", "window")
+                   if (folder / "exporter" / package / f"{name}.py").exists())
     return SimpleNamespace(parse=load(f"{package}.parse").parse, normalise=load(f"{package}.normalise").normalise,
-                           WindowStore=load(f"{package}.window").WindowStore, derive=load(f"{package}.derive").derive)
+                           WindowStore=load(windows).WindowStore, derive=load(f"{package}.derive").derive)
 
 
 def against(rev: str, seconds: float) -> None:

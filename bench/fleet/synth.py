@@ -22,7 +22,7 @@ from vllm_spec_exporter.derive import derive
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
 from vllm_spec_exporter.poller import PollResult
-from vllm_spec_exporter.window import WindowStore
+from vllm_spec_exporter.window_store import WindowStore
 
 CAPTURE = ROOT / "tests" / "fixtures" / "vllm-0.32.0" / "ngram"
 # vLLM's own families the direct bundle reads (mixin/rules/sources.py), as vLLM 0.32 names them; the rest of

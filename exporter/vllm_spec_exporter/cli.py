@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def serve(args: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry
 
-    from .server import ExporterServer, parse_listen, serve_in_thread
+    from .endpoint import ExporterServer, parse_listen, serve_in_thread
 
     conf = settings.resolve(args)
     logging.basicConfig(level=conf.log_level.upper(),

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from .advisor import UNKNOWN_METHOD_DRAFT_COST, advise
 from .names import CounterKey, Family, MetricName, Schema, SeriesKey
 from .normalise import Snapshot
-from .window import WindowStore
+from .window_store import WindowStore
 
 __all__ = ["DEFAULT_DRAFT_COST", "Sample", "SeriesFigures", "derive", "derive_series", "derive_v0", "figures"]
 

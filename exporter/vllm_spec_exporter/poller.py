@@ -23,7 +23,7 @@ from .normalise import EngineError, Snapshot, normalise
 from .parse import ParseError, parse
 from .specconfig import SpecConfig
 from .specconfig_reader import SpecConfigReader
-from .window import SeriesLimitError, WindowStore
+from .window_store import SeriesLimitError, WindowStore
 
 __all__ = ["PollResult", "Poller", "checked_against_positions"]
 

@@ -13,7 +13,7 @@ from support.paths import FIXTURES
 from vllm_spec_exporter.derive import derive
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
-from vllm_spec_exporter.window import WindowStore
+from vllm_spec_exporter.window_store import WindowStore
 from vllm_spec_lab.fakes.vllm import FakeVllm
 
 SERIES = ("tiny-llama", "0")

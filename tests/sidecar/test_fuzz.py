@@ -18,7 +18,7 @@ from vllm_spec_exporter.derive import derive
 from vllm_spec_exporter.engines import FOREIGN_KEY, NAMES, PREFIXES, VLLM_NAMES, EngineError
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import ParseError, parse
-from vllm_spec_exporter.window import SeriesLimitError, WindowStore
+from vllm_spec_exporter.window_store import SeriesLimitError, WindowStore
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "3400"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))

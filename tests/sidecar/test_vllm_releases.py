@@ -34,7 +34,7 @@ from vllm_spec_exporter.names import MetricName, Schema, SeriesKey
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
 from vllm_spec_exporter.poller import Poller
-from vllm_spec_exporter.window import WindowStore
+from vllm_spec_exporter.window_store import WindowStore
 from vllm_spec_lab.httpd import LoopbackServer
 
 CAPTURED = FIXTURES / "vllm-0.32.0"

@@ -44,7 +44,7 @@ from vllm_spec_exporter.mixin.rules import fleet_records, load, positions, recor
 from vllm_spec_exporter.names import MetricName, SeriesKey
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
-from vllm_spec_exporter.window import WindowStore
+from vllm_spec_exporter.window_store import WindowStore
 from vllm_spec_lab import processes
 from vllm_spec_lab.grafana_query import expand_variables
 from vllm_spec_lab.monitoring import PROMETHEUS_BIN, PROMTOOL_BIN, http_get_json

@@ -18,58 +18,26 @@ from typing import Any, NamedTuple, TypeVar
 
 import yaml
 
-from ..advisor import DEFAULT_COMPUTE_BOUND_TOKENS, UNKNOWN_METHOD_DRAFT_COST, draft_cost_help
+from ..advisor import UNKNOWN_METHOD_DRAFT_COST, draft_cost_help
 from ..durations import seconds
-from .knobs import Between, Contains, Differs, Duration, Kind, Matches, NotEmpty, OneOf, field_problems, knob
+from .config_signal import SOURCE_EXPORTER, SOURCE_VLLM, SOURCES, SignalConfig
+from .knobs import Between, Contains, Kind, Matches, NotEmpty, field_problems, knob
 from .windows import ALWAYS_SAMPLES, SHORT_SAMPLES, AlertWindows, alert_windows, samples_problem
 
 __all__ = ["SOURCES", "SOURCE_EXPORTER", "SOURCE_VLLM", "Knob", "MixinConfig", "knobs",
            "load_config", "once_per_config"]
 
-# Where the recording rules read the spec-decode counters (the `source` knob; mixin/sources.py).
-SOURCE_EXPORTER = "exporter"
-SOURCE_VLLM = "vllm"
-SOURCES = (SOURCE_EXPORTER, SOURCE_VLLM)
-
-
 # A Kubernetes label value (release_label), as the API server validates it.
 _LABEL_VALUE = re.compile(r"(?=.{1,63}$)[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 _LABEL_VALUE_FORM = ("a Kubernetes label value (up to 63 letters, digits, '-', '_' or '.', starting and ending with a "
                      "letter or digit)")
-_POSITIVE = Duration(positive=True)  # a duration longer than 0s
 
 # Sections of the config (the README's knob table groups by them).
-SELECTORS = "Selectors"
-THRESHOLDS = "Acceptance thresholds"
-WINDOWS = "Scrape interval and windows"
-EVIDENCE = "Acceptance alerts: a decision on evidence"
 LABELS = "Labels, links"
 ALERTMANAGER = "Alertmanager (alerts/alertmanager.yml)"
 DASHBOARDS = "Dashboards"
-LOAD = "Paying at the current load"
 
 # Documentation shared by consecutive knobs.
-_FAST_TIER_DOC = (
-    'Two tiers, each a long evidence window AND a short "is it still bad now?" window (SRE Workbook multi-window '
-    "alerting). An alert fires when either tier's two bounds are below the threshold. Fast tier: enough evidence at "
-    "high traffic within minutes; its short window ends the alert within about a minute of recovery. Empty: derived"
-    " from scrape_interval (5m and 1m up to 30 s scrapes; the short window holds >= 2 samples, the long >= 4)."
-)
-_SLOW_TIER_DOC = (
-    "Slow tier: low traffic (about 1 draft/s) collects enough evidence over these windows. While the fast short "
-    "window proves acceptance is back above the threshold, this tier is ignored, so recovery at high traffic ends the"
-    " alert just as fast."
-)
-_SUSTAINED_DOC = (
-    "How long the fast tier's short window must have proven acceptance low (max_over_time) before the alert fires: "
-    "what keeps a dip of 2 minutes (a batch of odd prompts) from alerting, since a dip and a collapse look the same "
-    "until then. The short window stretches a dip by up to its own length, less the deeper the dip: 2m30s (critical) "
-    "and 3m (warning) keep any 2-minute dip, even to 0 %, from a healthy level of 55 % or more quiet, and page a busy"
-    " collapse in about 3 minutes. It runs alongside the long window, not after it. No keep_firing_for: an alert ends"
-    " as soon as the short window stops proving it, or when its series vanish. Empty: derived (mixin/windows.py) "
-    "from acceptance_dip_tolerance, acceptance_healthy_floor, the threshold, the fast short window and the "
-    "evaluation interval: dip + (1 - 2(1 - threshold/healthy)) x short window."
-)
 _SEVERITY_DOC = (
     "Severity names, configurable like node-mixin's nodeCriticalSeverity: set critical_severity=\"warning\" where one "
     "server's speculation collapsing should not page."
@@ -90,242 +58,17 @@ _REFRESH_DOC = "Auto-refresh interval and default time range of the dashboards."
 
 
 @dataclass(frozen=True)
-class MixinConfig:
+class MixinConfig(SignalConfig):
     """Every threshold, window, selector and name the generated artifacts use, and nothing else.
 
     Invariants (checked by `validate`, which `with_overrides` and `load_config` always run):
     0 < critical <= warning < 1; every duration is a Prometheus duration; the runbook URL pattern
     holds `%s`; severities are non-empty. Immutable: a change is a new config (`with_overrides`).
-    Each field is a `knob` carrying its own documentation, kind and constraints (mixin/knobs.py).
+    Each field is a `knob` carrying its own documentation, kind and constraints (mixin/knobs.py);
+    the selectors, thresholds, windows, evidence and load knobs come first, from SignalConfig
+    (config_signal.py), then the labels, Alertmanager and dashboard knobs below.
     """
 
-    # --- Selectors -------------------------------------------------------------------------
-    exporter_selector: str = knob(
-        SELECTORS, 'job="vllm-spec-exporter"',
-        "PromQL label matchers (without braces) that pick the exporter's series. Point this at your own scrape job, "
-        "e.g. 'job=\"my-vllm-sidecars\"' or 'namespace=\"llm\",container=\"spec-exporter\"'.",
-        Kind.SELECTOR,
-    )
-    source: str = knob(
-        SELECTORS, "exporter",
-        "Where the rules read the spec-decode counters: `exporter` (the sidecar's normalised counters, job "
-        "exporter_selector) or `vllm` (vLLM's own /metrics as Prometheus already scrapes it, job vllm_selector, under "
-        "any of its four spellings `vllm:`, `vllm_`, `ray_vllm:`, `ray_vllm_`: no sidecar needed). Only the source "
-        "layer of the recording rules changes (mixin/sources.py); every record, alert and panel downstream reads it. "
-        "Without the sidecar there are no exporter health alerts, no advisor and no V0 support.",
-        Kind.CHOICE, OneOf(SOURCES),
-    )
-    vllm_selector: str = knob(
-        SELECTORS, 'job="vllm"',
-        "Matchers for vLLM's own /metrics scrape job (as in compose/prometheus). With source=exporter only the "
-        "dashboards' latency panels read it; with source=vllm every record, alert and panel does.",
-        Kind.SELECTOR,
-    )
-    instance_label: str = knob(
-        SELECTORS, "instance",
-        "Labels that identify one server in aggregations. Keep `instance` unless your relabelling puts the pod name "
-        "elsewhere (e.g. 'pod').",
-        Kind.LABEL,
-        # The dashboards tell "All" from selected servers by `job!~"$instance"` (promql.Selectors).
-        Differs("job", "must name a label other than job (the dashboards' job variable), e.g. instance or pod"),
-    )
-    fleet_labels: tuple[str, ...] = knob(
-        SELECTORS, ("job",),
-        "Labels kept (besides model_name) when the fleet-level recording rules sum over servers. Add 'cluster' "
-        "(multi-cluster) or 'namespace' so separate fleets are not merged. The fleet rules' level prefix is derived "
-        'from them: ("job",) gives `job_model:...`.',
-        Kind.LABELS,
-    )
-
-    # --- Acceptance thresholds -------------------------------------------------------------
-    acceptance_warning_threshold: float = knob(
-        THRESHOLDS, 0.5,
-        "Below ~50 % acceptance the target model verifies more rejected tokens than speculation saves for typical "
-        "k=3..5 drafters; this is the warning line, drawn on every dashboard panel.",
-        Kind.RATIO,
-    )
-    acceptance_critical_threshold: float = knob(
-        THRESHOLDS, 0.4,
-        "Below ~40 % speculation costs more latency and compute than it saves: page someone.",
-        Kind.RATIO,
-    )
-    acceptance_raise_k_threshold: float = knob(
-        THRESHOLDS, 0.7,
-        "Above this, the dashboards suggest trying a larger k (per-position panel, advisor).",
-        Kind.RATIO,
-    )
-
-    # --- Windows and durations -------------------------------------------------------------
-    scrape_interval: str = knob(
-        WINDOWS, "15s",
-        "How often Prometheus scrapes the exporter job: the longest interval across your Prometheus servers (it "
-        "also sets the PodMonitor's interval and the compose scrape configs). Every window, hold and offset of the "
-        "acceptance alerts derives from it (mixin/windows.py): a rate()/increase() window must hold 4 samples "
-        "(2 for the fast tier's short window), and Prometheus 3 ranges are left-open, so a 1m window at 60 s holds "
-        "one. Up to 30s the windows keep their 15 s lengths (one bundle serves 15 s and 30 s); render a bundle for "
-        "60 s with `generate --set scrape_interval=60s --output DIR`.",
-        Kind.DURATION, _POSITIVE,
-    )
-    evaluation_interval: str = knob(
-        WINDOWS, "",
-        "The rule groups' `interval:` (empty: the scrape interval). The holds are rounded up to it.",
-        Kind.DURATION, _POSITIVE, derived=True,
-    )
-    fleet_evaluation_interval: str = knob(
-        WINDOWS, "",
-        "The `interval:` of the two fleet groups (`vllm-spec-decode.fleet`, `.fleet.counts`): sums and counts over "
-        "every server that only the dashboards' \"All\" panels read, never an alert. Empty: a minute (the rate "
-        "window when shorter), or the evaluation interval when longer: summing every server is among the "
-        "costliest work of a large fleet's rules, and no page waits on it. Their panels step once an interval at "
-        "All. At least the evaluation interval; at most rate_window, or the fleet rates skip traffic between "
-        "evaluations.",
-        Kind.DURATION, _POSITIVE, derived=True,
-    )
-    rate_window: str = knob(
-        WINDOWS, "",
-        "rate() window of the dashboards' recording rules (rates, ratios) and of their per-position panels; "
-        "empty: 2m, or 4 scrape intervals when longer. The alerts use their own windows below. Must hold >= 4 samples.",
-        Kind.WINDOW, derived=True,
-    )
-
-    # --- Acceptance alerts: a decision on evidence ------------------------------------------
-    acceptance_confidence: float = knob(
-        EVIDENCE, 0.98,
-        "An acceptance alert fires only when the counters *prove* acceptance is below its threshold: the upper Wilson"
-        ' score bound of acceptance, at this one-sided confidence, is below it ("we are 95 % sure acceptance is below'
-        ' 50 %"). Higher confidence = fewer false alerts at low traffic and slower pages there; at high traffic the '
-        "bound is close to the measured ratio and the level hardly matters. 98 % is GitLab's metrics-catalog level; "
-        "with the overdispersion below it keeps overdispersed night traffic at 55 % free of pages "
-        "(the alert-quality benchmark measures both sides).",
-        Kind.RATIO, Between(0.5, 1, low_open=True, high_open=True, note=" (e.g. 0.95)"),
-    )
-    acceptance_overdispersion: float = knob(
-        EVIDENCE, 8.0,
-        "Trials behind the bound: drafts, not draft tokens (token i+1 is only accepted if token i was, so the tokens "
-        "of one draft are not independent). Requests also differ from each other (prompt mix), which spreads "
-        "acceptance beyond a binomial at low traffic: the bound counts drafts / acceptance_overdispersion independent"
-        " trials (a variance inflation factor, 1 = pure binomial over drafts). Real vLLM output needs ~1.8 for the "
-        "prefix structure alone (measured on real vLLM 0.32 captures); the rest covers prompt mix: requests whose own "
-        "acceptance spreads ±0.2 and run ~100 drafts each inflate the variance ~10x at low traffic.",
-        Kind.NUMBER, Between(1, note=" (1 = binomial over drafts)"),
-    )
-    acceptance_fast_long_window: str = knob(
-        EVIDENCE, "",
-        _FAST_TIER_DOC,
-        Kind.WINDOW, derived=True,
-    )
-    acceptance_fast_short_window: str = knob(
-        EVIDENCE, "",
-        _FAST_TIER_DOC,
-        Kind.WINDOW, derived=True,
-    )
-    acceptance_slow_long_window: str = knob(
-        EVIDENCE, "",
-        _SLOW_TIER_DOC,
-        Kind.WINDOW, derived=True,
-    )
-    acceptance_slow_short_window: str = knob(
-        EVIDENCE, "",
-        _SLOW_TIER_DOC,
-        Kind.WINDOW, derived=True,
-    )
-    acceptance_low_for: str = knob(
-        EVIDENCE, "",
-        _SUSTAINED_DOC,
-        Kind.DURATION, _POSITIVE, derived=True,
-    )
-    acceptance_critical_for: str = knob(
-        EVIDENCE, "",
-        _SUSTAINED_DOC,
-        Kind.DURATION, _POSITIVE, derived=True,
-    )
-    acceptance_slow_for: str = knob(
-        EVIDENCE, "",
-        "The same for the slow tier (both alerts): its short window is longer, so it stretches a dip more; dip length"
-        " + slow short window keeps busy servers' dips out of it too. Empty: derived that way.",
-        Kind.DURATION, _POSITIVE, derived=True,
-    )
-    acceptance_dip_tolerance: str = knob(
-        EVIDENCE, "2m",
-        "Dips in acceptance up to this long (a batch of odd prompts), even to 0 %, never alert; the holds derive from"
-        " it. A longer tolerance pages a real collapse later by the same amount.",
-        Kind.DURATION, _POSITIVE,
-    )
-    acceptance_healthy_floor: float = knob(
-        EVIDENCE, 0.55,
-        "The lowest acceptance that counts as healthy: dips from this level or above stay quiet (the holds derive "
-        "from it). At or below a threshold, that alert's holds take the whole dip plus the short window.",
-        Kind.RATIO, Between(0, 1, low_open=True),
-    )
-    target_down_for: str = knob(
-        EVIDENCE, "5m",
-        "Target down / not scraped for this long before alerting.",
-        Kind.DURATION,
-    )
-    spec_decode_stopped_for: str = knob(
-        EVIDENCE, "10m",
-        "Spec decoding silently stopped (output flows, no drafts) for this long. Long, because an n-gram drafter "
-        "legitimately proposes nothing for a while on text without repeats.",
-        Kind.DURATION,
-    )
-    drafting_batch_memory: str = knob(
-        EVIDENCE, "1h",
-        "Drafting paused by design is not speculation lost. Engines stop drafting on purpose under load (vLLM's "
-        "num_speculative_tokens_per_batch_size with k = 0 above a batch size: those steps count no draft at all). "
-        "The rules remember, over this long, the smallest running batch of every window in which the server "
-        "drafted; no drafts while the batch stays larger than that is *paused* (shown on the overview, never "
-        "alerted), no drafts at a batch where it drafted before is *stopped* (SpecDecodeDraftsStopped).",
-        Kind.DURATION, _POSITIVE,
-    )
-    min_generation_tokens_per_second: float = knob(
-        EVIDENCE, 1.0,
-        'Minimum output tokens/s for "spec decoding stopped" to be meaningful.',
-        Kind.NUMBER, Between(0),
-    )
-    spec_decode_missing_for: str = knob(
-        EVIDENCE, "10m",
-        "The exporter reports `vllm_spec_decode_enabled 0` (no spec-decode metrics: speculation off, or a vLLM "
-        "upgrade renamed them) for this long before SpecDecodeMetricsMissing fires. Long enough to ride out a rolling"
-        " restart.",
-        Kind.DURATION,
-    )
-    lossy_verification_for: str = knob(
-        EVIDENCE, "15m",
-        "The exporter reports a lossy verification method (vllm_spec_decode_config_info{lossy=\"true\"}: synthetic, "
-        "fly, typical acceptance) for this long before SpecDecodeLossyVerification fires (sidecar only). A config, "
-        "not an outage: long enough that a canary or a benchmark run of a few minutes stays quiet.",
-        Kind.DURATION, _POSITIVE,
-    )
-    counter_resets_threshold: int = knob(
-        EVIDENCE, 3,
-        "Counter resets (vLLM restarts) within reset_window that count as a crash loop. Fires at once (no `for`): "
-        "three restarts in the window are already sustained evidence.",
-        Kind.COUNT, Between(1),
-    )
-    reset_window: str = knob(
-        EVIDENCE, "30m",
-        "Window for counting those resets; the alert resolves once the oldest leaves it.",
-        Kind.WINDOW,
-    )
-
-    # --- Paying at the current load ---------------------------------------------------------
-    compute_bound_tokens: int = knob(
-        LOAD, DEFAULT_COMPUTE_BOUND_TOKENS,
-        "Tokens per forward pass from which the target model's step time grows with the tokens it verifies "
-        "(compute-bound) instead of staying flat (memory-bound). Below it, verifying a batch's drafts is "
-        "almost free; above it, every draft token costs step time, so speculation pays less as the batch "
-        "grows. About the GPU's peak FLOP/s over its memory bandwidth in bytes/s for a dense 16-bit model "
-        "(H100 ≈ 300, A100 ≈ 150); measure yours as the batch size where time per output token starts to rise "
-        "without speculation. The estimated speed-up at the current load and SpecDecodeNotPaying read it.",
-        Kind.COUNT, Between(1),
-    )
-    not_paying_for: str = knob(
-        LOAD, "15m",
-        "How long the estimated speed-up at the current load must stay below 1 (speculation costs more than "
-        "it saves at the running batch) before SpecDecodeNotPaying warns. Long: load moves, and one busy "
-        "burst is not a reason to turn speculation off.",
-        Kind.DURATION, _POSITIVE,
-    )
 
     # --- Labels, links ---------------------------------------------------------------------
     warning_severity: str = knob(

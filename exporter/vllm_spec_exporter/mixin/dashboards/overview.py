@@ -12,20 +12,16 @@ from grafana_foundation_sdk.models import dashboard as dashboard_models
 
 from .. import links
 from ..config import MixinConfig
-from ..rules import alert_rules, recording_rules, sources
-from ..rules.sources import SERVED, series
+from ..rules import alert_rules, recording_rules
+from ..rules.sources import series
 from . import frame
 from .crowd import Crowd
 from .layout import Layout
+from .overview_health import health_row
+from .overview_load import context_row, load_row, token_flow_row
 from .panels import (
-    COLOR_ACCEPTED,
-    COLOR_DRAFTED,
-    COLOR_REJECTED,
-    COLOR_TARGET,
     NUMBER,
     RATIO,
-    SECONDS,
-    SPEEDUP,
     TOKENS_PER_SECOND,
     Query,
     bargauge_panel,
@@ -49,16 +45,9 @@ from .promql import (
     ACCEPTED,
     DRAFT_TOKENS,
     GENERATED,
-    LATENCY_QUANTILES,
-    RANGE,
-    SPEC_DECODE_ENABLED,
-    TARGET_UP,
-    VLLM_INTER_TOKEN_LATENCY,
-    VLLM_TIME_PER_OUTPUT_TOKEN,
     Queries,
     join_matchers,
     legend_label,
-    sum_by,
 )
 from .shared_panels import (
     acceptance_by_model,
@@ -67,10 +56,8 @@ from .shared_panels import (
     acceptance_stat,
     crowd_note,
     firing_alerts_stat,
-    firing_alerts_table,
     runbook_links,
     speedup_stat,
-    speedup_thresholds,
     targets_down_stat,
     threshold_note,
 )
@@ -312,263 +299,6 @@ def k_advice_mappings(cfg: MixinConfig) -> list[dashboard_models.ValueMapping]:
     ]
 
 
-def token_flow_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
-    by_model = ("model_name",)
-    layout.row("Token flow: where do output tokens come from?")
-    layout.add(timeseries_panel(
-        "Draft tokens: proposed, accepted, rejected",
-        "Draft tokens proposed per second (blue), accepted (green) and rejected = proposed - "
-        "accepted (orange). Rejected tokens are target-model compute spent for nothing. Good: the "
-        "green line hugs the blue one; orange above green means most speculation is wasted.",
-        TOKENS_PER_SECOND,
-        [Query(q.sum_rate(DRAFT_TOKENS), "proposed"),
-         Query(q.sum_rate(ACCEPTED), "accepted"),
-         Query(q.rejected_tokens(), "rejected")],
-        colors={"proposed": COLOR_DRAFTED, "accepted": COLOR_ACCEPTED, "rejected": COLOR_REJECTED},
-    ), 12, 8)
-    layout.add(timeseries_panel(
-        "Output tokens by source",
-        "Generated tokens per second, stacked by origin: accepted draft tokens (green) on top of "
-        "tokens the target model sampled itself, one per step including the bonus token "
-        "(purple). The total is vLLM's output throughput. Good: a thick green band.",
-        TOKENS_PER_SECOND,
-        [Query(q.target_sampled_tokens(), "sampled by target"),
-         Query(q.sum_rate(ACCEPTED), "accepted drafts")],
-        stacked=True,
-        colors={"sampled by target": COLOR_TARGET, "accepted drafts": COLOR_ACCEPTED},
-    ), 12, 8)
-    layout.add(ratio_series(
-        "Share of output from drafts by model",
-        "Accepted draft tokens / generated tokens per model: the part of the output speculation "
-        "produced. With acceptance length L it is about (L-1)/L. Good: well above 0; near 0 means "
-        "speculation adds work without adding tokens.",
-        [Query(q.draft_output_share(by_model), "{{model_name}}")],
-    ), 12, 8)
-    layout.add(timeseries_panel(
-        "Drafted and generated tokens by model",
-        "Per model: draft tokens proposed and output tokens generated per second. Good: drafted "
-        "no higher than generated; drafting far more tokens than are generated means most "
-        "verification work is rejected.",
-        TOKENS_PER_SECOND,
-        [Query(q.sum_rate(DRAFT_TOKENS, by_model), "{{model_name}} drafted"),
-         Query(q.sum_rate(GENERATED, by_model), "{{model_name}} generated")],
-    ), 12, 8)
-    return []
-
-
-def load_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
-    by_model = ("model_name",)
-    layout.row("Paying at this load?")
-    layout.add(timeseries_panel(
-        "Speed-up (est.) at the running batch",
-        "Decoding speed with speculation relative to without it, at the batch each engine runs: tokens each "
-        "request emits per step (generated / (generated - accepted): steps that drafted nothing count too) "
-        "over what a speculative step costs against a plain one. A step "
-        f"verifies every request's drafts; above {cfg.compute_bound_tokens} tokens a step (knob "
-        "compute_bound_tokens) its time grows with them, and drafting adds "
-        f"{cfg.draft_cost_ratio:g} of a step per draft token (draft_cost_ratio). The worst engine per model. "
-        "Good: above the 1× line. Below it speculation costs more than it saves at this load "
-        f"(alert {alert_rules.NOT_PAYING} after {cfg.not_paying_for}). An estimate: confirm with time per "
-        "output token.",
-        SPEEDUP,
-        [Query(q.speedup_at_load(by_model), "{{model_name}}")],
-        thresholds_config=speedup_thresholds(),
-        threshold_lines=True,
-    ).links(runbook_links(cfg, alert_rules.NOT_PAYING)), 12, 8)
-    layout.add(timeseries_panel(
-        "Running batch vs where verification stops being free",
-        "Running requests per engine (the largest engine per model), averaged over the rate window, and the "
-        f"batch at which a speculative step reaches {cfg.compute_bound_tokens} tokens: "
-        "compute_bound_tokens / (1 + draft tokens per request-step, steps without drafts included). Below "
-        "that line verifying the drafts costs almost nothing and acceptance decides whether speculation "
-        "pays; above it every draft token "
-        "costs step time. Good: the batch below the line, or the speed-up on the left still above 1×.",
-        NUMBER,
-        [Query(q.load_batch(by_model), "{{model_name}} running"),
-         Query(q.compute_bound_batch(by_model), "{{model_name}} compute-bound from")],
-    ), 12, 8)
-    return []
-
-
-def context_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
-    by_instance = (cfg.instance_label,)
-    instance_legend = legend_label(cfg.instance_label)
-    vllm_scope = (
-        f"From vLLM's own /metrics ({cfg.vllm_selector or 'all jobs'}), filtered by model and "
-        "engine; the job/instance variables pick the exporter's targets and do not apply here."
-    ) if not q.direct else f"From vLLM's own /metrics ({cfg.vllm_selector})."
-    layout.row("Load and latency: why did acceptance change?")
-    running = q.load_gauge(SERVED.REQUESTS_RUNNING, by_instance)
-    waiting = q.load_gauge(SERVED.REQUESTS_WAITING, by_instance)
-    # Both lines of the same servers: the most requests in them, running or waiting.
-    requests = q.crowd("requests", f"{running} + {waiting}", high_is_bad=True)
-    layout.add(timeseries_panel(
-        "Requests running and waiting",
-        "Requests in the running batch and waiting in the queue, per server. Speculation pays "
-        "best at small batches: acceptance or speed dropping while running requests climb "
-        "points at load, not at the draft. Good: waiting stays near 0." + crowd_note(cfg),
-        NUMBER,
-        [Query(requests.read(running), f"{instance_legend} running"),
-         Query(requests.read(waiting), f"{instance_legend} waiting")],
-    ), 8, 8)
-    kv_cache = q.load_gauge(SERVED.KV_CACHE_USAGE_RATIO, (*by_instance, "model_name"), op="max")
-    kv_cache_ranking = q.crowd("kv_cache", kv_cache, high_is_bad=True)
-    layout.add(ratio_series(
-        "KV-cache usage",
-        "Share of the KV cache in use, per server and model (highest engine). Good: below ~90 %; "
-        "near 100 % vLLM preempts requests, and draft tokens also need cache blocks." + crowd_note(cfg),
-        [Query(kv_cache_ranking.read(kv_cache, several=True), instance_legend + " {{model_name}}")],
-    ), 8, 8)
-    layout.add(timeseries_panel(
-        "Inter-token latency",
-        "Time between two outputs of a request (p50, p90, p99, mean). With speculation one output "
-        "can carry several tokens, so this measures per step, not per token: compare it with "
-        "tokens per step. Good: flat; rising with load means the batch is saturated. " + vllm_scope,
-        SECONDS,
-        [*(Query(q.latency_quantile(VLLM_INTER_TOKEN_LATENCY, quantile), f"p{round(quantile * 100)}")
-           for quantile in LATENCY_QUANTILES),
-         Query(q.latency_mean(VLLM_INTER_TOKEN_LATENCY), "mean")],
-    ), 8, 8)
-    layout.add(timeseries_panel(
-        "Time per output token vs tokens per step",
-        "Per-token decode latency (p50, p90, mean of each request's decode time / its tokens) "
-        "against mean tokens per step (right axis). Speculation working shows as time per token "
-        "falling while tokens per step rises. Good: the two move in opposite directions, time "
-        "per token low. Time per token rising as tokens per step falls is the cost of bad drafts. "
-        + vllm_scope,
-        SECONDS,
-        [*(Query(q.latency_quantile(VLLM_TIME_PER_OUTPUT_TOKEN, quantile), f"p{round(quantile * 100)}")
-           for quantile in LATENCY_QUANTILES[:2]),
-         Query(q.latency_mean(VLLM_TIME_PER_OUTPUT_TOKEN), "mean"),
-         Query(q.mean_acceptance_length(), "tokens per step")],
-    ).override_by_name("tokens per step", [
-        dashboard_models.DynamicConfigValue(id_val="unit", value=NUMBER),
-        dashboard_models.DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
-        dashboard_models.DynamicConfigValue(id_val="custom.axisLabel", value="tokens per step"),
-        dashboard_models.DynamicConfigValue(id_val="min", value=1),
-    ]), 24, 8)
-    return [requests, kv_cache_ranking]
-
-
-def health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
-    instance_legend = legend_label(cfg.instance_label)
-    if q.direct:
-        return direct_health_row(layout, cfg, q)
-    readable, scraped = q.per_target(TARGET_UP), q.per_target(sources.UP)
-    poll_duration = q.per_target(SERVED.SCRAPE_DURATION_SECONDS, op="max")
-    rankings = [q.crowd("vllm_readable", readable), q.crowd("exporter_scraped", scraped), restarts_ranking(q),
-                q.crowd("poll_age", q.poll_age(), high_is_bad=True),
-                q.crowd("poll_duration", poll_duration, high_is_bad=True)]
-    readable_ranking, scraped_ranking, restarts, age_ranking, duration_ranking = rankings
-    layout.row("Exporter and target health: can these numbers be trusted?")
-    layout.add(timeseries_panel(
-        "Target and exporter up",
-        "'vLLM readable' is 1 when the exporter's last poll of vLLM's /metrics succeeded; "
-        "'exporter scraped' is Prometheus' own up for the exporter. Good: both 1. Exporter "
-        "scraped but vLLM unreadable: check vLLM and the scrape errors panel." + crowd_note(cfg),
-        NUMBER,
-        [Query(readable_ranking.read(readable), f"{instance_legend} vLLM readable"),
-         Query(scraped_ranking.read(scraped), f"{instance_legend} exporter scraped")],
-        max_value=1,
-        legend_calcs=("min", "lastNotNull"),
-    ).links(runbook_links(cfg, alert_rules.VLLM_UNREACHABLE, alert_rules.EXPORTER_DOWN)), 8, 8)
-    layout.add(timeseries_panel(
-        "Scrape errors by reason",
-        "Failed or partly rejected polls of vLLM per second, by reason (timeout, connect, "
-        "http_status, too_large, parse, invalid_sample, series_limit). Good: nothing above 0. "
-        "Persistent 'parse' or 'invalid_sample' after a vLLM upgrade means the metrics format "
-        "changed.",
-        "count:errors/s",
-        [Query(q.scrape_errors_by_reason(), "{{reason}}")],
-    ), 8, 8)
-    layout.add(timeseries_panel(
-        "Counter resets (vLLM restarts)",
-        "Polls in which vLLM's counters went backwards or were re-created, i.e. vLLM restarted, "
-        "per server per interval. Good: 0. Repeated resets are a crash loop; acceptance right "
-        "after a restart covers little traffic." + crowd_note(cfg),
-        NUMBER,
-        [Query(restarts.read(q.counter_resets()), instance_legend)],
-        bars=True,
-        legend_calcs=("sum", "max"),
-    ).links(runbook_links(cfg, alert_rules.VLLM_RESTARTING)), 8, 8)
-    layout.add(timeseries_panel(
-        "Age of the last successful poll",
-        "Seconds since the exporter last read vLLM successfully, per server. Good: about one "
-        "poll interval. Growing means the values on this dashboard are stale." + crowd_note(cfg),
-        SECONDS,
-        [Query(age_ranking.read(q.poll_age()), instance_legend)],
-    ), 8, 8)
-    layout.add(timeseries_panel(
-        "Poll duration",
-        "Duration of the exporter's last poll of vLLM (fetch + parse + derive), per server. Good: "
-        "well below the poll interval; close to the timeout means timeouts are next." + crowd_note(cfg),
-        SECONDS,
-        [Query(duration_ranking.read(poll_duration), instance_legend)],
-    ), 8, 8)
-    layout.add(table_panel(
-        "Detected schema and spec decoding",
-        "What the exporter detected on each server: engine family (vllm, llamacpp, trtllm, sglang, "
-        "tgi), metrics schema (v1 = current vLLM, v0 = legacy engine, llamacpp, trtllm, "
-        "sglang-gauges, tgi-summary, diffusion, none = no spec-decode metrics, mixed/unknown = "
-        "rejected), server version, and whether speculative decoding is on (1). Good: a counter "
-        "schema and spec decoding 1 on every server that should speculate.",
-        NUMBER,
-        [Query(q.detected_schema(), table=True),
-         Query(q.per_target(SPEC_DECODE_ENABLED, op="max"), table=True)],
-        hidden_columns=("Time", "Value #A"),
-        renames={"Value #B": "spec decoding on"},
-        merge=True,
-        no_value=NO_EXPORTER,
-    ).links(runbook_links(cfg, alert_rules.METRICS_MISSING)), 8, 6)
-    layout.add(firing_alerts_table(cfg, q), 24, 5)
-    return rankings
-
-
-def direct_health_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
-    """source=vllm: what Prometheus itself knows about each vLLM server (no sidecar to ask)."""
-    instance_legend = legend_label(cfg.instance_label)
-    scraped = sum_by((cfg.instance_label,), q.scrape_up(), op="min")
-    rankings = [q.crowd("vllm_scraped", scraped), restarts_ranking(q)]
-    scraped_ranking, restarts = rankings
-    layout.row("Target health: can these numbers be trusted?")
-    layout.add(timeseries_panel(
-        "vLLM scraped",
-        f"Prometheus' own up for each vLLM server ({cfg.vllm_selector}): 1 when its last scrape of "
-        "/metrics succeeded. Good: 1." + crowd_note(cfg),
-        NUMBER,
-        [Query(scraped_ranking.read(scraped), f"{instance_legend} vLLM scraped")],
-        max_value=1,
-        legend_calcs=("min", "lastNotNull"),
-    ).links(runbook_links(cfg, alert_rules.VLLM_UNREACHABLE)), 8, 8)
-    layout.add(timeseries_panel(
-        "Counter resets (vLLM restarts)",
-        "Resets of vLLM's generation counter, i.e. vLLM restarted, per server per interval. Good: "
-        "0. Repeated resets are a crash loop; acceptance right after a restart covers little traffic."
-        + crowd_note(cfg),
-        NUMBER,
-        [Query(restarts.read(q.counter_resets()), instance_legend)],
-        bars=True,
-        legend_calcs=("sum", "max"),
-    ).links(runbook_links(cfg, alert_rules.VLLM_RESTARTING)), 8, 8)
-    layout.add(table_panel(
-        "Servers not speculating",
-        "vLLM servers generating tokens whose /metrics has no speculative-decoding series "
-        "(started without --speculative-config, or renamed by an upgrade), and servers Prometheus "
-        "cannot scrape. Good: empty.",
-        NUMBER,
-        [Query(q.not_speculating(), table=True)],
-        hidden_columns=("Time", "Value"),
-        no_value="None",
-    ).links(runbook_links(cfg, alert_rules.METRICS_MISSING)), 8, 8)
-    layout.add(firing_alerts_table(cfg, q), 24, 5)
-    return rankings
-
-
-def restarts_ranking(q: Queries) -> Crowd:
-    """The servers with the most restarts over the range (their restarts per interval are drawn)."""
-    return q.crowd("restarts", q.counter_resets(), high_is_bad=True, latest=q.counter_resets(RANGE))
-
-
 def acceptance_with_bound_by_instance(cfg: MixinConfig, q: Queries, crowd: Crowd):
     """The fleet's per-server acceptance panel plus the Wilson bounds the acceptance alerts read
     (fast tier's evidence window), per server and model: the page fires when the dashed upper
@@ -594,3 +324,4 @@ def acceptance_with_bound_by_instance(cfg: MixinConfig, q: Queries, crowd: Crowd
         dashboard_models.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [4, 4]}),
         dashboard_models.DynamicConfigValue(id_val="custom.fillOpacity", value=0),
     ])
+

@@ -15,6 +15,30 @@ from typing import Any
 from .. import links
 from ..config import MixinConfig
 from . import load, sources
+from .alert_parts import (
+    ACCEPTANCE_CRITICAL,
+    ACCEPTANCE_GROUP,
+    ACCEPTANCE_LOW,
+    DRAFTS_STOPPED,
+    EXPORTER_ABSENT,
+    EXPORTER_DOWN,
+    EXPORTER_GROUP,
+    FOR_MODEL_ON,
+    HEALTH_GROUP,
+    LOSSY_VERIFICATION,
+    METRICS_MISSING,
+    MODEL_ON,
+    NOT_PAYING,
+    SERVER_MODEL_VARIABLES,
+    TARGET_DOWN_ALERTS,
+    TRAFFIC_ALERTS,
+    VLLM_ABSENT,
+    VLLM_RESTARTING,
+    VLLM_UNREACHABLE,
+    alert,
+    label_template,
+)
+from .health_alerts import direct_health_alerts, exporter_alerts, metrics_missing, target_absent
 from .recording_rules import EvidenceNames, evidence_names, record_names
 from .sources import SERVED
 
@@ -46,68 +70,6 @@ __all__ = [
     "metrics_missing",
     "target_absent",
 ]
-
-# Alert names are a contract (routing, inhibition, runbook anchors, dashboards link to them).
-LOSSY_VERIFICATION = "SpecDecodeLossyVerification"
-ACCEPTANCE_LOW = "SpecDecodeAcceptanceLow"
-ACCEPTANCE_CRITICAL = "SpecDecodeAcceptanceCritical"
-DRAFTS_STOPPED = "SpecDecodeDraftsStopped"
-NOT_PAYING = "SpecDecodeNotPaying"
-METRICS_MISSING = "SpecDecodeMetricsMissing"
-VLLM_UNREACHABLE = "SpecDecodeVllmUnreachable"
-VLLM_RESTARTING = "SpecDecodeVllmRestarting"
-EXPORTER_DOWN = "SpecDecodeExporterDown"
-EXPORTER_ABSENT = "SpecDecodeExporterAbsent"
-# source=vllm: no target of the vLLM job at all (a wrong vllm_selector); the sidecar's counterpart
-# is EXPORTER_ABSENT (no exporter found): another job, another fix, so another name.
-VLLM_ABSENT = "SpecDecodeVllmAbsent"
-
-# Alerts about acceptance that a dead target makes meaningless (Alertmanager inhibits them).
-TRAFFIC_ALERTS = (ACCEPTANCE_LOW, ACCEPTANCE_CRITICAL, DRAFTS_STOPPED, NOT_PAYING)
-TARGET_DOWN_ALERTS = (VLLM_UNREACHABLE, EXPORTER_DOWN)
-
-ACCEPTANCE_GROUP = "vllm-spec-decode.alerts"
-EXPORTER_GROUP = "vllm-spec-exporter.alerts"
-# source=vllm: the health alerts read vLLM's own scrape job (no exporter to watch).
-HEALTH_GROUP = "vllm-spec-decode.health"
-
-def _label_template(label: str) -> str:
-    return "{{ $labels." + label + " }}"
-
-
-# Who the alert is about, as the start of a sentence. llama.cpp's series read directly carry no
-# `model_name` (only the sidecar asks /v1/models), so the model is named only when there is one.
-MODEL_ON = "{{ with $labels.model_name }}Model {{ . }} on {{ end }}"
-FOR_MODEL_ON = "{{ with $labels.model_name }}for model {{ . }} {{ end }}on "
-MODEL_ON_SERVER = "{{ with $labels.model_name }}Model {{ . }} on server {{ else }}Server {{ end }}"
-
-
-# Alert labels that select the overview dashboard's variables (job, instance, model_name), so the
-# link opens on the failing server and model.
-SERVER_VARIABLES = ("job", "instance")
-SERVER_MODEL_VARIABLES = ("job", "instance", "model_name")
-
-
-def _dashboard_link(cfg: MixinConfig, variables: tuple[str, ...]) -> str:
-    label_of = {"job": "job", "instance": cfg.instance_label, "model_name": "model_name"}
-    query = "&".join(f"var-{var}={{{{ $labels.{label_of[var]} | urlquery }}}}" for var in variables)
-    return links.dashboard_url(cfg) + (f"?{query}" if query else "")
-
-
-def _alert(cfg: MixinConfig, name: str, expr: str, severity: str, summary: str, description: str,
-           for_: str | None = None,
-           dashboard_variables: tuple[str, ...] = SERVER_VARIABLES) -> dict[str, Any]:
-    rule: dict[str, Any] = {"alert": name, "expr": expr}
-    if for_ and for_ not in ("0s", "0m"):
-        rule["for"] = for_
-    rule["labels"] = dict(sorted({**cfg.extra_alert_labels, "severity": severity}.items()))
-    rule["annotations"] = {
-        "dashboard_url": _dashboard_link(cfg, dashboard_variables),
-        "description": description,
-        "runbook_url": links.runbook_url(cfg, name),
-        "summary": summary,
-    }
-    return rule
 
 
 def acceptance_condition(cfg: MixinConfig, threshold: float, sustained: str) -> str:
@@ -204,8 +166,8 @@ def lossy_verification(cfg: MixinConfig) -> dict[str, Any]:
     for. Labels: the server and the method only (k or the config's source changing is not a new
     finding). A deliberate choice is silenced by its labels (runbook)."""
     lossy = sources.series(SERVED.SPEC_CONFIG_INFO, f'{cfg.exporter_selector}, lossy="true"')
-    inst = _label_template(cfg.instance_label)
-    return _alert(
+    inst = label_template(cfg.instance_label)
+    return alert(
         cfg, LOSSY_VERIFICATION,
         expr=(f"max by (job, {cfg.instance_label}, method, verification) (\n"
               f"  {lossy}\n)"),
@@ -225,13 +187,13 @@ def lossy_verification(cfg: MixinConfig) -> dict[str, Any]:
 
 
 def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
-    inst = _label_template(cfg.instance_label)
+    inst = label_template(cfg.instance_label)
     w = cfg.windows.rate_window
     conf = cfg.confidence_label
     fast, slow = cfg.windows.fast_long, cfg.windows.slow_long
 
     def acceptance(name: str, threshold: float, severity: str, for_: str, consequence: str) -> dict[str, Any]:
-        return _alert(
+        return alert(
             cfg, name,
             expr=acceptance_condition(cfg, threshold, for_),
             severity=severity,
@@ -252,7 +214,7 @@ def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
         acceptance(ACCEPTANCE_CRITICAL, cfg.acceptance_critical_threshold, cfg.critical_severity,
                    cfg.windows.critical_hold,
                    "Speculation is now costing latency and GPU time instead of saving them."),
-        _alert(
+        alert(
             cfg, DRAFTS_STOPPED,
             expr=drafts_stopped_condition(cfg),
             severity=cfg.warning_severity,
@@ -277,8 +239,8 @@ def acceptance_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
 
 
 def not_paying(cfg: MixinConfig) -> dict[str, Any]:
-    inst = _label_template(cfg.instance_label)
-    return _alert(
+    inst = label_template(cfg.instance_label)
+    return alert(
         cfg, NOT_PAYING,
         expr=load.not_paying_condition(cfg),
         severity=cfg.warning_severity,
@@ -295,146 +257,6 @@ def not_paying(cfg: MixinConfig) -> dict[str, Any]:
     )
 
 
-def metrics_missing(cfg: MixinConfig) -> dict[str, Any]:
-    inst = _label_template(cfg.instance_label)
-    if cfg.direct:
-        # Without the sidecar nobody reports "no spec-decode families": output flowing with no
-        # drafts counter scraped at all is the same finding (a vLLM counter at 0 is DraftsStopped's;
-        # llama.cpp's at 0 is this, see sources.drafts_present).
-        n = record_names(cfg)
-        return _alert(
-            cfg, METRICS_MISSING,
-            expr=(f"{sources.own(cfg, n.generation_rate)} >= {cfg.min_generation_tokens_per_second:g}\nunless\n"
-                  f"{sources.drafts_present(cfg)}"),
-            severity=cfg.warning_severity,
-            summary="The vLLM server exposes no speculative-decoding metrics.",
-            description=(
-                MODEL_ON_SERVER + inst + " generates {{ $value | humanize }} "
-                "tokens/s, but its /metrics has no speculative-decoding series (or, from llama.cpp, only "
-                "counters that never moved): it runs without speculative decoding (vLLM: --speculative-config; "
-                "llama.cpp: --spec-type or a draft model), or an upgrade renamed the metrics. "
-                "Acceptance is no longer monitored."
-            ),
-            for_=cfg.spec_decode_missing_for,
-            dashboard_variables=SERVER_MODEL_VARIABLES,
-        )
-    return _alert(
-        cfg, METRICS_MISSING,
-        expr=f"{sources.series(SERVED.SPEC_DECODE_ENABLED, cfg.exporter_selector)} == 0",
-        severity=cfg.warning_severity,
-        summary="The vLLM server exposes no speculative-decoding metrics.",
-        description=(
-            "The vLLM server behind exporter " + inst + " serves /metrics without any "
-            "speculative-decoding series: it runs without --speculative-config, or a vLLM "
-            "upgrade renamed the metrics. Acceptance is no longer monitored."
-        ),
-        for_=cfg.spec_decode_missing_for,
-    )
-
-
-def direct_health_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
-    """Health without the sidecar: the same names where the meaning is the same, read from `up`
-    and the counters of vLLM's own scrape job."""
-    inst = _label_template(cfg.instance_label)
-    return [
-        _alert(
-            cfg, VLLM_UNREACHABLE,
-            expr=f"{sources.scrape_up(cfg)} == 0",
-            severity=cfg.warning_severity,
-            summary="Prometheus cannot read vLLM's metrics.",
-            description=(
-                "Prometheus has failed to scrape vLLM server " + inst + " (job {{ $labels.job }}) for "
-                f"{cfg.target_down_for}; vLLM is down, restarting, or unreachable. "
-                "Acceptance alerts for this server are inhibited meanwhile."
-            ),
-            for_=cfg.target_down_for,
-        ),
-        _alert(
-            cfg, VLLM_RESTARTING,
-            expr=f"{sources.restarts(cfg, cfg.reset_window)}\n>= {cfg.counter_resets_threshold}",
-            severity=cfg.warning_severity,
-            summary="The vLLM server keeps restarting.",
-            description=(
-                "The counters of vLLM server " + inst + " reset "
-                '{{ printf "%.0f" $value }} times in the last ' + cfg.reset_window + "; it is "
-                "probably crash looping, and its acceptance figures cover only short runs."
-            ),
-        ),
-        target_absent(cfg, VLLM_ABSENT, "No vLLM server is being scraped.", "vLLM server",
-                      "every record of this bundle is empty and no speculative-decoding alert can fire "
-                      "(is the scrape job named differently? vllm_selector sets it)"),
-    ]
-
-
-def target_absent(cfg: MixinConfig, name: str, summary: str, what: str, consequence: str) -> dict[str, Any]:
-    """No scrape target at all matches the source's selector, for target_down_for.
-
-    Every other rule of the bundle reads that job, so without this alert a wrong selector (or a
-    job that service discovery lost) leaves every record empty and every alert silent, for ever.
-    A warning, not a page: serving is not affected (the cause is a config or discovery change), but
-    it must be fixed, as nothing else will fire meanwhile. absent() has no labels, so the alert names
-    the selector it looked for, and has no server to open the dashboard on.
-    """
-    return _alert(
-        cfg, name,
-        expr=f"absent({sources.scrape_up(cfg)})",
-        severity=cfg.warning_severity,
-        summary=summary,
-        description=(
-            f"Prometheus has had no target matching {{{sources.source_matchers(cfg)}}} for "
-            f"{cfg.target_down_for}: service discovery finds no {what}, so {consequence}."
-        ),
-        for_=cfg.target_down_for,
-        dashboard_variables=(),
-    )
-
-
-def exporter_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
-    target_up = sources.series(SERVED.TARGET_UP, cfg.exporter_selector)
-    up = sources.series(sources.UP, cfg.exporter_selector)
-    inst = _label_template(cfg.instance_label)
-    return [
-        _alert(
-            cfg, VLLM_UNREACHABLE,
-            expr=f"{target_up} == 0",
-            severity=cfg.warning_severity,
-            summary="The exporter cannot read vLLM's metrics.",
-            description=(
-                "Exporter " + inst + " has failed to poll its vLLM server's /metrics for "
-                f"{cfg.target_down_for}; vLLM is down, restarting, or unreachable "
-                "from the sidecar. Acceptance alerts for this server are inhibited meanwhile."
-            ),
-            for_=cfg.target_down_for,
-        ),
-        _alert(
-            cfg, VLLM_RESTARTING,
-            # increase() counts across restarts of the exporter itself (its counter restarts at 0).
-            expr=f"{sources.restarts(cfg, cfg.reset_window)} >= {cfg.counter_resets_threshold}",
-            severity=cfg.warning_severity,
-            summary="The vLLM server keeps restarting.",
-            description=(
-                "The counters of the vLLM server behind exporter " + inst + " reset "
-                '{{ printf "%.0f" $value }} times in the last ' + cfg.reset_window + "; it is "
-                "probably crash looping, and its acceptance figures cover only short runs."
-            ),
-        ),
-        _alert(
-            cfg, EXPORTER_DOWN,
-            expr=f"{up} == 0",
-            severity=cfg.warning_severity,
-            summary="Prometheus cannot scrape the speculative-decoding exporter.",
-            description=(
-                "Prometheus has failed to scrape exporter " + inst + " (job {{ $labels.job }}) for "
-                f"{cfg.target_down_for}. Speculative decoding on that server is "
-                "not monitored."
-            ),
-            for_=cfg.target_down_for,
-        ),
-        target_absent(cfg, EXPORTER_ABSENT, "No speculative-decoding exporter is being scraped.", "exporter",
-                      "no speculative-decoding alert can fire"),
-    ]
-
-
 def alert_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
     interval = cfg.windows.evaluation_interval
     if cfg.direct:
@@ -448,3 +270,4 @@ def alert_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
 
 def all_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
     return [rule for group in alert_groups(cfg) for rule in group["rules"]]
+

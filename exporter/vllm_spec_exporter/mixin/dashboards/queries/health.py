@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ....names import SPEC_CONFIG_LABELS
-from ...rules import fleet_counts, recording_rules, sources
+from ...rules import drafting_state, fleet_counts, recording_rules, sources
 from ...rules.sources import SERVED, series
 from .. import crowd
 from ..crowd import Crowd, ServerVariable
@@ -59,7 +59,7 @@ class HealthQueries(Reads):
                  f" or (0 * {series(names.drafting_paused, matchers)} + 1)")
         if self.cfg.direct:  # vLLM's own series: no engine declares a tier
             return state + f" or (0 * ({series(names.draft_tokens_rate, matchers)} > 0))"
-        tier = recording_rules.engine_tier_steps(matchers)
+        tier = drafting_state.engine_tier_steps(matchers)
         return (state + f" or (0 * ({tier} == 0) + 3)"
                 f" or (0 * ({series(names.draft_tokens_rate, matchers)} > 0))"
                 f" or (0 * ({tier} > 0))")

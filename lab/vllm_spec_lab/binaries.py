@@ -14,10 +14,11 @@ Each ``*_BIN`` constant is the path chosen once at import: the testing binary wh
 else Debian 12's. VictoriaMetrics has no Debian 12 package, so its paths point into the cache
 whether or not they exist (tests call ``require_binary`` on them).
 
-The testing builds read their data files (Alertmanager's default templates, the web assets)
-relative to their working directory once bootstrap has relocated them (`relocate`): whatever
-starts one runs it in `working_dir(binary)`, so it finds its own package's files and never the
-host's /usr/share/prometheus or /etc/prometheus.
+Prometheus, Alertmanager and amtool from testing are the relocated copies bootstrap makes in
+``debian-testing/relocated`` (`relocate`): they read their data files (Alertmanager's default
+templates, the web assets) relative to their working directory. `monitoring.ServerProcess` starts
+every server in `working_dir(binary)`, the unpacked root, so each finds its own package's files and
+never the host's /usr/share/prometheus or /etc/prometheus; amtool and promtool read none of them.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from .relocate import BINARIES as RELOCATED_BINARIES
 TESTING_ROOT = default_cache_dir() / "debian-testing"
 TESTING_UNPACKED = TESTING_ROOT / "root"
 TESTING_BIN_DIR = TESTING_UNPACKED / "usr" / "bin"
+TESTING_RELOCATED_DIR = TESTING_ROOT / "relocated"
 TESTING_VERSIONS_FILE = TESTING_ROOT / "versions.txt"
 # Written by bootstrap when it could not install testing's servers (its reason, one line).
 TESTING_FALLBACK_FILE = TESTING_ROOT / "FALLBACK"
@@ -41,8 +43,10 @@ DEBIAN12_BIN_DIR = Path("/usr/bin")
 
 
 def _newest(testing_name: str, debian12_name: str | None = None) -> str:
-    """The testing binary when installed, else Debian 12's (or the testing path when 12 has none)."""
-    testing = TESTING_BIN_DIR / testing_name
+    """The testing binary when installed (its relocated copy for those `relocate` handles), else
+    Debian 12's (or the testing path when 12 has none)."""
+    relocated = testing_name in RELOCATED_BINARIES
+    testing = (TESTING_RELOCATED_DIR if relocated else TESTING_BIN_DIR) / testing_name
     if os.access(testing, os.X_OK) or debian12_name is None:
         return str(testing)
     return str(DEBIAN12_BIN_DIR / debian12_name)
@@ -61,11 +65,12 @@ VICTORIA_METRICS_BIN = _newest("victoria-metrics")
 VMALERT_BIN = _newest("vmalert")
 VMALERT_TOOL_BIN = _newest("vmalert-tool")
 
+
 def working_dir(binary: str) -> Path | None:
     """The directory `binary` must run in to find its data files: the unpacked root for a relocated
     testing build, None (any) for everything else."""
     path = Path(binary)
-    if path.name in RELOCATED_BINARIES and path.parent == TESTING_BIN_DIR:
+    if path.name in RELOCATED_BINARIES and path.parent == TESTING_RELOCATED_DIR:
         return TESTING_UNPACKED
     return None
 

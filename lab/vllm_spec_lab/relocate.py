@@ -10,15 +10,17 @@ config files sit under /usr/share/prometheus and /etc/prometheus too. Every path
 and how it is handled: docs/compatibility.md, "Debian's builds and their data files". promtool,
 victoria-metrics, vmalert and vmalert-tool name no such path.
 
-`relocate_root(root)` rewrites, in each binary above, the prefixes `/usr/share/prometheus/` and
-`/etc/prometheus/` into the relative `usr/share/prometheus//` and `etc/prometheus//` — the same
-length, so no other byte moves (Go strings carry their length; the doubled slash is a no-op in a
-path) — and records what it did in ``root/RELOCATED``. The binaries then read those files
-relative to their working directory, which the lab sets to the unpacked root
-(`binaries.working_dir`): each finds its own package's files, and nothing of the host's.
+`relocate_into(root, dest)` copies each binary above from ``root/usr/bin`` into `dest`, with the
+prefixes `/usr/share/prometheus/` and `/etc/prometheus/` rewritten into the relative
+`usr/share/prometheus//` and `etc/prometheus//` — the same length, so no other byte moves (Go
+strings carry their length; the doubled slash is a no-op in a path) — and records what it did in
+``dest/RELOCATED``. A relocated copy reads those files relative to its working directory, which
+the lab sets to the unpacked root (`binaries.working_dir`): each finds its own package's files,
+and nothing of the host's. The unpacked tree itself is never changed, so a checkout that predates
+the relocation and shares the cache keeps running the binaries it knows.
 
 Standard library only: bootstrap runs this file straight from lab/ with the system's python3
-(`python3 lab/vllm_spec_lab/relocate.py ROOT`) right after unpacking.
+(`python3 lab/vllm_spec_lab/relocate.py ROOT DEST`) once the tree is unpacked.
 """
 
 from __future__ import annotations
@@ -45,42 +47,45 @@ def relocate_bytes(data: bytes) -> tuple[bytes, int]:
     return data, count
 
 
-def relocate_binary(path: Path) -> int:
-    """Rewrite `path` in place (through a temporary file and a rename, mode kept); return the
-    number of prefixes rewritten."""
-    data, count = relocate_bytes(path.read_bytes())
-    tmp = path.with_name(path.name + ".relocating")
+def relocate_binary(source: Path, dest: Path) -> int:
+    """Write `source` relocated to `dest` (through a temporary file and a rename, mode kept);
+    return the number of prefixes rewritten."""
+    data, count = relocate_bytes(source.read_bytes())
+    tmp = dest.with_name(dest.name + ".relocating")
     tmp.write_bytes(data)
-    os.chmod(tmp, path.stat().st_mode)
-    os.replace(tmp, path)
+    os.chmod(tmp, source.stat().st_mode)
+    os.replace(tmp, dest)
     return count
 
 
-def relocate_root(root: Path) -> dict[str, int]:
-    """Relocate every binary of `BINARIES` under ``root/usr/bin``; write ``root/RELOCATED``.
-    Raises RuntimeError naming the binary when one is missing or has fewer paths than expected."""
+def relocate_into(root: Path, dest: Path) -> dict[str, int]:
+    """Relocated copies of every binary of `BINARIES` under ``root/usr/bin`` in `dest`, and
+    ``dest/RELOCATED``. Raises RuntimeError naming the binary when one is missing or names fewer
+    paths than expected (then no marker is written)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / MARKER).unlink(missing_ok=True)
     counts = {}
     for name, least in BINARIES.items():
-        path = root / "usr" / "bin" / name
-        if not path.is_file():
-            raise RuntimeError(f"relocate: {path} is missing")
-        counts[name] = relocate_binary(path)
+        source = root / "usr" / "bin" / name
+        if not source.is_file():
+            raise RuntimeError(f"relocate: {source} is missing")
+        counts[name] = relocate_binary(source, dest / name)
         if counts[name] < least:
-            raise RuntimeError(f"relocate: {path} names {counts[name]} system data paths, expected at least "
+            raise RuntimeError(f"relocate: {source} names {counts[name]} system data paths, expected at least "
                                f"{least}: a new Debian build? see lab/vllm_spec_lab/relocate.py")
-    (root / MARKER).write_text("".join(f"{name} {count}\n" for name, count in counts.items()))
+    (dest / MARKER).write_text("".join(f"{name} {count}\n" for name, count in counts.items()))
     return counts
 
 
-def is_relocated(root: Path) -> bool:
-    return (root / MARKER).is_file()
+def is_relocated(dest: Path) -> bool:
+    return (dest / MARKER).is_file()
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python3 relocate.py UNPACKED_ROOT")
+    if len(sys.argv) != 3:
+        sys.exit("usage: python3 relocate.py UNPACKED_ROOT DEST")
     try:
-        done = relocate_root(Path(sys.argv[1]))
+        done = relocate_into(Path(sys.argv[1]), Path(sys.argv[2]))
     except (OSError, RuntimeError) as error:
         sys.exit(str(error))
     print("relocated system data paths: " + ", ".join(f"{name} {count}" for name, count in done.items()))

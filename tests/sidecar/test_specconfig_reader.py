@@ -54,7 +54,7 @@ def empty_proc(tmp_path: Path) -> Path:
 
 def test_the_flag_decides_and_nothing_is_asked(tmp_path: Path) -> None:
     fetcher = ServerInfoFetcher()
-    assert read_sources(NGRAM_FLAG, fetcher, "http://127.0.0.1:8000", empty_proc(tmp_path)) == (NGRAM, [], [])
+    assert read_sources(NGRAM_FLAG, fetcher, "http://127.0.0.1:8000", empty_proc(tmp_path)) == (NGRAM, [], [], False)
     assert fetcher.calls == 0
 
 
@@ -62,10 +62,10 @@ def test_server_info_comes_before_the_command_line(tmp_path: Path) -> None:
     proc = empty_proc(tmp_path)
     (proc / "7").mkdir()
     (proc / "7" / "cmdline").write_bytes(b"vllm\0serve\0m\0--spec-method\0ngram\0--spec-tokens\0" b"2\0")
-    config, absent, problems = read_sources(Reading(None), ServerInfoFetcher(), "http://127.0.0.1:8000", proc)
+    config, absent, problems, _ = read_sources(Reading(None), ServerInfoFetcher(), "http://127.0.0.1:8000", proc)
     assert config == SpecConfig("draft_model", 3, "standard", False, Source.SERVER_INFO)
     assert (absent, problems) == ([], [])
-    config, absent, problems = read_sources(Reading(None), ServerInfoFetcher(FetchError(
+    config, absent, problems, _ = read_sources(Reading(None), ServerInfoFetcher(FetchError(
         "http_status", "GET http://127.0.0.1:8000/server_info?config_format=json answered HTTP 404")),
         "http://127.0.0.1:8000", proc)
     assert config == SpecConfig("ngram", 2, "standard", False, Source.CMDLINE)
@@ -75,20 +75,20 @@ def test_server_info_comes_before_the_command_line(tmp_path: Path) -> None:
 
 def test_an_answer_that_is_not_json_is_a_problem_not_an_absence(tmp_path: Path) -> None:
     error = FetchError("parse", "GET http://h:8000/server_info?config_format=json: not JSON: Expecting value")
-    config, absent, problems = read_sources(Reading(None), ServerInfoFetcher(error), "http://h:8000",
+    config, absent, problems, _ = read_sources(Reading(None), ServerInfoFetcher(error), "http://h:8000",
                                             empty_proc(tmp_path))
     assert config == SpecConfig() and problems == [str(error)] and len(absent) == 1  # the process scan's
 
 
 def test_a_malformed_flag_falls_through_to_the_next_source_and_is_named(tmp_path: Path) -> None:
-    config, absent, problems = read_sources(from_flags('{"method": '), ServerInfoFetcher(), "http://h:8000",
+    config, absent, problems, _ = read_sources(from_flags('{"method": '), ServerInfoFetcher(), "http://h:8000",
                                             empty_proc(tmp_path))
     assert config.source == Source.SERVER_INFO and config.method == "draft_model" and absent == []
     assert len(problems) == 1 and problems[0].startswith("--speculative-config is not JSON")
 
 
 def test_nothing_known_is_unknown_and_says_why(tmp_path: Path) -> None:
-    config, absent, problems = read_sources(Reading(None), ServerInfoFetcher(FetchError(
+    config, absent, problems, _ = read_sources(Reading(None), ServerInfoFetcher(FetchError(
         "connect", "GET http://127.0.0.1:1/server_info?config_format=json: cannot connect: refused")),
         "http://127.0.0.1:1", empty_proc(tmp_path))
     assert config == SpecConfig() and problems == []
@@ -139,6 +139,32 @@ def test_a_restart_triggers_a_read_and_a_hung_source_never_holds_a_poll(tmp_path
         hang.set()
         reader.stop()
     assert reader._thread is not None and not reader._thread.is_alive()
+
+
+def test_a_server_info_that_answers_late_is_asked_again_soon_not_at_the_next_refresh(tmp_path: Path) -> None:
+    # A busy vLLM (its event loop streaming tokens) lets /server_info time out: the reader serves
+    # the next source meanwhile and asks again after busy_retry_seconds, not after refresh_seconds.
+    fetcher = ServerInfoFetcher(FetchError("timeout", "GET http://h:8000/server_info?config_format=json: no "
+                                                      "answer within 10 s (--timeout)"))
+    reader = SpecConfigReader(Reading(None), fetcher, "http://h:8000", empty_proc(tmp_path),  # type: ignore[arg-type]
+                              refresh_seconds=3600, busy_retry_seconds=0.05)
+    reader.start()
+    try:
+        assert wait_for(lambda: reader.reads == 1) and reader.busy
+        assert reader.current.source != Source.SERVER_INFO
+        fetcher.answer = NGRAM_SERVER_INFO
+        assert wait_for(lambda: reader.current.source == Source.SERVER_INFO)
+        assert not reader.busy
+        calls = fetcher.calls
+        time.sleep(0.3)  # answered: back to the refresh interval, no more asking
+        assert fetcher.calls == calls
+    finally:
+        reader.stop()
+    # Not served at all (HTTP 404) is no reason to ask again soon.
+    not_served = read_sources(Reading(None), ServerInfoFetcher(FetchError(
+        "http_status", "GET http://h:8000/server_info?config_format=json answered HTTP 404")), "http://h:8000",
+        empty_proc(tmp_path))
+    assert not not_served.busy
 
 
 def test_a_flag_config_is_read_once_and_never_again(tmp_path: Path) -> None:

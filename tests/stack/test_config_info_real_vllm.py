@@ -33,14 +33,16 @@ INFO = "vllm_spec_decode_config_info"
 
 
 def served_config(exporter: ExporterProcess, source: str) -> dict[str, str]:
-    """The exporter's one config_info series once it comes from `source` (the first read runs at start)."""
+    """The exporter's one config_info series once it comes from `source` (the first read runs at start).
+    Up to 60 s: a vLLM busy with the other tests' traffic can let /server_info time out (10 s);
+    the exporter then serves the command line's config and asks again 10 s later."""
     def found() -> dict[str, str] | None:
         series = list(exporter.metrics().get(INFO, {}))
         assert len(series) <= 1, series
         labels = dict(series[0]) if series else {}
         return labels if labels.get("source") == source else None
 
-    return wait_until(found, 30, what=f"{INFO} from {source}", failure=exporter.logs)
+    return wait_until(found, 60, what=f"{INFO} from {source}", failure=exporter.logs)
 
 
 def test_draft_model_server_config_from_its_command_line(tmp_path) -> None:
@@ -70,7 +72,7 @@ def test_ngram_server_config_from_server_info_command_line_and_flag(real_vllm: V
     # The command line, as the exporter reads it when /server_info is not served.
     ngram = SpecConfig("ngram", 4, "standard", False, Source.CMDLINE)
     assert vllm_process.find_config(real_vllm.url) == Reading(ngram)
-    assert read_sources(Reading(None), None, real_vllm.url) == (ngram, [], [])
+    assert read_sources(Reading(None), None, real_vllm.url) == (ngram, [], [], False)
 
     flag = json.dumps(NGRAM_SPEC_CONFIG)
     with ExporterProcess(real_vllm.url, "--speculative-config", flag, interval=1, window=8, timeout=0.9) as exporter:

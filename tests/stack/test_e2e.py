@@ -99,6 +99,22 @@ def firing_on(stack: LocalStack, job: str) -> dict[str, float]:
             if a["state"] == "firing" and a["labels"].get("job") == job and a["labels"]["alertname"] in names}
 
 
+def sidecar_hop_budget(stack: LocalStack) -> float:
+    """How much later, by design, an alert of the sidecar's bundle may fire than the same alert of
+    the direct bundle, in s. The direct bundle reads vLLM's counters at Prometheus' scrape; the
+    sidecar's copy of a value is up to one poll interval old when polled, the poll itself may take
+    up to its deadline, and the scrape of the exporter adds up to one scrape interval. Then each
+    bundle's evidence records and alerts are evaluated in groups of their own, whose fixed phases
+    differ: up to one evaluation interval for the evidence group and one for the alert group. On
+    the lab's stack that sums to 2 + 1.9 + 2 + 2 × 2 = 9.9 s: a flat 10 s left nothing for one
+    evaluation that a CPU-starved Prometheus runs late, so one more evaluation interval is allowed.
+    When the lag is over this, the failure shows each source's evidence (`evidence_trace`)."""
+    w, options = stack.config.windows, stack.options
+    evaluation = seconds(w.evaluation_interval)
+    hop = options.exporter_interval + options.exporter_timeout + seconds(w.scrape_interval)
+    return hop + 2 * evaluation + evaluation
+
+
 def evidence_trace(stack: LocalStack, seconds_back: float = 150) -> str:
     """For a failure message: each source's evidence over the last `seconds_back` s, one line a
     series (the fast windows' upper bounds, the drafts counter, whether vLLM answered), so a lag
@@ -231,16 +247,18 @@ def test_real_pipeline_pages_on_collapse_and_resolves(tmp_path, real_vllm: VllmS
         both = wait_until(lambda: len(firing_on(stack, VLLM_JOB)) == 2 and firing_on(stack, VLLM_JOB), 60,
                           interval=1.0, what=f"direct mode firing {low} and {critical}",
                           failure=lambda: f"alerts: {stack.firing_alerts()}")
-        # The sidecar adds a hop (its 2 s poll, then the 2 s scrape of it): a few seconds, no more.
-        # Its critical may fire those seconds after the direct one: wait for it as long as the lag
-        # allowed below (then the lag itself is judged). The warning's lag was taken in the band.
-        sidecar = wait_until(lambda: critical in (firing := firing_on(stack, EXPORTER_JOB)) and firing, 10,
-                             interval=1.0, what=f"the sidecar's {critical} firing within 10 s of the direct one",
+        # The sidecar's alerts may fire up to the hop's designed cost after the direct ones: wait
+        # for its critical that long after the direct one became active (then judge both lags;
+        # the warning's was taken in the band).
+        budget = sidecar_hop_budget(stack)
+        sidecar = wait_until(lambda: critical in (firing := firing_on(stack, EXPORTER_JOB)) and firing,
+                             max(1.0, both[critical] + budget + 1.0 - time.time()), interval=1.0,
+                             what=f"the sidecar's {critical} firing within {budget:g} s of the direct one",
                              failure=lambda: f"sidecar: {firing_on(stack, EXPORTER_JOB)}, direct: {both}\n"
                                              + evidence_trace(stack))
         assert critical in sidecar, (sidecar, both)
         lags = {low: warning_lag, critical: round(sidecar[critical] - both[critical], 1)}
-        assert all(abs(lag) <= 10 for lag in lags.values()), (lags, sidecar, both)
+        assert all(abs(lag) <= budget for lag in lags.values()), (lags, budget, sidecar, both, evidence_trace(stack))
         assert stack.direct_config is not None
         problems = dashboard_sweep(stack, stack.direct_config)
         if problems:

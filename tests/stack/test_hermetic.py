@@ -13,7 +13,9 @@ Needs root for the mount namespace (CI runs as root): skipped elsewhere, failed 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import pytest
 from support.paths import ROOT
 from support.policy import require, require_tool
 from support.prom import require_binary
+from vllm_spec_lab.binaries import testing_fallback_reason
 from vllm_spec_lab.demo import DEFAULT_PHASE_SECONDS
 from vllm_spec_lab.fakes.vllm_cache import make_fake_cache
 from vllm_spec_lab.monitoring import ALERTMANAGER_BIN, PROMETHEUS_BIN
@@ -54,17 +57,25 @@ def hermetic(command: list[str]) -> list[str]:
 def test_run_sh_demo_with_the_systems_prometheus_files_hidden(tmp_path):
     require_binary(PROMETHEUS_BIN)
     require_binary(ALERTMANAGER_BIN)
+    fallback = testing_fallback_reason()
+    if fallback:  # then the demo rightly runs Debian 12's servers, whose files are in those folders
+        require(f"Debian testing's servers are not installed ({fallback}): nothing to prove hermetic")
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     cache = make_fake_cache(tmp_path / "cache")
     env = {**os.environ, "VLLM_SPEC_EXPORTER_CACHE": str(cache), "TMPDIR": str(tmp)}
-    run_sh = str(ROOT / "scripts" / "run.sh")
-    command = hermetic(["bash", run_sh, "demo", "--phase-seconds", f"{DEFAULT_PHASE_SECONDS:g}"])
-    result = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                            timeout=4 * DEFAULT_PHASE_SECONDS + 300, check=False)
-    shown = result.stdout[-6000:] + "\n--- stderr ---\n" + result.stderr[-3000:]
+    # The README's main command word for word (its phases at the default length).
+    proc = subprocess.Popen(hermetic(["bash", str(ROOT / "scripts" / "run.sh")]), env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=4 * DEFAULT_PHASE_SECONDS + 300)
+    finally:  # whatever ends the wait: the demo and every server it started go with their group
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    shown = stdout[-6000:] + "\n--- stderr ---\n" + stderr[-3000:]
     for directory in SYSTEM_DATA_DIRS:
         if Path(directory).is_dir():
-            assert f"HIDDEN {directory}: []" in result.stdout, shown
-    assert result.returncode == 0, shown
-    assert "verdict: AS EXPECTED" in result.stdout, shown
+            assert f"HIDDEN {directory}: []" in stdout, shown
+    assert proc.returncode == 0, shown
+    assert "verdict: AS EXPECTED" in stdout, shown

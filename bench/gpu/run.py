@@ -389,7 +389,8 @@ def run_method(run: Run, method: Method, target: Path, draft: Path, gpu_name: st
 
 def write_fixture_readme(out_dir: Path, method: Method, spec_config: dict[str, Any] | None, gpu_name: str,
                          command: Sequence[str], run: Run) -> None:
-    env = f"PYTHONPATH=/tmp/site VLLM_LOGGING_LEVEL=DEBUG VLLM_LOG_STATS_INTERVAL={run.log_interval_s} "
+    env = ("PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_LOGGING_LEVEL=DEBUG "
+           f"VLLM_LOG_STATS_INTERVAL={run.log_interval_s} ")
     (out_dir / "command.txt").write_text(env + shlex.join(str(c) for c in command) + "\n")
     (out_dir / "README.md").write_text(
         f"# Fixture `{method.name}`: vLLM 0.26.0 on a GPU\n\n"

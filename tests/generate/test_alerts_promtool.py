@@ -34,11 +34,11 @@ PROMTOOL_TESTS = promtool_scenarios()
 def test_promtool_check_rules_on_committed_files(promtool: str) -> None:
     result = run_tool([promtool, "check", "rules", rule_files.RULES_FILE, rule_files.ALERTS_FILE], cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    # 4 source records (none per position); 5 fleet rates + efficiency's 2 terms; per server 4
+    # 4 source records (none per position); 6 fleet rates + efficiency's 2 terms; per server 4
     # rates + 2 ratios, per model 2 rates + acceptance, 4 drafting-state records; 3 band counts +
     # scrape errors; 4 windows x (drafts + acceptance + upper bound) + 2 read lower bounds (the
     # fast tier's)
-    assert "SUCCESS: 44 rules found" in result.stdout
+    assert "SUCCESS: 45 rules found" in result.stdout
     assert "SUCCESS: 10 rules found" in result.stdout
 
 
@@ -52,6 +52,18 @@ def test_the_scenarios_per_position_check_is_the_runbooks_query() -> None:
     assert written == [" ".join(recording_rules.position_acceptance(MixinConfig(), "").split())]
 
 
+@pytest.mark.parametrize("source", ["exporter", "vllm"])
+def test_the_exact_per_position_scenarios_check_the_runbooks_query(source: str) -> None:
+    """position_acceptance_test.yaml (both bundles) checks the same query, rounded, where a server
+    counts drafts per position: exact there, over drafts elsewhere."""
+    cfg = MixinConfig(source=source)
+    bundle = ROOT / (generate.DIRECT_ROOT if cfg.direct else "") / "alerts"
+    scenario = yaml.safe_load((bundle / "tests" / "position_acceptance_test.yaml").read_text())
+    written = [" ".join(check["expr"].split()) for case in scenario["tests"]
+               for check in case.get("promql_expr_test", []) if "sum without" in check["expr"]]
+    assert written == [" ".join(f"round( {recording_rules.position_acceptance(cfg, '')} , 0.0001)".split())]
+
+
 def test_promtool_check_rules_on_prometheusrule_spec(promtool: str, tmp_path: Path) -> None:
     # promtool reads plain rule files; the PrometheusRule's spec is exactly one.
     spec = yaml.safe_load((ROOT / rule_files.PROMETHEUS_RULE_FILE).read_text())["spec"]
@@ -59,7 +71,7 @@ def test_promtool_check_rules_on_prometheusrule_spec(promtool: str, tmp_path: Pa
     path.write_text(yaml.safe_dump(spec))
     result = run_tool([promtool, "check", "rules", str(path)])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 54 rules found" in result.stdout  # 44 records + 10 alerts
+    assert "SUCCESS: 55 rules found" in result.stdout  # 45 records + 10 alerts
 
 
 def test_there_are_promtool_scenarios() -> None:

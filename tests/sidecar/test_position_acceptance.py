@@ -18,7 +18,8 @@ import pytest
 
 from support.engine_replay import serve
 from support.paths import FIXTURES
-from vllm_spec_exporter import engines
+from vllm_spec_exporter import check, engines, terminal
+from vllm_spec_exporter.derive import DEFAULT_DRAFT_COST
 from vllm_spec_exporter.names import Family, MetricName
 
 REAL = FIXTURES / "vllm-0.32.0" / "ngram"
@@ -104,3 +105,27 @@ def test_every_spelling_names_the_counter(prefix: str) -> None:
     assert MetricName.DRAFT_TOKENS_BY_POSITION_TOTAL in served
     assert ratios == served_ratios(RECONSTRUCTED)[0]
 
+
+
+def check_report(folder: Path) -> check.ModelReport:
+    """`check`'s report of the model over the same window (build_reports, on the poller's last snapshot)."""
+    poller, _ = serve([(folder / FIRST).read_text(), (folder / LAST).read_text()])
+    snap = poller.poll_once().snapshot
+    assert snap is not None
+    (report,) = check.build_reports(poller, snap, min_draft_tokens=100, draft_cost=DEFAULT_DRAFT_COST)
+    return report
+
+
+def test_check_prints_exact_positions_and_keeps_its_advice() -> None:
+    """`check` shows the exact positions (without the lower-bound note) where the server counts
+    drafts per position, and its k advice, which reads accepted per draft, is the same either way."""
+    exact, lower = check_report(RECONSTRUCTED), check_report(REAL)
+    d = deltas(RECONSTRUCTED)
+    assert exact.positions == pytest.approx({p: d[("accepted_tokens_per_pos", str(p))]
+                                             / d[("draft_tokens_per_pos", str(p))] for p in range(4)})
+    assert lower.positions == pytest.approx({p: d[("accepted_tokens_per_pos", str(p))] / d[("drafts", "")]
+                                             for p in range(4)})
+    assert exact.advice == lower.advice
+    assert exact.view().positions_exact and not lower.view().positions_exact
+    assert "lower bounds" in "\n".join(terminal.model_lines(lower.view(), 0.5))
+    assert "lower bounds" not in "\n".join(terminal.model_lines(exact.view(), 0.5))

@@ -130,28 +130,27 @@ def test_amtool_check_config_on_committed_file(path: str, prefix: str) -> None:
 
 def _run_scenarios_against(cfg: MixinConfig, tmp_path: Path, expected_failure: str) -> str:
     """Render `cfg` into tmp/ and run the committed scenario that must fail (`expected_failure`,
-    "name: <test group>") on it, from the file that holds it, copied to its place beside the rendered
-    rules (tmp/alerts/tests/): only that group (`--run`), as the other scenarios say nothing about the
-    mutation."""
+    "name: <test group>") on it, from the files that hold it, copied to their places beside the
+    rendered rules (tmp/alerts/tests/, tmp/direct/alerts/tests/): only that group (`--run`), as the
+    other scenarios say nothing about the mutation."""
     for rel, text in generate.render_all(cfg).items():
         target = tmp_path / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-    holding = [path for path in PROMTOOL_TESTS if expected_failure in path.read_text()]
+    holding = [path.relative_to(ROOT) for path in PROMTOOL_TESTS if expected_failure in path.read_text()]
     assert holding, f"no scenario file has {expected_failure!r}"
-    (tests_dir,) = {tmp_path / path.parent.relative_to(ROOT) for path in holding}
-    tests_dir.mkdir(parents=True)
-    for path in holding:
-        shutil.copy(path, tests_dir / path.name)
+    for rel in holding:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
     # Generous: a mutated 20m window makes promtool's simulation several times slower on a busy machine.
     group = expected_failure.removeprefix("name: ")
     result = run_tool([require_version(PROMTOOL_BIN, "3."), "test", "rules", f"--run=^{re.escape(group)}$",
-                       *(p.name for p in holding)], cwd=tests_dir, timeout=600)
+                       *map(str, holding)], cwd=tmp_path, timeout=600)
     assert result.returncode != 0, f"scenarios passed against a wrong config {cfg}"
     return result.stdout + result.stderr  # promtool prints failures on stderr
 
 
-@pytest.mark.slow  # 15 promtool runs, each of the one scenario file that must fail
+@pytest.mark.slow  # 17 promtool runs, each of the scenario files that must fail
 @pytest.mark.parametrize(
     ("overrides", "expected_failure"),
     [
@@ -176,6 +175,9 @@ def _run_scenarios_against(cfg: MixinConfig, tmp_path: Path, expected_failure: s
         ({"counter_resets_threshold": 2}, "name: vllm restarting repeatedly"),
         ({"target_down_for": "3m"}, "name: vllm unreachable"),
         ({"lossy_verification_for": "10m"}, "name: a lossy verification is named and flagged"),
+        # Not paying: a shorter hold pages early; more free verification makes the large batch pay.
+        ({"not_paying_for": "10m"}, "name: not paying at a large batch, paying at a small one"),
+        ({"compute_bound_tokens": 512}, "name: not paying at a large batch, paying at a small one"),
     ],
 )
 def test_scenarios_fail_against_wrong_rules(overrides: dict[str, object], expected_failure: str,

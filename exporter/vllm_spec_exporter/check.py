@@ -98,7 +98,8 @@ class ModelReport:
             try_raising_k=a.try_raising)
         return terminal.ModelView(model_name=self.model, engines=tuple(self.engines),
                                   k=self.figures.k if self.figures is not None else None, values=self.values,
-                                  positions=self.positions, load=self.load, advisor=shown, paying=self.paying)
+                                  positions=self.positions, load=self.load, advisor=shown, paying=self.paying,
+                                  positions_exact=bool(self.figures is not None and self.figures.drafted_by_position))
 
 
 class CheckReport(NamedTuple):
@@ -121,14 +122,19 @@ def sum_figures(parts: list[SeriesFigures]) -> SeriesFigures:
         vals = [getattr(p, attr) for p in parts if getattr(p, attr) is not None]
         return sum(vals) if vals else None
 
-    by_pos: dict[str, float] = {}
-    for p in parts:
-        for pos, v in p.accepted_by_position.items():
-            by_pos[pos] = by_pos.get(pos, 0.0) + v
+    def by_position(attr: str) -> dict[str, float]:
+        summed: dict[str, float] = {}
+        for p in parts:
+            for pos, v in getattr(p, attr).items():
+                summed[pos] = summed.get(pos, 0.0) + v
+        return summed
+
+    # Drafts per position are exact only when every engine counts them.
+    drafted = by_position("drafted_by_position") if all(p.drafted_by_position for p in parts) else {}
     return replace(parts[0], seconds=max(p.seconds for p in parts), drafts=total("drafts"),
                    draft_tokens=total("draft_tokens"), accepted=total("accepted"),
-                   generation=total("generation"), accepted_by_position=by_pos,
-                   k=max(p.k for p in parts))
+                   generation=total("generation"), accepted_by_position=by_position("accepted_by_position"),
+                   k=max(p.k for p in parts), drafted_by_position=drafted)
 
 
 def _gauge(snap: Snapshot, family: str, series_keys: list, combine: Callable[[list[float]], float]) -> float | None:
@@ -175,7 +181,9 @@ def build_reports(poller: Poller, snap: Snapshot, min_draft_tokens: float, draft
                 positions[int(labels[2])] = value
             else:
                 values[MetricName(name)] = value
-        curve = [positions[p] for p in sorted(positions)]
+        # The advisor reads accepted per draft (derive.py's curve), also where `positions` are exact.
+        per_draft = {int(p): a / total.drafts for p, a in total.accepted_by_position.items()} if total.drafts else {}
+        curve = [per_draft[p] for p in sorted(positions) if p in per_draft]
         advice = advisor.advise(curve, draft_cost) if curve else None
         reports.append(ModelReport(model, engines, total, values, positions, load, advice,
                                    paying_at(total, (batches or {}).get(model), draft_cost, compute_bound_tokens,

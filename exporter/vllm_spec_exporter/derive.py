@@ -2,11 +2,13 @@
 
 No data is not zero: a ratio whose denominator is 0 (idle), or that rests on fewer than
 `min_draft_tokens` draft tokens, is omitted, never served as 0 or NaN. Rates may be 0 when idle.
+Per-position acceptance divides by the draft tokens proposed at the position where the server
+exports them (exact), otherwise by the drafts (a lower bound when drafts vary in length).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .advisor import UNKNOWN_METHOD_DRAFT_COST, advise
 from .names import CounterKey, Family, MetricName, Schema, SeriesKey
@@ -32,6 +34,8 @@ class SeriesFigures:
     generation: float | None
     accepted_by_position: dict[str, float]
     k: int
+    # Draft tokens proposed at each position, where the server exports them (names.Family.DRAFTED_PER_POS).
+    drafted_by_position: dict[str, float] = field(default_factory=dict)
 
 
 def figures(store: WindowStore, snap: Snapshot, series: SeriesKey, keys: list[CounterKey] | None = None,
@@ -51,8 +55,9 @@ def figures(store: WindowStore, snap: Snapshot, series: SeriesKey, keys: list[Co
         if value is not None:
             total = (key.family, key.position)
             totals[total] = totals.get(total, 0.0) + value
-    per_position = Family.ACCEPTED_PER_POS
+    per_position, drafted = Family.ACCEPTED_PER_POS, Family.DRAFTED_PER_POS
     by_pos = {pos: v for (family, pos), v in totals.items() if family == per_position}
+    drafted_by_pos = {pos: v for (family, pos), v in totals.items() if family == drafted}
     return SeriesFigures(
         seconds=end - start,
         drafts=totals.get((Family.DRAFTS, "")),
@@ -61,6 +66,7 @@ def figures(store: WindowStore, snap: Snapshot, series: SeriesKey, keys: list[Co
         generation=totals.get((Family.GENERATION_TOKENS, "")),
         accepted_by_position=dict(sorted(by_pos.items(), key=lambda kv: int(kv[0]))),
         k=len(snap.positions(series)) if k is None else k,
+        drafted_by_position=drafted_by_pos,
     )
 
 
@@ -134,7 +140,12 @@ def derive_series(series: SeriesKey, f: SeriesFigures, min_draft_tokens: float,
         emit_ratio(MetricName.EFFICIENCY_RATIO, D + A, D * (f.k + 1))
     curve = []
     for position, accepted in f.accepted_by_position.items():
-        emit_ratio(MetricName.POSITION_ACCEPTANCE_RATIO, accepted, D, (*series, position))
+        # Exact where the server counts the drafts that reached the position; otherwise every draft
+        # is in the denominator, also those too short to reach it: a lower bound (schema.py).
+        reached = f.drafted_by_position.get(position) if f.drafted_by_position else D
+        if reached is not None:
+            emit_ratio(MetricName.POSITION_ACCEPTANCE_RATIO, accepted, reached, (*series, position))
+        # The advisor's curve stays per draft (its sum is the mean accepted length): ΔA_pos / ΔD.
         curve.append(accepted / D)
     if curve and len(curve) == f.k and all(0 <= p <= 1 for p in curve):
         advice = advise(curve, draft_cost)

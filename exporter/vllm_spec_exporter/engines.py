@@ -45,6 +45,10 @@ VLLM_NAMES: dict[str, Key] = {
     "spec_decode_num_draft_tokens": Key.DRAFT_TOKENS,
     "spec_decode_num_accepted_tokens": Key.ACCEPTED_TOKENS,
     "spec_decode_num_accepted_tokens_per_pos": Key.ACCEPTED_PER_POS,
+    # Not in vLLM upstream (vllm/v1/spec_decode/metrics.py keeps SpecDecodingStats.
+    # num_draft_tokens_per_pos without exporting it); builds that export it make per-position
+    # acceptance exact (derive.py).
+    "spec_decode_num_draft_tokens_per_pos": Key.DRAFTED_PER_POS,
     "generation_tokens": Key.GENERATION_TOKENS,
     # V0 engine (<= 0.9): lifetime gauges plus counters that must not be rate()d (sum-of-sums bug).
     "spec_decode_draft_acceptance_rate": Key.V0_ACCEPTANCE_RATE,
@@ -133,7 +137,7 @@ UNLABELLED_MODEL_FAMILIES = frozenset({Family.LLAMACPP, Family.TGI})
 # Keys that say "this exposition does speculative decoding (or its diffusion twin)". Context gauges
 # (requests, KV usage) name a family too but never decide a spec schema.
 SPEC_KEYS = frozenset({
-    Key.DRAFTS, Key.DRAFT_TOKENS, Key.ACCEPTED_TOKENS, Key.ACCEPTED_PER_POS,
+    Key.DRAFTS, Key.DRAFT_TOKENS, Key.ACCEPTED_TOKENS, Key.ACCEPTED_PER_POS, Key.DRAFTED_PER_POS,
     Key.V0_ACCEPTANCE_RATE, Key.V0_EFFICIENCY, Key.V0_EMITTED_TOKENS,
     Key.ENGINE_ACCEPTANCE_LENGTH, Key.ENGINE_ACCEPTANCE_RATE, Key.ENGINE_DRAFT_OVERHEAD,
     Key.ENGINE_DRAFT_STEPS, Key.ENGINE_VERIFY_TOKENS,

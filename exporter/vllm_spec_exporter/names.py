@@ -41,6 +41,10 @@ class Family(StrEnum):
     DRAFT_TOKENS = "draft_tokens"
     ACCEPTED_TOKENS = "accepted_tokens"
     ACCEPTED_PER_POS = "accepted_per_pos"
+    # Draft tokens proposed at each position: not in vLLM upstream (SpecDecodingStats keeps
+    # num_draft_tokens_per_pos without exporting it); some builds export it. Where present,
+    # per-position acceptance is exact instead of a lower bound.
+    DRAFTED_PER_POS = "drafted_per_pos"
     GENERATION_TOKENS = "generation_tokens"
     # V0 engine (<= 0.9): lifetime gauges, plus a counter that must not be rate()d (sum-of-sums).
     V0_ACCEPTANCE_RATE = "v0_acceptance_rate"
@@ -133,6 +137,7 @@ class MetricName(StrEnum):
     DRAFT_TOKENS_TOTAL = "vllm_spec_decode_draft_tokens_total"
     ACCEPTED_TOKENS_TOTAL = "vllm_spec_decode_accepted_tokens_total"
     ACCEPTED_TOKENS_BY_POSITION_TOTAL = "vllm_spec_decode_accepted_tokens_by_position_total"
+    DRAFT_TOKENS_BY_POSITION_TOTAL = "vllm_spec_decode_draft_tokens_by_position_total"
     GENERATION_TOKENS_TOTAL = "vllm_server_generation_tokens_total"
     # Context gauges.
     REQUESTS_RUNNING = "vllm_server_requests_running"
@@ -188,7 +193,7 @@ class SeriesKey(NamedTuple):
 class CounterKey(NamedTuple):
     """One counter series of a target, as the window tracks it.
 
-    `position` is the 0-based draft position ("" except for `Family.ACCEPTED_PER_POS`); `replica`
+    `position` is the 0-based draft position ("" except for the per-position families); `replica`
     is the text of any labels beyond model_name/engine/position (Ray's per-replica labels), "" for
     plain vLLM. Each replica keeps its own window, so a replica leaving or restarting is never read
     as the others resetting; derived values sum the replicas' deltas.

@@ -23,7 +23,10 @@ __all__ = ["EngineError", "Snapshot", "detect_engine", "normalise"]
 # Engine-index labels of every family (SGLang's dp_rank) are part of the series, not a replica.
 BASE_LABELS = frozenset(("model_name", "engine", "position", *ENGINE_LABEL.values()))
 
-V1_COUNTERS = (Family.DRAFTS, Family.DRAFT_TOKENS, Family.ACCEPTED_TOKENS, Family.ACCEPTED_PER_POS)
+V1_COUNTERS = (Family.DRAFTS, Family.DRAFT_TOKENS, Family.ACCEPTED_TOKENS, Family.ACCEPTED_PER_POS,
+               Family.DRAFTED_PER_POS)
+# The counters with a `position` label (their series keys carry it).
+PER_POSITION = frozenset((Family.ACCEPTED_PER_POS, Family.DRAFTED_PER_POS))
 V0_MARKERS = (Family.V0_ACCEPTANCE_RATE, Family.V0_EFFICIENCY, Family.V0_EMITTED_TOKENS)
 COUNTER_FAMILIES = (*V1_COUNTERS, Family.GENERATION_TOKENS)
 GAUGE_FAMILIES = (Family.REQUESTS_RUNNING, Family.REQUESTS_WAITING, Family.KV_CACHE_USAGE,
@@ -166,7 +169,7 @@ def normalise(samples: list[RawSample], default_model: str = "") -> Snapshot:
         if counter_key is None:
             counter_key = _counter_key(key, s.labels, s.engine_family, default_model)
             if counter_key is None:
-                snap.invalid.append(f"accepted_per_pos: position label {s.labels.get('position')!r} "
+                snap.invalid.append(f"{key}: position label {s.labels.get('position')!r} "
                                     "is not an integer 0..63")
                 continue
             keys[cache_key] = counter_key
@@ -210,12 +213,13 @@ def _counter_key(family: Family, labels: dict[str, str], engine_family: str,
     label (ENGINE_LABEL: SGLang's dp_rank), "engine" for vLLM.
     """
     position = ""
-    if family == Family.ACCEPTED_PER_POS:
+    per_position = family in PER_POSITION
+    if per_position:
         position = _position(labels.get("position"))
         if position is None:
             return None
     if engine_family == EngineFamily.VLLM:  # vLLM: only Ray's replica labels go beyond these
-        replica = _replica(labels) if len(labels) > 2 + (family == Family.ACCEPTED_PER_POS) else ""
+        replica = _replica(labels) if len(labels) > 2 + per_position else ""
     else:
         replica = _replica(labels)
     series = SeriesKey(labels.get("model_name", default_model),

@@ -46,11 +46,13 @@ DERIVED = (
     ),
     Metric(
         MetricName.POSITION_ACCEPTANCE_RATIO, "gauge", POSITION_LABELS,
-        "Share of drafts whose token at this 0-based position was accepted over the window "
-        "(vllm:spec_decode_num_accepted_tokens_per_pos_total / ..._num_drafts_total). Every draft "
-        "counts, also drafts shorter than the position (n-gram misses, dynamic k): a lower bound "
-        "when drafts vary in length.",
-        "ΔA_pos / ΔD",
+        "Acceptance at this 0-based position over the window. Exact where the server exports "
+        "vllm:spec_decode_num_draft_tokens_per_pos_total (then served as "
+        "vllm_spec_decode_draft_tokens_by_position_total for the same series): accepted at the "
+        "position / drafted at the position. Otherwise (vLLM upstream) / ..._num_drafts_total: "
+        "every draft counts, also drafts shorter than the position (n-gram misses, dynamic k), a "
+        "lower bound when drafts vary in length.",
+        "ΔA_pos / ΔT_pos, else ΔA_pos / ΔD",
     ),
     Metric(
         MetricName.MEAN_ACCEPTANCE_LENGTH, "gauge", SERIES_LABELS,
@@ -157,6 +159,11 @@ COUNTERS = (
     Metric(MetricName.ACCEPTED_TOKENS_BY_POSITION_TOTAL, "counter", POSITION_LABELS,
            "Drafts whose token at this 0-based position was accepted; "
            "vllm:spec_decode_num_accepted_tokens_per_pos_total."),
+    Metric(MetricName.DRAFT_TOKENS_BY_POSITION_TOTAL, "counter", POSITION_LABELS,
+           "Draft tokens proposed at this 0-based position (drafts long enough to reach it); "
+           "vllm:spec_decode_num_draft_tokens_per_pos_total, which vLLM upstream does not export: "
+           "served only for a server that does. Its presence makes "
+           "vllm_spec_decode_position_acceptance_ratio of the same series exact."),
     Metric(MetricName.GENERATION_TOKENS_TOTAL, "counter", SERIES_LABELS,
            "Generated tokens, accepted drafts included; vllm:generation_tokens_total."),
 )

@@ -54,6 +54,7 @@ class ModelView(NamedTuple):
     load: LoadView = LoadView()
     advisor: AdvisorView | None = None
     paying: PayingView | None = None
+    positions_exact: bool = False  # the server counts drafts per position: `positions` are exact
 
 
 BAR_WIDTH = 24
@@ -93,8 +94,8 @@ def model_lines(m: ModelView, threshold: float, color: bool = False) -> list[str
     for pos, value in sorted(m.positions.items()):
         lines.append(f"  position {pos:>2}       {value:6.1%} {bar(value)}")
     draft_length = values.get(MetricName.MEAN_DRAFT_LENGTH)
-    if m.positions and k and draft_length is not None and draft_length < k - 0.05:
-        # vLLM has no per-position drafted counter: every draft is in each position's denominator.
+    if m.positions and k and draft_length is not None and draft_length < k - 0.05 and not m.positions_exact:
+        # vLLM upstream exports no per-position drafted counter: every draft is in each position's denominator.
         lines.append(f"  (drafts averaged {draft_length:.2f} of k={k} tokens: each position divides by all "
                      "drafts, so later positions read low; lower bounds)")
     mal = values.get(MetricName.MEAN_ACCEPTANCE_LENGTH)

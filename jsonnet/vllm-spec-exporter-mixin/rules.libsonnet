@@ -62,6 +62,18 @@
             ||| % v,
           },
           {
+            record: '%(fleetLevel)s_model_engine_position:vllm_spec_decode_draft_tokens_by_position:rate2m' % v,
+            expr: |||-
+              sum by (%(fleetKeptLabels)s, model_name, engine, position) (
+              (rate(vllm_spec_decode_draft_tokens_by_position_total{%(exporterSelector)s}[2m])
+              or (
+              rate(vllm_spec_decode_drafts_total{%(exporterSelector)s}[2m])
+              + ignoring (position) group_right ()
+              (0 * rate(vllm_spec_decode_accepted_tokens_by_position_total{%(exporterSelector)s}[2m]))))
+              )
+            ||| % v,
+          },
+          {
             record: '%(fleetLevel)s_model_engine:vllm_generation_tokens:rate2m' % v,
             expr: |||-
               sum by (%(fleetKeptLabels)s, model_name, engine) (

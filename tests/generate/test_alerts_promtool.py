@@ -17,7 +17,7 @@ from xml.etree import ElementTree
 import pytest
 import yaml
 
-from support.paths import ROOT
+from support.paths import ROOT, SIDECAR_BUNDLE, promtool_scenarios
 from support.prom import require_version, run_tool
 from vllm_spec_exporter.mixin import generate
 from vllm_spec_exporter.mixin.config import MixinConfig
@@ -27,17 +27,18 @@ from vllm_spec_lab.monitoring import AMTOOL_BIN, PROMTOOL_BIN, PROMTOOL_OLDEST_B
 
 pytestmark = pytest.mark.prometheus
 
-PROMTOOL_TESTS = sorted((ROOT / "tests" / "promtool").glob("*.yaml"))
+# Both bundles' scenarios, from beside their rule files (alerts/tests/, direct/alerts/tests/).
+PROMTOOL_TESTS = promtool_scenarios()
 
 
 def test_promtool_check_rules_on_committed_files(promtool: str) -> None:
     result = run_tool([promtool, "check", "rules", rule_files.RULES_FILE, rule_files.ALERTS_FILE], cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    # 4 source records (none per position); 5 fleet rates + efficiency's 2 terms; per server 4
+    # 4 source records (none per position); 6 fleet rates + efficiency's 2 terms; per server 4
     # rates + 2 ratios, per model 2 rates + acceptance, 4 drafting-state records; 3 band counts +
     # scrape errors; 4 windows x (drafts + acceptance + upper bound) + 2 read lower bounds (the
     # fast tier's)
-    assert "SUCCESS: 44 rules found" in result.stdout
+    assert "SUCCESS: 45 rules found" in result.stdout
     assert "SUCCESS: 10 rules found" in result.stdout
 
 
@@ -45,10 +46,22 @@ def test_the_scenarios_per_position_check_is_the_runbooks_query() -> None:
     """recording_rules_test.yaml checks per-position acceptance, which no record holds, by the
     runbook's query written out: it must be the generated one (recording_rules.position_acceptance),
     so the check follows a change of the query and cannot pass on a stale copy."""
-    scenario = yaml.safe_load((ROOT / "tests" / "promtool" / "recording_rules_test.yaml").read_text())
+    scenario = yaml.safe_load((SIDECAR_BUNDLE / "tests" / "recording_rules_test.yaml").read_text())
     written = [" ".join(check["expr"].split()) for case in scenario["tests"]
                for check in case.get("promql_expr_test", []) if "by_position" in check["expr"]]
     assert written == [" ".join(recording_rules.position_acceptance(MixinConfig(), "").split())]
+
+
+@pytest.mark.parametrize("source", ["exporter", "vllm"])
+def test_the_exact_per_position_scenarios_check_the_runbooks_query(source: str) -> None:
+    """position_acceptance_test.yaml (both bundles) checks the same query, rounded, where a server
+    counts drafts per position: exact there, over drafts elsewhere."""
+    cfg = MixinConfig(source=source)
+    bundle = ROOT / (generate.DIRECT_ROOT if cfg.direct else "") / "alerts"
+    scenario = yaml.safe_load((bundle / "tests" / "position_acceptance_test.yaml").read_text())
+    written = [" ".join(check["expr"].split()) for case in scenario["tests"]
+               for check in case.get("promql_expr_test", []) if "sum without" in check["expr"]]
+    assert written == [" ".join(f"round( {recording_rules.position_acceptance(cfg, '')} , 0.0001)".split())]
 
 
 def test_promtool_check_rules_on_prometheusrule_spec(promtool: str, tmp_path: Path) -> None:
@@ -58,11 +71,16 @@ def test_promtool_check_rules_on_prometheusrule_spec(promtool: str, tmp_path: Pa
     path.write_text(yaml.safe_dump(spec))
     result = run_tool([promtool, "check", "rules", str(path)])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 54 rules found" in result.stdout  # 44 records + 10 alerts
+    assert "SUCCESS: 55 rules found" in result.stdout  # 45 records + 10 alerts
 
 
 def test_there_are_promtool_scenarios() -> None:
     assert len(PROMTOOL_TESTS) >= 3
+
+
+def _id(path: Path) -> str:
+    """A scenario's test id: its bundle's folder and its name (direct/alerts:health_test)."""
+    return f"{path.relative_to(ROOT).parent.parent}:{path.stem}"
 
 
 def scenario_groups(path: Path) -> list[str | None]:
@@ -73,7 +91,7 @@ def scenario_groups(path: Path) -> list[str | None]:
 
 # Prometheus 3: one promtool run per test group (`--run`), so each fails on its own and parallel
 # workers share the longest file out; its JUnit report proves the group (and only it) ran.
-SCENARIO_GROUPS = [pytest.param(path, group, id=f"{path.stem}:{group}" if group else path.stem)
+SCENARIO_GROUPS = [pytest.param(path, group, id=f"{_id(path)}:{group}" if group else _id(path))
                    for path in PROMTOOL_TESTS for group in scenario_groups(path)]
 
 
@@ -82,8 +100,7 @@ def test_promtool_unit_tests_pass(scenario: Path, group: str | None, tmp_path: P
     promtool = require_version(PROMTOOL_BIN, "3.")
     junit = tmp_path / "junit.xml"
     only = [f"--run=^{re.escape(group)}$"] if group else []
-    result = run_tool([promtool, "test", "rules", f"--junit={junit}", *only, str(scenario)],
-                      cwd=ROOT / "tests" / "promtool")
+    result = run_tool([promtool, "test", "rules", f"--junit={junit}", *only, str(scenario)], cwd=scenario.parent)
     assert result.returncode == 0, result.stdout + result.stderr
     ran = [case.get("name") for case in ElementTree.parse(junit).iter("testcase")]
     if group:
@@ -94,10 +111,10 @@ def test_promtool_unit_tests_pass(scenario: Path, group: str | None, tmp_path: P
 
 # promtool 2.42 has neither `--run` nor `--junit`: one run per scenario file.
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", PROMTOOL_TESTS, ids=lambda path: path.stem)
+@pytest.mark.parametrize("scenario", PROMTOOL_TESTS, ids=_id)
 def test_promtool_oldest_unit_tests_pass(scenario: Path) -> None:
     result = run_tool([require_version(PROMTOOL_OLDEST_BIN, "2."), "test", "rules", str(scenario)],
-                      cwd=ROOT / "tests" / "promtool")
+                      cwd=scenario.parent)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("SUCCESS") == 1
 
@@ -112,28 +129,28 @@ def test_amtool_check_config_on_committed_file(path: str, prefix: str) -> None:
 
 
 def _run_scenarios_against(cfg: MixinConfig, tmp_path: Path, expected_failure: str) -> str:
-    """Render `cfg` into tmp/alerts and run the committed scenario that must fail (`expected_failure`,
-    "name: <test group>") on it, from the file that holds it (tmp/tests/promtool): only that group
-    (`--run`), as the other scenarios say nothing about the mutation."""
+    """Render `cfg` into tmp/ and run the committed scenario that must fail (`expected_failure`,
+    "name: <test group>") on it, from the files that hold it, copied to their places beside the
+    rendered rules (tmp/alerts/tests/, tmp/direct/alerts/tests/): only that group (`--run`), as the
+    other scenarios say nothing about the mutation."""
     for rel, text in generate.render_all(cfg).items():
         target = tmp_path / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-    tests_dir = tmp_path / "tests" / "promtool"
-    tests_dir.mkdir(parents=True)
-    holding = [path for path in PROMTOOL_TESTS if expected_failure in path.read_text()]
+    holding = [path.relative_to(ROOT) for path in PROMTOOL_TESTS if expected_failure in path.read_text()]
     assert holding, f"no scenario file has {expected_failure!r}"
-    for path in holding:
-        shutil.copy(path, tests_dir / path.name)
+    for rel in holding:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
     # Generous: a mutated 20m window makes promtool's simulation several times slower on a busy machine.
     group = expected_failure.removeprefix("name: ")
     result = run_tool([require_version(PROMTOOL_BIN, "3."), "test", "rules", f"--run=^{re.escape(group)}$",
-                       *(p.name for p in holding)], cwd=tests_dir, timeout=600)
+                       *map(str, holding)], cwd=tmp_path, timeout=600)
     assert result.returncode != 0, f"scenarios passed against a wrong config {cfg}"
     return result.stdout + result.stderr  # promtool prints failures on stderr
 
 
-@pytest.mark.slow  # 15 promtool runs, each of the one scenario file that must fail
+@pytest.mark.slow  # 17 promtool runs, each of the scenario files that must fail
 @pytest.mark.parametrize(
     ("overrides", "expected_failure"),
     [
@@ -158,6 +175,9 @@ def _run_scenarios_against(cfg: MixinConfig, tmp_path: Path, expected_failure: s
         ({"counter_resets_threshold": 2}, "name: vllm restarting repeatedly"),
         ({"target_down_for": "3m"}, "name: vllm unreachable"),
         ({"lossy_verification_for": "10m"}, "name: a lossy verification is named and flagged"),
+        # Not paying: a shorter hold pages early; more free verification makes the large batch pay.
+        ({"not_paying_for": "10m"}, "name: not paying at a large batch, paying at a small one"),
+        ({"compute_bound_tokens": 512}, "name: not paying at a large batch, paying at a small one"),
     ],
 )
 def test_scenarios_fail_against_wrong_rules(overrides: dict[str, object], expected_failure: str,
@@ -183,9 +203,9 @@ def test_the_config_scenarios_catch_a_join_on_the_config_series(tmp_path: Path) 
     for rel, text in {**files, rule_files.ALERTS_FILE: yaml.safe_dump(alerts, sort_keys=False)}.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
-    tests_dir = tmp_path / "tests" / "promtool"
+    tests_dir = tmp_path / SIDECAR_BUNDLE.relative_to(ROOT) / "tests"
     tests_dir.mkdir(parents=True)
-    shutil.copy(ROOT / "tests" / "promtool" / "spec_config_test.yaml", tests_dir)
+    shutil.copy(SIDECAR_BUNDLE / "tests" / "spec_config_test.yaml", tests_dir)
     result = run_tool([require_version(PROMTOOL_BIN, "3."), "test", "rules", "spec_config_test.yaml"], cwd=tests_dir)
     output = result.stdout + result.stderr
     assert result.returncode != 0, output

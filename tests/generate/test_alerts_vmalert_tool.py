@@ -1,4 +1,4 @@
-"""The promtool scenarios (tests/promtool/*.yaml) run through `vmalert-tool unittest` as well:
+"""The promtool scenarios (alerts/tests/*.yaml, direct/alerts/tests/*.yaml) run through `vmalert-tool unittest` as well:
 VictoriaMetrics' own rule tester, with vmalert's evaluation and MetricsQL.
 
 The files are used as they are, converted only where the two formats differ by name
@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.paths import ROOT
+from support.paths import ROOT, promtool_scenarios
 from support.prom import require_binary, run_tool
 from support.report import VMALERT_DIFFERENCES  # printed at the end of the run
 from vllm_spec_exporter.durations import format_duration, seconds
@@ -41,7 +41,7 @@ from vllm_spec_lab.binaries import PROMTOOL_BIN, PROMTOOL_OLDEST_BIN, VMALERT_TO
 
 pytestmark = pytest.mark.prometheus
 
-SCENARIO_FILES = sorted((ROOT / "tests" / "promtool").glob("*.yaml"))
+SCENARIO_FILES = promtool_scenarios()
 
 # vmalert-tool's failure report: per test group "testGroupName: <test>," then one block per failed
 # alert check or expression check.
@@ -155,7 +155,7 @@ def explain_failures(output: str) -> tuple[set[tuple[str, int]], list[tuple[str,
 
 
 @pytest.mark.slow  # one vmalert-tool run per scenario test: minutes
-@pytest.mark.parametrize("path", SCENARIO_FILES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", SCENARIO_FILES, ids=lambda p: f"{p.relative_to(ROOT).parent.parent}:{p.stem}")
 def test_scenarios_on_vmalert_tool(path: Path, tmp_path: Path) -> None:
     """One vmalert-tool run per test (its report names the test of an alert failure, not of an
     expression failure), then one more for the late checks, one evaluation later."""

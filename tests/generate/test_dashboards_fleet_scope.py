@@ -126,6 +126,11 @@ def input_series(case: Case) -> list[dict[str, str]]:
                 counter(_name(case, server, source_counter), labels, step)
             for position, step in enumerate(server.accepted_by_position):
                 counter(_name(case, server, sources.ACCEPTED_BY_POSITION), f'{labels},position="{position}"', step)
+                # Server a counts its drafts per position too (every draft k long: each position is
+                # drafted as often as there are drafts); the others do not, as vLLM upstream.
+                if server.instance == "a" and _name(case, server, sources.DRAFTED_AT_POSITION):
+                    counter(_name(case, server, sources.DRAFTED_AT_POSITION), f'{labels},position="{position}"',
+                            server.drafts)
             if not case.cfg.direct:
                 series.append({"series": f"vllm_spec_decode_num_speculative_tokens{{{labels}}}",
                                "values": f"{server.k}x{MINUTES * 4}"})

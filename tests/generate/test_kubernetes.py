@@ -29,7 +29,7 @@ import requests
 import yaml
 from jsonschema.exceptions import best_match
 
-from support.paths import ROOT
+from support.paths import ROOT, promtool_scenarios
 from support.policy import require
 from vllm_spec_exporter import cli, settings
 from vllm_spec_exporter.mixin import generate
@@ -282,11 +282,12 @@ def test_prometheusrule_groups_are_exactly_the_promtool_tested_files(built: Obje
     for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE):
         promtool_groups += yaml.safe_load((ROOT / rel).read_text())["groups"]
     # ... and these are the files the promtool unit tests load.
-    loaded = {name for test_file in (ROOT / "tests" / "promtool").glob("*.yaml")
+    loaded = {(test_file.parent / name).resolve().relative_to(ROOT).as_posix() for test_file in promtool_scenarios()
               for name in yaml.safe_load(test_file.read_text())["rule_files"]}
-    sidecar = {f"../../{rule_files.RULES_FILE}", f"../../{rule_files.ALERTS_FILE}"}
-    # (direct_health_test.yaml loads the sidecar-less bundle's committed files, direct/)
-    assert loaded - sidecar == {f"../../direct/{rule_files.RULES_FILE}", f"../../direct/{rule_files.ALERTS_FILE}"}
+    sidecar = {rule_files.RULES_FILE, rule_files.ALERTS_FILE}
+    # (direct/alerts/tests/ and both_bundles_test.yaml load the sidecar-less bundle's committed files)
+    assert loaded - sidecar == {f"{generate.DIRECT_ROOT}{rule_files.RULES_FILE}",
+                                f"{generate.DIRECT_ROOT}{rule_files.ALERTS_FILE}"}
     assert sidecar <= loaded
     assert built["PrometheusRule"]["spec"]["groups"] == promtool_groups
     committed = yaml.safe_load((ROOT / kubernetes.PROMETHEUS_RULE_FILE).read_text())

@@ -1,5 +1,5 @@
 """SGLang's adaptive tier 0 is speculation paused by design: the static promtool scenario
-(tests/promtool/sglang_tier_test.yaml, run on both promtools by test_alerts_promtool.py and through
+(alerts/tests/sglang_tier_test.yaml, run on both promtools by test_alerts_promtool.py and through
 vmalert-tool by test_alerts_vmalert_tool.py) evaluates the overview's drafting-state query. This
 keeps the scenario's copy of that query equal to the generated one, so the scenario cannot drift
 from what the dashboard runs, and checks that the series the scenario feeds are the ones the
@@ -10,12 +10,12 @@ from __future__ import annotations
 import yaml
 
 from support.engine_replay import scrapes, serve
-from support.paths import TESTS
+from support.paths import SIDECAR_BUNDLE
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.dashboards import dashboard_files, overview
 from vllm_spec_lab.grafana_query import expand_variables
 
-SCENARIO = TESTS / "promtool" / "sglang_tier_test.yaml"
+SCENARIO = SIDECAR_BUNDLE / "tests" / "sglang_tier_test.yaml"
 STATE_PANEL = "Drafting: on, paused by design, or stopped"
 
 

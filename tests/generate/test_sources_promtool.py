@@ -1,6 +1,6 @@
 """Both sources give the same pages: the promtool scenarios, run on vLLM's own series too.
 
-Every scenario of tests/promtool/ is written for the sidecar (source=exporter). Here each one is
+Every scenario of alerts/tests/ is written for the sidecar (source=exporter). Here each one is
 translated to what Prometheus holds when it scrapes vLLM directly: the sidecar's counters become
 vLLM's own names in one of the four spellings (`vllm:`, `vllm_`, `ray_vllm:`, `ray_vllm_`,
 rotated over the servers and over four runs, so every series is read in every spelling), the
@@ -8,7 +8,7 @@ sidecar's job becomes vLLM's, the runbook links the direct page, and the rule fi
 (direct/alerts/). The expectations are left as they are: the same alerts at the same evaluation
 times, the same records with the same values. Scenarios of sidecar-only alerts (the exporter's
 own health, `vllm_spec_decode_enabled`, `target_up`) have no direct counterpart; the direct
-health alerts have their own scenarios (tests/promtool/direct_health_test.yaml).
+bundle has its own scenarios besides (direct/alerts/tests/).
 Like every promtool scenario, they run on both promtools: Prometheus 3's and 2.42's, the oldest
 we support (tests/generate/test_alerts_promtool.py).
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.paths import ROOT
+from support.paths import ROOT, SIDECAR_BUNDLE, promtool_scenarios
 from support.prom import is_version, run_tool
 from vllm_spec_exporter.engines import VLLM_PREFIXES
 from vllm_spec_exporter.mixin import generate
@@ -39,14 +39,13 @@ from vllm_spec_exporter.names import MetricName
 
 pytestmark = pytest.mark.prometheus
 
-PROMTOOL_DIR = ROOT / "tests" / "promtool"
 # Written for the sidecar, and about the sidecar or engines the direct rules do not read.
 # Not translatable: llama.cpp and SGLang's tier gauges reach Prometheus only through the sidecar;
-# the direct bundle's own scenarios; both bundles at once; the speculative config series (the
-# sidecar reads it, vLLM serves no such series).
-SIDECAR_ONLY_FILES = ("mixed_engines_test.yaml", "sglang_tier_test.yaml", "direct_health_test.yaml",
-                      "both_bundles_test.yaml", "spec_config_test.yaml")
-SIDECAR_SCENARIOS = sorted(p for p in PROMTOOL_DIR.glob("*.yaml") if p.name not in SIDECAR_ONLY_FILES)
+# both bundles at once; the speculative config series (the sidecar reads it, vLLM serves no such
+# series).
+SIDECAR_ONLY_FILES = ("mixed_engines_test.yaml", "sglang_tier_test.yaml", "both_bundles_test.yaml",
+                      "spec_config_test.yaml")
+SIDECAR_SCENARIOS = [p for p in promtool_scenarios(SIDECAR_BUNDLE) if p.name not in SIDECAR_ONLY_FILES]
 SIDECAR_ONLY_ALERTS = {alert_rules.METRICS_MISSING, alert_rules.VLLM_UNREACHABLE, alert_rules.VLLM_RESTARTING,
                        alert_rules.EXPORTER_DOWN, alert_rules.EXPORTER_ABSENT}
 SIDECAR_ONLY_SERIES = {MetricName.TARGET_UP, MetricName.SPEC_DECODE_ENABLED, MetricName.TARGET_RESTARTS_TOTAL,
@@ -155,7 +154,7 @@ def test_translation_can_fail(promtool: str, direct_root: Path) -> None:
     sidecar_rules.mkdir(exist_ok=True)
     for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE):
         (sidecar_rules / Path(rel).name).write_text((ROOT / rel).read_text())
-    path = PROMTOOL_DIR / "acceptance_alerts_test.yaml"
+    path = SIDECAR_BUNDLE / "tests" / "acceptance_alerts_test.yaml"
     scenario, _ = translate(yaml.safe_load(path.read_text()), 0,
                             [f"../sidecar/{Path(rel).name}" for rel in (rule_files.RULES_FILE, rule_files.ALERTS_FILE)])
     out = direct_root / "tests" / "against-sidecar-rules.yaml"

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.prometheus
 
 @pytest.fixture(scope="module")
 def exposition() -> str:
-    with FakeVllm(models=("tiny-llama", "tiny-qwen"), engines=("0", "1")) as fake:
+    # (with the per-position draft counter some builds export: its re-exposed name is linted too)
+    with FakeVllm(models=("tiny-llama", "tiny-qwen"), engines=("0", "1"), drafted_per_position=True) as fake:
         fake.drive(50, 0.7)
         with ExporterProcess(fake.start(), interval=0.5, window=5, timeout=0.4, min_draft_tokens=0) as exporter:
             def full() -> str | None:

@@ -55,8 +55,12 @@ pytestmark = [pytest.mark.prometheus, pytest.mark.server]  # a real Prometheus
 FIXTURES = paths.FIXTURES / "vllm-0.32.0"
 RECONSTRUCTED_034 = paths.FIXTURES / "reconstructed" / "vllm-0.34.0-62d4bc3"
 # Instance name -> fixture directory.
+# A build exporting the per-position draft counter (the 0.32 n-gram capture with it added): exact
+# per-position acceptance in PromQL and in Python alike.
+DRAFTED_PER_POS = paths.FIXTURES / "reconstructed" / "vllm-0.32.0-drafted-per-pos"
 SCENARIOS = {**{name: FIXTURES / name for name in ("ngram", "draft_model", "multi_engine")},
-             **{f"v034-{name}": RECONSTRUCTED_034 / name for name in ("ngram", "dynamic_k", "multi_engine")}}
+             **{f"v034-{name}": RECONSTRUCTED_034 / name for name in ("ngram", "dynamic_k", "multi_engine")},
+             "drafted-ngram": DRAFTED_PER_POS / "ngram"}
 SPACING = 60  # seconds between two captured scrapes in the TSDB
 RATE_INTERVAL = f"{SPACING * 3}s"  # $__rate_interval of the dashboards' queries here
 COUNTER_OFFSET = 1e9
@@ -252,6 +256,10 @@ def test_records_equal_derive_on_real_vllm_output_in_every_spelling(tsdb: dict) 
                 for position, value in fig.accepted_by_position.items():
                     bucket = server.setdefault(f"P{position}", {})
                     bucket[series.model_name] = bucket.get(series.model_name, 0) + value
+                    # Drafted at the position where the server counts it, else its drafts (the lower bound).
+                    bucket = server.setdefault(f"Q{position}", {})
+                    drafted = fig.drafted_by_position.get(position) if fig.drafted_by_position else fig.drafts
+                    bucket[series.model_name] = bucket.get(series.model_name, 0) + (drafted or 0)
             for prefix in VLLM_PREFIXES:
                 instance = f"{scenario}-{prefix}"
                 seen: set[tuple] = set()
@@ -283,7 +291,7 @@ def test_records_equal_derive_on_real_vllm_output_in_every_spelling(tsdb: dict) 
                             continue
                         model = d["model_name"]
                         num, den, plus = {"acceptance": ("A", "T", 0), "length": ("A", "D", 1),
-                                          "position": (f"P{d.get('position')}", "D", 0)}[label]
+                                          "position": (f"P{d.get('position')}", f"Q{d.get('position')}", 0)}[label]
                         want = plus + server[num][model] / server[den][model]
                         if math.isclose(value, want, rel_tol=REL, abs_tol=1e-12):
                             compared[record] = compared.get(record, 0) + 1

@@ -19,7 +19,8 @@ RELATIVE_LINK = re.compile(r"\]\((?!https?://|mailto:|#)([^)\s]+?)(?:#[^)\s]*)?\
 # owner/repo#N or project#N, which this does not match).
 HISTORY = re.compile(r"(?i)\bsessions? [0-9]+|\bhelper sessions?\b|(?<![\w/#-])issues? [0-9]+\b")
 # What only exists in a checkout: the wheel must not point at it.
-CHECKOUT_ONLY = re.compile(r"(?<![\w.-])(bench|tests|tools)/|\.venv\b")
+# (A bundle's own unit tests, alerts/tests/ and direct/alerts/tests/, ship with its rules: product.)
+CHECKOUT_ONLY = re.compile(r"(?<![\w.-])(?<!alerts/)(bench|tests|tools)/|\.venv\b")
 # A web address is the product's to give (the repository's pages), not a path into a checkout.
 URL = re.compile(r"https?://\S+")
 
@@ -94,4 +95,5 @@ def test_the_checks_catch_what_they_look_for() -> None:
     assert not HISTORY.search("prometheus/client_python#1177") and not HISTORY.search("vllm#15415")
     assert CHECKOUT_ONLY.search("see tests/test_x.py") and CHECKOUT_ONLY.search(".venv/bin/python bench/x.py")
     assert not CHECKOUT_ONLY.search(URL.sub("", "see https://github.com/o/r/blob/main/bench/x.md"))
+    assert not CHECKOUT_ONLY.search("promtool test rules direct/alerts/tests/*.yaml")
     assert RELATIVE_LINK.findall("[a](docs/x.md#y) [b](https://x) [c](#z)") == ["docs/x.md"]

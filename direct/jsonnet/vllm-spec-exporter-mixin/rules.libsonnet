@@ -156,6 +156,40 @@
             ||| % v,
           },
           {
+            record: '%(fleetLevel)s_model_engine_position:vllm_spec_decode_draft_tokens_by_position:rate2m' % v,
+            expr: |||-
+              sum by (%(fleetKeptLabels)s, model_name, engine, position) (
+              ((rate({__name__="vllm:spec_decode_num_draft_tokens_per_pos_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_spec_decode_num_draft_tokens_per_pos_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:spec_decode_num_draft_tokens_per_pos_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_spec_decode_num_draft_tokens_per_pos_total", %(vllmSelector)s}[2m])))))
+              or (
+              (rate({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[2m]))))))
+              + ignoring (position) group_right ()
+              (0 * (rate({__name__="vllm:spec_decode_num_accepted_tokens_per_pos_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_spec_decode_num_accepted_tokens_per_pos_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:spec_decode_num_accepted_tokens_per_pos_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_spec_decode_num_accepted_tokens_per_pos_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="llamacpp:spec_decode_num_accepted_tokens_per_pos_total", %(vllmSelector)s}[2m])))))))))
+              )
+            ||| % v,
+          },
+          {
             record: '%(fleetLevel)s_model_engine:vllm_generation_tokens:rate2m' % v,
             expr: |||-
               sum by (%(fleetKeptLabels)s, model_name, engine) (

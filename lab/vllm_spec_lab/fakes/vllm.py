@@ -25,12 +25,15 @@ class FakeVllm:
 
     def __init__(self, models: Iterable[str] = ("tiny-llama",), engines: Iterable[str] = ("0",),
                  k: int = 4, spec_enabled: bool = True, latency_histograms: bool = False,
-                 step_seconds: float = 0.03, prefix: str = "vllm:") -> None:
+                 step_seconds: float = 0.03, prefix: str = "vllm:", drafted_per_position: bool = False) -> None:
         # latency_histograms: also serve vLLM's inter-token latency and time-per-output-token
         # histograms (the dashboards' context panels). Off by default: other tests see the exact
         # exposition they were written against. step_seconds is the simulated verification step.
         # prefix: "vllm:" as vLLM serves its names, "ray_vllm:" as Ray Serve's stat logger does.
+        # drafted_per_position: also serve the draft tokens per position, as builds that export
+        # SpecDecodingStats.num_draft_tokens_per_pos do (vLLM upstream does not).
         self.prefix = prefix
+        self.drafted_per_position = drafted_per_position
         self.latency_histograms = latency_histograms
         self.step_seconds = step_seconds
         self.models = tuple(models)
@@ -66,6 +69,10 @@ class FakeVllm:
             self.per_pos = Counter(f"{self.prefix}spec_decode_num_accepted_tokens_per_pos",
                                    "Accepted tokens per draft position.", [*labels, "position"],
                                    registry=reg)
+            if self.drafted_per_position:
+                self.drafted_per_pos = Counter(f"{self.prefix}spec_decode_num_draft_tokens_per_pos",
+                                               "Draft tokens per draft position.", [*labels, "position"],
+                                               registry=reg)
         if self.latency_histograms:
             self.inter_token_latency = Histogram(
                 f"{self.prefix}inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
@@ -84,6 +91,8 @@ class FakeVllm:
                         metric.labels(m, e)
                     for p in range(self.k):
                         self.per_pos.labels(m, e, str(p))
+                        if self.drafted_per_position:
+                            self.drafted_per_pos.labels(m, e, str(p))
         self.registry = reg
 
     def restart(self, spec_enabled: bool | None = None, k: int | None = None) -> None:
@@ -120,6 +129,8 @@ class FakeVllm:
                     self.accepted.labels(m, e).inc(accepted)
                     for p, n in enumerate(accepted_per_pos):
                         self.per_pos.labels(m, e, str(p)).inc(n)
+                        if self.drafted_per_position:  # every draft is k tokens long here
+                            self.drafted_per_pos.labels(m, e, str(p)).inc(drafts)
 
     def drive(self, drafts_per_second: float, acceptance: float) -> None:
         """Advance counters continuously (10 Hz) at this rate until changed or stopped."""

@@ -209,12 +209,15 @@ def position_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     layout.row("Per-position acceptance: is k right?")
     layout.add(bargauge_panel(
         "Acceptance by draft position",
-        "Share of drafts whose token at each 0-based position was accepted (accepted at position "
-        "/ drafts). It can only fall with position: where it drops below the line is where the "
-        "draft stops paying off. Good: every position green. vLLM counts no drafts per position, so "
-        "every draft is in the denominator, also drafts too short to reach the position (n-gram "
-        "misses, dynamic k's smaller k under load): when the Draft length panel is below k, the "
-        "later positions are lower bounds, not a reason to lower k by themselves. " + advice,
+        "Acceptance at each 0-based draft position: accepted at the position / draft tokens "
+        "proposed at it. Where it drops below the line is where the draft stops paying off. Good: "
+        "every position green. Exact where the server exports "
+        "vllm:spec_decode_num_draft_tokens_per_pos (some builds; the sidecar serves it as "
+        "vllm_spec_decode_draft_tokens_by_position_total). vLLM upstream does not: there every "
+        "draft is in the denominator, also drafts too short to reach the position (n-gram misses, "
+        "dynamic k's smaller k under load), so when the Draft length panel is below k the later "
+        "positions are lower bounds, not a reason to lower k by themselves (a model whose servers "
+        "only partly export it reads between the two). " + advice,
         RATIO,
         [Query(q.position_acceptance(), "{{model_name}} position {{position}}", instant=True)],
         thresholds_config=position_thresholds(cfg),

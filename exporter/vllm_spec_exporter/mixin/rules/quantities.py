@@ -14,7 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .sources import ACCEPTED, ACCEPTED_BY_POSITION, DRAFT_TOKENS, DRAFTS, GENERATED, SourceCounter
+from .sources import (
+    ACCEPTED,
+    ACCEPTED_BY_POSITION,
+    DRAFT_TOKENS,
+    DRAFTED_AT_POSITION,
+    DRAFTS,
+    GENERATED,
+    SourceCounter,
+)
 
 __all__ = [
     "ACCEPTANCE",
@@ -23,7 +31,6 @@ __all__ = [
     "MEAN_ACCEPTANCE_LENGTH",
     "MEAN_DRAFT_LENGTH",
     "POSITION_ACCEPTANCE",
-    "POSITION_MATCHING",
     "QUANTITIES",
     "Quantity",
     "speedup_at_load",
@@ -62,9 +69,10 @@ class Quantity:
 ACCEPTANCE = Quantity((ACCEPTED,), (DRAFT_TOKENS,))
 # Mean acceptance length counts the bonus token the target emits with every verification.
 MEAN_ACCEPTANCE_LENGTH = Quantity((ACCEPTED,), (DRAFTS,), offset=1)
-# vLLM exports no per-position draft counter; its own per-position rate divides by drafts (the
-# numerator keeps its `position` label: read it with POSITION_MATCHING).
-POSITION_ACCEPTANCE = Quantity((ACCEPTED_BY_POSITION,), (DRAFTS,))
+# Accepted at each position over drafted at it: exact where the server exports drafts per position,
+# elsewhere over drafts, the lower bound vLLM's own docs compute (sources.DRAFTED_AT_POSITION). Both
+# sides carry the `position` label: they divide one to one.
+POSITION_ACCEPTANCE = Quantity((ACCEPTED_BY_POSITION,), (DRAFTED_AT_POSITION,))
 DRAFTED_EFFICIENCY = Quantity((DRAFTS, ACCEPTED), (DRAFTS, DRAFT_TOKENS))
 DRAFT_OUTPUT_SHARE = Quantity((ACCEPTED,), (GENERATED,))
 MEAN_DRAFT_LENGTH = Quantity((DRAFT_TOKENS,), (DRAFTS,))
@@ -86,7 +94,6 @@ QUANTITIES = {
     "draft_output_share": DRAFT_OUTPUT_SHARE,
     "mean_draft_length": MEAN_DRAFT_LENGTH,
 }
-POSITION_MATCHING = "ignoring (position) group_left ()"
 
 
 def speedup_at_load(read: Callable[[SourceCounter], str], batch: str, draft_cost: float,

@@ -48,7 +48,7 @@ from ..config import MixinConfig, once_per_config
 from . import fleet_counts, fleet_records, load, positions, sources
 from .drafting_state import drafting_state_rules
 from .fleet_records import FLEET_GROUP
-from .quantities import ACCEPTANCE, MEAN_ACCEPTANCE_LENGTH, POSITION_ACCEPTANCE, POSITION_MATCHING
+from .quantities import ACCEPTANCE, MEAN_ACCEPTANCE_LENGTH, POSITION_ACCEPTANCE
 from .sources import ACCEPTED, DRAFT_TOKENS, DRAFTS, GENERATED, SourceCounter, own
 
 __all__ = [
@@ -131,7 +131,7 @@ def position_acceptance(cfg: MixinConfig, matchers: str) -> str:
     record, nor is the per-position rate per server (sources.RECORDED): per position and server
     they cost more series and evaluation time than anything else per server (k series each), and
     only a person diagnosing one server reads them."""
-    return POSITION_ACCEPTANCE.expr(lambda counter: sources.rate_sum(cfg, counter, matchers), POSITION_MATCHING)
+    return POSITION_ACCEPTANCE.expr(lambda counter: sources.rate_sum(cfg, counter, matchers))
 
 
 def public_records(cfg: MixinConfig) -> tuple[str, ...]:

@@ -59,6 +59,7 @@ __all__ = [
     "ALERTS",
     "COUNTERS",
     "COUNTER_MEANINGS",
+    "DRAFTED_AT_POSITION",
     "DRAFTS",
     "DRAFT_TOKENS",
     "GENERATED",
@@ -97,7 +98,8 @@ class SourceCounter:
     """One counter of the source layer.
 
     `metric` is the metric part of its record names; `exporter` the sidecar's served name; `vllm`
-    vLLM's sample name after the `vllm:` prefix; `llamacpp` llama-server's whole sample name;
+    vLLM's sample name after the `vllm:` prefix; `llamacpp` llama-server's whole sample name ("" where
+    llama-server has none);
     `position` says the series carry a 0-based draft `position` label (such a counter has no source
     record: RECORDED; its fleet record's level ends in `_position`).
     """
@@ -116,8 +118,9 @@ def _vllm_name(key: Family) -> str:
 
 def _source_counter(metric: str, exporter: MetricName, key: Family, position: bool = False) -> SourceCounter:
     """The counter of canonical `key`: its vLLM and llama-server names from engines' tables."""
-    return SourceCounter(metric, exporter, _vllm_name(key) + "_total",
-                         engines.sample_name(EngineFamily.LLAMACPP, key) + "_total", position)
+    llamacpp = (engines.sample_name(EngineFamily.LLAMACPP, key) + "_total"
+                if key in engines.NAMES[EngineFamily.LLAMACPP].values() else "")
+    return SourceCounter(metric, exporter, _vllm_name(key) + "_total", llamacpp, position)
 
 
 DRAFTS = _source_counter("vllm_spec_decode_drafts", MetricName.DRAFTS_TOTAL, Family.DRAFTS)
@@ -126,8 +129,17 @@ ACCEPTED = _source_counter("vllm_spec_decode_accepted_tokens", MetricName.ACCEPT
 ACCEPTED_BY_POSITION = _source_counter("vllm_spec_decode_accepted_tokens_by_position",
                                 MetricName.ACCEPTED_TOKENS_BY_POSITION_TOTAL, Family.ACCEPTED_PER_POS, position=True)
 GENERATED = _source_counter("vllm_generation_tokens", MetricName.GENERATION_TOKENS_TOTAL, Family.GENERATION_TOKENS)
+# Draft tokens proposed at each position, per-position acceptance's denominator. vLLM upstream does
+# not export them (some builds do: engines.VLLM_NAMES); every read of this counter (_drafted_at_position)
+# is therefore its rate where the series has it, and otherwise the drafts' rate copied to each position
+# of the accepted-per-position series: per-position acceptance is exact where the server counts
+# drafts per position and the lower bound vLLM's own docs compute (accepted at p / drafts) where not.
+# Summed over servers (fleet records, panels at All) it is exact when all of them count it, and a lower
+# bound otherwise (drafts >= drafts reaching the position).
+DRAFTED_AT_POSITION = _source_counter("vllm_spec_decode_draft_tokens_by_position",
+                                      MetricName.DRAFT_TOKENS_BY_POSITION_TOTAL, Family.DRAFTED_PER_POS, position=True)
 
-COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_BY_POSITION, GENERATED)
+COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_BY_POSITION, DRAFTED_AT_POSITION, GENERATED)
 # The counters with a source record: all but the per-position one. Per server its records were
 # k times the series of any other counter's and the source group's costliest rule, read only by
 # panels with servers selected and a runbook's server: those read the scraped counters, k series a
@@ -141,6 +153,8 @@ COUNTER_MEANINGS = {
     DRAFT_TOKENS: "draft tokens proposed",
     ACCEPTED: "accepted draft tokens",
     ACCEPTED_BY_POSITION: "accepted draft tokens at each 0-based position",
+    DRAFTED_AT_POSITION: ("draft tokens proposed at each 0-based position (where the server exports them; "
+                          "elsewhere its drafts, so that per-position acceptance is a lower bound there)"),
     GENERATED: "generated (output) tokens, accepted drafts included",
 }
 
@@ -181,7 +195,7 @@ def vllm_spellings(name: str) -> tuple[str, ...]:
 
 def direct_names(counter: SourceCounter) -> tuple[str, ...]:
     """Every sample name of `counter` that the direct rules read: vLLM's spellings, then llama.cpp's."""
-    return (*vllm_spellings(counter.vllm), counter.llamacpp)
+    return (*vllm_spellings(counter.vllm), *((counter.llamacpp,) if counter.llamacpp else ()))
 
 
 def source_matchers(cfg: MixinConfig) -> str:
@@ -230,7 +244,25 @@ def _over_range(cfg: MixinConfig, function: str, counter: SourceCounter, window:
 
 
 def _over_range_on(cfg: MixinConfig, function: str, counter: SourceCounter, window: str, match: str) -> str:
-    """`function(counter{match}[window])` under each spelling the source may hold, `match` complete."""
+    """`function(counter{match}[window])` under each spelling the source may hold, `match` complete
+    (DRAFTED_AT_POSITION: with the drafts where a series lacks it, _drafted_at_position)."""
+    if counter == DRAFTED_AT_POSITION:
+        return _drafted_at_position(cfg, function, window, match)
+    return _plain_over_range(cfg, function, counter, window, match)
+
+
+def _drafted_at_position(cfg: MixinConfig, function: str, window: str, match: str) -> str:
+    """The per-position draft counter where a series has it, else the drafts' at every position of
+    the accepted-per-position series (DRAFTED_AT_POSITION): `own or (drafts + ignoring (position)
+    group_right () (0 * accepted_by_position))`, the drafts taking the position labels of the right."""
+    def read(counter: SourceCounter) -> str:
+        return operand(cfg, _plain_over_range(cfg, function, counter, window, match))
+    return (f"({read(DRAFTED_AT_POSITION)}\nor (\n{read(DRAFTS)}\n+ ignoring (position) group_right ()\n"
+            f"(0 * {read(ACCEPTED_BY_POSITION)})))")
+
+
+def _plain_over_range(cfg: MixinConfig, function: str, counter: SourceCounter, window: str, match: str) -> str:
+    """`function(counter{match}[window])` under each spelling the source may hold."""
     if not cfg.direct:
         return f"{function}({series(counter.exporter, match)}[{window}])"
     return _either([f"{function}({by_name(name, match)}[{window}])" for name in direct_names(counter)])

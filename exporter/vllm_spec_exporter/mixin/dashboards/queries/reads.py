@@ -108,8 +108,8 @@ class Reads:
 
         def read(counter: SourceCounter) -> str:
             return self.sum_rate(counter, by_of(counter), per_server, raw)
-        matching = ""
-        if any(c.position for c in quantity.numerator):
+        matching = ""  # a `position` numerator over a denominator without it (none today) needs one
+        if any(c.position for c in quantity.numerator) and not any(c.position for c in quantity.denominator):
             matching = f"on ({', '.join(by)}) group_left ()" if by else "on () group_left ()"
         return quantity.expr(read, matching, separator=" ")
 

@@ -359,8 +359,18 @@
         interval: '15s',
         rules: [
           {
-            record: 'instance_model_engine:vllm_num_requests_running:mean_over_time2m',
-            expr: 'avg_over_time((max without () ({__name__=~"vllm:num_requests_running|vllm_num_requests_running|ray_vllm:num_requests_running|ray_vllm_num_requests_running|llamacpp:requests_processing", %(vllmSelector)s}))[2m:15s])' % v,
+            record: 'instance_model_engine:vllm_requests_running:mean2m',
+            expr: |||-
+              (rate({__name__="vllm:request_inference_time_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_request_inference_time_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:request_inference_time_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_request_inference_time_seconds_sum", %(vllmSelector)s}[2m])))))
+              or
+              avg_over_time((max without () ({__name__=~"vllm:num_requests_running|vllm_num_requests_running|ray_vllm:num_requests_running|ray_vllm_num_requests_running|llamacpp:requests_processing", %(vllmSelector)s}))[2m:15s])
+            ||| % v,
           },
           {
             record: 'instance_model_engine:vllm_spec_decode_speedup_at_load:estimate_rate2m',
@@ -368,9 +378,9 @@
               (instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s} / ((instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(vllmSelector)s}) > 0))
               /
               (
-              clamp_min(instance_model_engine:vllm_num_requests_running:mean_over_time2m{%(vllmSelector)s} * (1 + (instance_model_engine:vllm_spec_decode_draft_tokens:rate2m{%(vllmSelector)s} > 0) / ((instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(vllmSelector)s}) > 0)), 256)
+              clamp_min(instance_model_engine:vllm_requests_running:mean2m{%(vllmSelector)s} * (1 + (instance_model_engine:vllm_spec_decode_draft_tokens:rate2m{%(vllmSelector)s} > 0) / ((instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(vllmSelector)s}) > 0)), 256)
               /
-              (clamp_min(instance_model_engine:vllm_num_requests_running:mean_over_time2m{%(vllmSelector)s}, 256) > 0)
+              (clamp_min(instance_model_engine:vllm_requests_running:mean2m{%(vllmSelector)s}, 256) > 0)
               + 0.05 * (instance_model_engine:vllm_spec_decode_draft_tokens:rate2m{%(vllmSelector)s} > 0) / ((instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(vllmSelector)s}) > 0) > 0)
             ||| % v,
           },

@@ -177,19 +177,19 @@ def build_reports(poller: Poller, snap: Snapshot, min_draft_tokens: float, draft
         advice = advisor.advise(curve, draft_cost) if curve else None
         reports.append(ModelReport(model, engines, total, values, positions, load, advice,
                                    paying_at(total, (batches or {}).get(model), draft_cost, compute_bound_tokens,
-                                             min_draft_tokens, engines=len(parts))))
+                                             min_draft_tokens)))
     return reports
 
 
 def paying_at(total: SeriesFigures, batches: list[float] | None, draft_cost: float, compute_bound_tokens: float,
-              min_draft_tokens: float, engines: int = 1) -> terminal.PayingView | None:
+              min_draft_tokens: float) -> terminal.PayingView | None:
     """The speed-up at the sampled batch, when the counters had enough drafts to say anything: the
-    batch from the running-seconds counter over `engines` engines, else the gauge's mean over
-    `batches` (check_sampling); neither, no estimate."""
+    batch from the step counter, else the gauge's mean over `batches` (check_sampling); neither,
+    no estimate."""
     G, T, A = total.generation, total.draft_tokens, total.accepted
     if G is None or T is None or A is None or max(min_draft_tokens, 1) > T:
         return None
-    batch, source = check_sampling.counter_batch(total, engines), check_sampling.BATCH_COUNTER
+    batch, source = check_sampling.counter_batch(total), check_sampling.BATCH_COUNTER
     if batch is None:
         if not batches:
             return None

@@ -10,13 +10,12 @@ Contract:
 * A server that accepts a TCP connection but answers /metrics late is busy, not down: after a
   timed-out poll `check` opens (and closes) one connection to the target's port to tell the two
   apart (`Sampled.busy`).
-* The batch the speed-up is estimated at is the time-weighted mean of the running requests, read
-  from counters (`counter_batch`): vLLM's request running seconds (a histogram's `_sum`, added when
-  each request finishes) over the window's seconds — Little's law. Where no engine serves that
-  counter (llama.cpp, older vLLM) the mean of the running-requests gauge over the answered polls
-  stands in (`gauge_batches`), and the report says which one it is. A gauge sampled every few
-  seconds misses short requests: it jumps between 0 and the concurrency, and vLLM answers /metrics
-  from the event loop that streams the tokens, so a poll tends to land between bursts.
+* The batch the speed-up is estimated at is read from counters (`counter_batch`): request-steps
+  per engine step over the window (advisor.batch_per_step). Where no engine serves the step count
+  (llama.cpp, older vLLM) the mean of the running-requests gauge over the answered polls stands in
+  (`gauge_batches`), and the report says which one it is. A gauge sampled every few seconds misses
+  short requests: it jumps between 0 and the concurrency, and vLLM answers /metrics from the event
+  loop that streams the tokens, so a poll tends to land between bursts.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from . import advisor
 from .derive import SeriesFigures
 from .names import Family
 from .normalise import Snapshot
@@ -33,7 +33,7 @@ from .poller import Poller, PollResult
 __all__ = ["BATCH_COUNTER", "BATCH_GAUGE", "Sampled", "counter_batch", "running_per_engine", "sample"]
 
 # Where a batch came from (the `--json` document's `at_load.batch_source`).
-BATCH_COUNTER = "running_seconds"
+BATCH_COUNTER = "request_steps_per_step"
 BATCH_GAUGE = "running_gauge"
 
 
@@ -59,12 +59,12 @@ def running_per_engine(snap: Snapshot) -> dict[str, float]:
     return {model: sum(values) / len(values) for model, values in running.items()}
 
 
-def counter_batch(total: SeriesFigures, engines: int) -> float | None:
-    """Running requests per engine over the window from the running-seconds counter (summed over
-    `engines` engines in `total`), or None where no engine serves it or the window is empty."""
-    if total.running_seconds is None or total.seconds <= 0 or engines < 1:
+def counter_batch(total: SeriesFigures) -> float | None:
+    """Running requests per engine step over the window (the engines' steps summed in `total`), or
+    None where no engine serves the step count or it took no step."""
+    if total.steps is None or total.generation is None or total.accepted is None:
         return None
-    return total.running_seconds / total.seconds / engines
+    return advisor.batch_per_step(total.generation, total.accepted, total.steps)
 
 
 def sample(poller: Poller, duration: float, interval: float,

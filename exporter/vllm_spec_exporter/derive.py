@@ -32,7 +32,7 @@ class SeriesFigures:
     generation: float | None
     accepted_by_position: dict[str, float]
     k: int
-    running_seconds: float | None = None  # request-seconds spent running (finished requests)
+    steps: float | None = None  # engine steps (forward passes)
 
 
 def figures(store: WindowStore, snap: Snapshot, series: SeriesKey, keys: list[CounterKey] | None = None,
@@ -62,7 +62,7 @@ def figures(store: WindowStore, snap: Snapshot, series: SeriesKey, keys: list[Co
         generation=totals.get((Family.GENERATION_TOKENS, "")),
         accepted_by_position=dict(sorted(by_pos.items(), key=lambda kv: int(kv[0]))),
         k=len(snap.positions(series)) if k is None else k,
-        running_seconds=totals.get((Family.RUNNING_SECONDS, "")),
+        steps=totals.get((Family.ENGINE_STEPS, "")),
     )
 
 

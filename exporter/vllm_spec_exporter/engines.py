@@ -46,9 +46,9 @@ VLLM_NAMES: dict[str, Key] = {
     "spec_decode_num_accepted_tokens": Key.ACCEPTED_TOKENS,
     "spec_decode_num_accepted_tokens_per_pos": Key.ACCEPTED_PER_POS,
     "generation_tokens": Key.GENERATION_TOKENS,
-    # The RUNNING phase's histogram (V1): its _sum counts request-seconds running, observed when a
-    # request finishes; its rate is the mean running batch, immune to when /metrics is sampled.
-    "request_inference_time_seconds_sum": Key.RUNNING_SECONDS,
+    # The histogram of tokens per engine step (V1): its _count counts the engine's steps, observed
+    # every step; request-steps over steps is the mean running batch, whenever /metrics is read.
+    "iteration_tokens_total_count": Key.ENGINE_STEPS,
     # V0 engine (<= 0.9): lifetime gauges plus counters that must not be rate()d (sum-of-sums bug).
     "spec_decode_draft_acceptance_rate": Key.V0_ACCEPTANCE_RATE,
     "spec_decode_efficiency": Key.V0_EFFICIENCY,

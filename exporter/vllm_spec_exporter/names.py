@@ -42,9 +42,9 @@ class Family(StrEnum):
     ACCEPTED_TOKENS = "accepted_tokens"
     ACCEPTED_PER_POS = "accepted_per_pos"
     GENERATION_TOKENS = "generation_tokens"
-    # Seconds requests spent running (scheduled until finished), added when each request finishes:
-    # its rate is the time-weighted mean number of running requests (Little's law).
-    RUNNING_SECONDS = "running_seconds"
+    # Engine steps (forward passes): with generated - accepted (the request-steps) the mean batch
+    # per step, which no sampling of the running gauge can miss.
+    ENGINE_STEPS = "engine_steps"
     # V0 engine (<= 0.9): lifetime gauges, plus a counter that must not be rate()d (sum-of-sums).
     V0_ACCEPTANCE_RATE = "v0_acceptance_rate"
     V0_EFFICIENCY = "v0_efficiency"
@@ -137,7 +137,7 @@ class MetricName(StrEnum):
     ACCEPTED_TOKENS_TOTAL = "vllm_spec_decode_accepted_tokens_total"
     ACCEPTED_TOKENS_BY_POSITION_TOTAL = "vllm_spec_decode_accepted_tokens_by_position_total"
     GENERATION_TOKENS_TOTAL = "vllm_server_generation_tokens_total"
-    REQUEST_RUNNING_SECONDS_TOTAL = "vllm_server_request_running_seconds_total"
+    ENGINE_STEPS_TOTAL = "vllm_server_engine_steps_total"
     # Context gauges.
     REQUESTS_RUNNING = "vllm_server_requests_running"
     REQUESTS_WAITING = "vllm_server_requests_waiting"

@@ -159,9 +159,9 @@ COUNTERS = (
            "vllm:spec_decode_num_accepted_tokens_per_pos_total."),
     Metric(MetricName.GENERATION_TOKENS_TOTAL, "counter", SERIES_LABELS,
            "Generated tokens, accepted drafts included; vllm:generation_tokens_total."),
-    Metric(MetricName.REQUEST_RUNNING_SECONDS_TOTAL, "counter", SERIES_LABELS,
-           "Seconds requests spent running (scheduled until finished), added when each request finishes; "
-           "its rate is the mean number of running requests. vllm:request_inference_time_seconds_sum."),
+    Metric(MetricName.ENGINE_STEPS_TOTAL, "counter", SERIES_LABELS,
+           "Engine steps (forward passes); request-steps (generated - accepted tokens) per step is the mean "
+           "running batch. vllm:iteration_tokens_total_count."),
 )
 
 # The engine's own spec-decode gauges, for engines whose source has no usable counters for them

@@ -235,7 +235,11 @@
           {
             record: 'instance_model_engine:vllm_requests_running:mean2m',
             expr: |||-
-              rate(vllm_server_request_running_seconds_total{%(exporterSelector)s}[2m])
+              (
+              clamp_min(instance_model_engine:vllm_generation_tokens:rate2m{%(exporterSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(exporterSelector)s}, 0)
+              /
+              (rate(vllm_server_engine_steps_total{%(exporterSelector)s}[2m]) > 0)
+              )
               or
               avg_over_time((vllm_server_requests_running{%(exporterSelector)s})[2m:15s])
             ||| % v,

@@ -361,13 +361,17 @@
           {
             record: 'instance_model_engine:vllm_requests_running:mean2m',
             expr: |||-
-              (rate({__name__="vllm:request_inference_time_seconds_sum", %(vllmSelector)s}[2m])
+              (
+              clamp_min(instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(vllmSelector)s}, 0)
+              /
+              ((rate({__name__="vllm:iteration_tokens_total_count", %(vllmSelector)s}[2m])
               or (
-              rate({__name__="vllm_request_inference_time_seconds_sum", %(vllmSelector)s}[2m])
+              rate({__name__="vllm_iteration_tokens_total_count", %(vllmSelector)s}[2m])
               or (
-              rate({__name__="ray_vllm:request_inference_time_seconds_sum", %(vllmSelector)s}[2m])
+              rate({__name__="ray_vllm:iteration_tokens_total_count", %(vllmSelector)s}[2m])
               or (
-              rate({__name__="ray_vllm_request_inference_time_seconds_sum", %(vllmSelector)s}[2m])))))
+              rate({__name__="ray_vllm_iteration_tokens_total_count", %(vllmSelector)s}[2m]))))) > 0)
+              )
               or
               avg_over_time((max without () ({__name__=~"vllm:num_requests_running|vllm_num_requests_running|ray_vllm:num_requests_running|ray_vllm_num_requests_running|llamacpp:requests_processing", %(vllmSelector)s}))[2m:15s])
             ||| % v,

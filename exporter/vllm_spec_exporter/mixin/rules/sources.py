@@ -71,6 +71,7 @@ __all__ = [
     "by_name",
     "direct_names",
     "drafts_present",
+    "engine_steps_rate",
     "increase_record",
     "increase_sum",
     "operand",
@@ -81,7 +82,6 @@ __all__ = [
     "raw_gauge",
     "raw_rate",
     "restarts",
-    "running_seconds_rate",
     "scrape_up",
     "selector_labels",
     "series",
@@ -331,19 +331,20 @@ def restarts(cfg: MixinConfig, window: str, matchers: str = "") -> str:
     return f"max without (model_name, engine) (\n{_over_range(cfg, 'resets', GENERATED, window, matchers)}\n)"
 
 
-# vLLM's request running seconds (its RUNNING phase histogram's _sum), the sidecar's name for it.
-RUNNING_SECONDS_VLLM = _vllm_name(Family.RUNNING_SECONDS)
+# vLLM's engine-step count (its tokens-per-step histogram's _count); the sidecar serves it as
+# SERVED.ENGINE_STEPS_TOTAL.
+ENGINE_STEPS_VLLM = _vllm_name(Family.ENGINE_STEPS)
 
 
-def running_seconds_rate(cfg: MixinConfig, matchers: str) -> str:
-    """The rate of the seconds requests spent running, one series per (server, model, engine): the
-    time-weighted mean of the running batch (Little's law). vLLM V1 serves it, no other engine:
-    a reader falls back to the running gauge with `or`. Each spelling on its own, `or`ed: a
-    spelling switch inside the window would otherwise leave two series with one label set."""
+def engine_steps_rate(cfg: MixinConfig, matchers: str) -> str:
+    """Engine steps per second over rate_window, one series per (server, model, engine). vLLM V1
+    serves the count, no other engine: a reader falls back to the running gauge with `or`. Each
+    spelling on its own, `or`ed: a spelling switch inside the window would otherwise leave two
+    series with one label set."""
     if not cfg.direct:
-        return f"rate({series(SERVED.REQUEST_RUNNING_SECONDS_TOTAL, matchers)}[{cfg.windows.rate_window}])"
+        return f"rate({series(SERVED.ENGINE_STEPS_TOTAL, matchers)}[{cfg.windows.rate_window}])"
     return _either([f"rate({by_name(name, matchers)}[{cfg.windows.rate_window}])"
-                    for name in vllm_spellings(RUNNING_SECONDS_VLLM)])
+                    for name in vllm_spellings(ENGINE_STEPS_VLLM)])
 
 
 def raw_gauge(cfg: MixinConfig, gauge: MetricName, matchers: str) -> str:

@@ -244,7 +244,8 @@ class Poller:
     def _publish_busy(self, message: str, started: float) -> PollResult:
         """A timed-out poll of a busy target: up, counted as a timeout, no figures this poll."""
         self.errors["timeout"] += 1
-        self._log.warn(f"busy:{same_cause(message)}", "target %s answered late (busy, still counted up): %s", self.fetcher.url, message)
+        self._log.warn(f"busy:{same_cause(message)}", "target %s answered late (busy, still counted up): %s",
+                       self.fetcher.url, message)
         self.result = PollResult(
             target_up=True, busy=True, schema=self.result.schema, version=self.version,
             engine_family=self.result.engine_family, duration_seconds=self.clock() - started,

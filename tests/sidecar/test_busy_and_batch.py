@@ -159,3 +159,29 @@ def test_check_judges_from_the_polls_that_answered_and_says_how_many_timed_out()
                               capture_output=True, text=True, timeout=120)
     assert "TARGET" not in done.stdout and done.returncode in (0, 1), done.stdout + done.stderr
     assert "timed out: the server answered /metrics late, busy rather than down" in done.stdout, done.stdout
+
+
+def test_check_reads_the_batch_from_the_steps_where_the_gauge_reads_0_between_bursts() -> None:
+    """Six requests a step, the running gauge back at 0 whenever /metrics is read (short requests
+    read between bursts): check's batch is 6, not the gauge's 0."""
+    import threading
+
+    with FakeVllm(k=4) as fake:
+        url = fake.start()
+        stop = threading.Event()
+
+        def bursts() -> None:
+            while not stop.wait(0.05):
+                fake.step(60, 0.5, running=6)
+                fake.running.labels("tiny-llama", "0").set(0)
+
+        thread = threading.Thread(target=bursts, daemon=True)
+        thread.start()
+        try:
+            done = run_check(url, "--min-draft-tokens", "1")
+        finally:
+            stop.set()
+            thread.join()
+    at_load = json.loads(done.stdout)["models"][0]["at_load"]
+    assert at_load["batch_source"] == check_sampling.BATCH_COUNTER
+    assert at_load["running_per_engine"] == pytest.approx(6, rel=0.05)

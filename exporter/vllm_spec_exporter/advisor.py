@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_COMPUTE_BOUND_TOKENS", "DEFAULT_DRAFT_COST", "Advice", "advise", "expected_tokens_per_step",
-           "speedup_at_load", "speedup_bound"]
+__all__ = ["DEFAULT_COMPUTE_BOUND_TOKENS", "DEFAULT_DRAFT_COST", "Advice", "advise", "batch_per_step",
+           "expected_tokens_per_step", "speedup_at_load", "speedup_bound"]
 
 # Draft cost per proposed token relative to one target forward step: rough, documented defaults.
 # The one place these numbers live: `serve`, `check` and the demo read them from here.
@@ -126,6 +126,19 @@ def speedup_at_load(generated: float, draft_tokens: float, accepted: float, batc
     cost = (max(compute_bound_tokens, batch * (1 + draft_length)) / max(compute_bound_tokens, batch)
             + draft_cost * draft_length)
     return (generated / steps) / cost
+
+
+def batch_per_step(generated: float, accepted: float, steps: float) -> float | None:
+    """The running batch: request-steps per engine step, R / steps with R = generated - accepted
+    (speedup_at_load says why R counts request-steps). Counted every step, so no sampling misses
+    it, whatever the requests' length: a running-requests gauge read every few seconds jumps
+    between 0 and the concurrency for short requests, and vLLM answers /metrics from the event
+    loop that streams the tokens, so a read tends to land between bursts. The mean batch of the
+    steps taken (an idle engine takes none), a request's prefill step counted as one. None without
+    steps. The rules compute the same in PromQL (mixin/rules/quantities.batch_per_step)."""
+    if steps <= 0:
+        return None
+    return max(generated - accepted, 0.0) / steps
 
 
 def advise(position_acceptance: list[float], draft_cost: float, raise_threshold: float = 0.7) -> Advice:

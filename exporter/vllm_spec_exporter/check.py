@@ -11,22 +11,25 @@ import json
 import logging
 import math
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from . import advisor, durations, settings, specconfig_reader, terminal
+from . import advisor, check_sampling, durations, settings, specconfig_reader, terminal
 from .derive import SeriesFigures, derive_series, derive_v0, figures
 from .engines import COUNTER_SCHEMAS
-from .names import Family, MetricName, Schema
+from .names import MetricName, Schema
 from .normalise import Snapshot
 from .poller import UNKNOWN_CONFIG, Poller, checked_against_positions
 from .specconfig import SpecConfig
 
 EXIT_HEALTHY, EXIT_BELOW, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
 EPILOG = """exit codes: 0 acceptance at or above the threshold; 1 below it; 2 bad arguments;
-3 cannot judge (target unreachable, speculative decoding off, or no draft traffic while sampling)"""
+3 cannot judge (target down, target busy: it accepted connections but fewer than two polls
+answered in time, speculative decoding off, or no draft traffic while sampling)"""
+# Per poll: a loaded vLLM answers /metrics from the event loop that streams its tokens, seconds late
+# under saturation; `check` polls one at a time, so a long deadline never piles polls up.
+DEFAULT_POLL_TIMEOUT_S = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tokens per forward pass from which the target's step time grows with the tokens "
                              "verified, for the speed-up at the running batch (default "
                              f"{advisor.DEFAULT_COMPUTE_BOUND_TOKENS}; about the GPU's FLOP/s over its bytes/s)")
-    parser.add_argument("--timeout", type=float, default=3.0, help="seconds allowed per poll (default 3)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_POLL_TIMEOUT_S,
+                        help=f"seconds allowed per poll; a poll answered later counts as timed out, not as "
+                             f"the target down (default {DEFAULT_POLL_TIMEOUT_S:g})")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     settings.add_arguments(parser, only=settings.CONNECTION_OPTIONS + settings.SPEC_CONFIG_OPTIONS)
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
@@ -115,6 +120,7 @@ class CheckReport(NamedTuple):
     verdict: str
     exit_code: int
     spec_config: SpecConfig = UNKNOWN_CONFIG
+    polls_timed_out: int = 0  # polls that got no answer in time (the figures come from the others)
 
 
 def sum_figures(parts: list[SeriesFigures]) -> SeriesFigures:
@@ -143,20 +149,12 @@ def _gauge(snap: Snapshot, family: str, series_keys: list, combine: Callable[[li
     return combine(found) if found else None
 
 
-def running_per_engine(snap: Snapshot) -> dict[str, float]:
-    """Model -> running requests per engine now (the engines' mean): one poll's batch."""
-    running: dict[str, list[float]] = {}
-    for (family, series), value in snap.gauges.items():
-        if family == Family.REQUESTS_RUNNING:
-            running.setdefault(series[0], []).append(value)
-    return {model: sum(values) / len(values) for model, values in running.items()}
-
-
 def build_reports(poller: Poller, snap: Snapshot, min_draft_tokens: float, draft_cost: float,
                   batches: dict[str, list[float]] | None = None,
                   compute_bound_tokens: float = advisor.DEFAULT_COMPUTE_BOUND_TOKENS) -> list[ModelReport]:
-    """One report per model. `batches`: model -> its running requests per engine at each poll
-    while sampling, whose mean is the batch the speed-up at load is estimated at."""
+    """One report per model. `batches`: model -> its running requests per engine at each answered
+    poll, whose mean is the batch the speed-up at load is estimated at where no engine serves the
+    running-seconds counter (check_sampling)."""
     reports = []
     models = sorted({series[0] for series in snap.series_keys()})
     for model in models:
@@ -193,13 +191,19 @@ def build_reports(poller: Poller, snap: Snapshot, min_draft_tokens: float, draft
 
 def paying_at(total: SeriesFigures, batches: list[float] | None, draft_cost: float, compute_bound_tokens: float,
               min_draft_tokens: float) -> terminal.PayingView | None:
-    """The speed-up at the sampled batch, when the counters had enough drafts to say anything."""
+    """The speed-up at the sampled batch, when the counters had enough drafts to say anything: the
+    batch from the step counter, else the gauge's mean over `batches` (check_sampling); neither,
+    no estimate."""
     G, T, A = total.generation, total.draft_tokens, total.accepted
-    if not batches or G is None or T is None or A is None or max(min_draft_tokens, 1) > T:
+    if G is None or T is None or A is None or max(min_draft_tokens, 1) > T:
         return None
-    batch = sum(batches) / len(batches)
+    batch, source = check_sampling.counter_batch(total), check_sampling.BATCH_COUNTER
+    if batch is None:
+        if not batches:
+            return None
+        batch, source = sum(batches) / len(batches), check_sampling.BATCH_GAUGE
     speedup = advisor.speedup_at_load(G, T, A, batch, draft_cost, compute_bound_tokens)
-    return None if speedup is None else terminal.PayingView(speedup, batch, compute_bound_tokens)
+    return None if speedup is None else terminal.PayingView(speedup, batch, compute_bound_tokens, source)
 
 
 def verdict(schema: str, reports: list[ModelReport], threshold: float) -> tuple[int, str]:
@@ -230,43 +234,42 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("vllm_spec_exporter").setLevel(logging.CRITICAL)
     interval = min(5.0, duration / 2)
     conf = settings.resolve_connection(args)
-    fetcher = settings.make_fetcher(conf, min(args.timeout, interval * 0.9), 64 * 1024 * 1024)
-    poller = Poller(fetcher, interval, window=duration + 2 * interval, min_draft_tokens=args.min_draft_tokens)
-    started = time.monotonic()
-    polls = 0
-    last_error = ""
-    batches: dict[str, list[float]] = {}  # model -> running requests per engine, every poll
-    while True:
-        result = poller.poll_once()
-        polls += 1
-        if result.snapshot is not None:
-            for model, batch in running_per_engine(result.snapshot).items():
-                batches.setdefault(model, []).append(batch)
-        if not result.target_up:
-            last_error = result.error_message
-            if polls == 1:
-                break  # unreachable from the start: say so now rather than after the duration
-        left = duration - (time.monotonic() - started)
-        if left <= 0:
-            break
-        time.sleep(min(interval, left))
+    fetcher = settings.make_fetcher(conf, args.timeout, 64 * 1024 * 1024)
+    poller = Poller(fetcher, interval, window=duration + 2 * interval + args.timeout,
+                    min_draft_tokens=args.min_draft_tokens)
+    seen = check_sampling.sample(poller, duration, interval)
     fetcher.close()
-    result = poller.result
-    if not result.target_up or result.snapshot is None:
-        down = {"target": fetcher.url, "verdict": "TARGET DOWN", "error": last_error or result.error_message}
-        print(json.dumps(down, indent=2, sort_keys=True) if args.json else
-              f"vllm-spec-exporter check — {fetcher.url}\nverdict: TARGET DOWN — {down['error']}")
-        return EXIT_UNKNOWN
+    result = seen.answered
+    if result is None or result.snapshot is None or seen.polls_answered < 2:
+        return print_unjudged(fetcher.url, seen, args.timeout, args.json)
     snap = result.snapshot
-    reports = build_reports(poller, snap, args.min_draft_tokens, draft_cost, batches, args.compute_bound_tokens)
+    reports = build_reports(poller, snap, args.min_draft_tokens, draft_cost, seen.gauge_batches,
+                            args.compute_bound_tokens)
     code, line = verdict(snap.schema, reports, args.threshold)
     report = CheckReport(target=fetcher.url, vllm_version=result.version, schema=snap.schema,
-                         engine_family=snap.engine_family, sampled_seconds=duration, polls=polls, models=reports,
-                         verdict=line, exit_code=code, spec_config=read_spec_config(conf, snap))
+                         engine_family=snap.engine_family, sampled_seconds=duration, polls=seen.polls, models=reports,
+                         verdict=line, exit_code=code, spec_config=read_spec_config(conf, snap),
+                         polls_timed_out=seen.polls_timed_out)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     print(json.dumps(to_json(report), indent=2, sort_keys=True) if args.json else
           render_table(report, args.threshold, color))
     return code
+
+
+def print_unjudged(url: str, seen: check_sampling.Sampled, timeout: float, as_json: bool) -> int:
+    """Fewer than two polls answered: TARGET BUSY when the target accepted connections while its
+    polls timed out (serving, too loaded to report in time), TARGET DOWN otherwise."""
+    if seen.busy:
+        head = "TARGET BUSY"
+        error = (f"{seen.polls_answered} of {seen.polls} polls answered within {timeout:g} s (two are needed); "
+                 f"{seen.polls_timed_out} timed out while the server accepted connections: it is serving but "
+                 "answers /metrics late (raise --timeout)")
+    else:
+        head, error = "TARGET DOWN", seen.last_error or "no poll answered"
+    print(json.dumps({"target": url, "verdict": head, "error": error, "polls": seen.polls,
+                      "polls_timed_out": seen.polls_timed_out}, indent=2, sort_keys=True) if as_json else
+          f"vllm-spec-exporter check — {url}\nverdict: {head} — {error}")
+    return EXIT_UNKNOWN
 
 
 def read_spec_config(conf: settings.Settings, snap: Snapshot) -> SpecConfig:
@@ -302,19 +305,29 @@ def to_json(report: CheckReport) -> dict[str, Any]:
                                 "try_raising_k": a.try_raising}
         if r.paying is not None:
             entry["at_load"] = {"estimated_speedup": r.paying.speedup, "running_per_engine": r.paying.batch,
+                                "batch_source": r.paying.batch_source,
                                 "compute_bound_tokens": r.paying.compute_bound_tokens}
         models.append(entry)
     return {"target": report.target, "vllm_version": report.vllm_version, "schema": report.schema,
             "engine_family": report.engine_family, "sampled_seconds": report.sampled_seconds,
-            "polls": report.polls, "models": models, "verdict": report.verdict, "exit_code": report.exit_code,
+            "polls": report.polls, "polls_timed_out": report.polls_timed_out,
+            "models": models, "verdict": report.verdict, "exit_code": report.exit_code,
             "speculative_config": report.spec_config.labels()}
+
+
+def timed_out_note(timed_out: int) -> str:
+    """' (2 timed out: …)' after the poll count, or nothing."""
+    if not timed_out:
+        return ""
+    return (f" ({timed_out} timed out: the server answered /metrics late, busy rather than down; "
+            "the figures come from the polls that answered)")
 
 
 def render_table(report: CheckReport, threshold: float, color: bool) -> str:
     paint = terminal.painter(color)
     lines = [paint(f"vllm-spec-exporter check — {report.target}", "1"),
              f"schema {report.schema} · vLLM {report.vllm_version or 'version unknown'} · "
-             f"sampled {report.sampled_seconds:g} s in {report.polls} polls",
+             f"sampled {report.sampled_seconds:g} s in {report.polls} polls" + timed_out_note(report.polls_timed_out),
              f"speculation: {report.spec_config.line()}"]
     if report.schema == Schema.V0:
         lines.append("V0 engine: lifetime gauges, not windowed (V0's counters are unusable).")

@@ -36,6 +36,7 @@ class SeriesFigures:
     k: int
     # Draft tokens proposed at each position, where the server exports them (names.Family.DRAFTED_PER_POS).
     drafted_by_position: dict[str, float] = field(default_factory=dict)
+    steps: float | None = None  # engine steps (forward passes)
 
 
 def figures(store: WindowStore, snap: Snapshot, series: SeriesKey, keys: list[CounterKey] | None = None,
@@ -67,6 +68,7 @@ def figures(store: WindowStore, snap: Snapshot, series: SeriesKey, keys: list[Co
         accepted_by_position=dict(sorted(by_pos.items(), key=lambda kv: int(kv[0]))),
         k=len(snap.positions(series)) if k is None else k,
         drafted_by_position=drafted_by_pos,
+        steps=totals.get((Family.ENGINE_STEPS, "")),
     )
 
 

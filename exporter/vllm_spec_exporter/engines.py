@@ -50,6 +50,9 @@ VLLM_NAMES: dict[str, Key] = {
     # acceptance exact (derive.py).
     "spec_decode_num_draft_tokens_per_pos": Key.DRAFTED_PER_POS,
     "generation_tokens": Key.GENERATION_TOKENS,
+    # The histogram of tokens per engine step (V1): its _count counts the engine's steps, observed
+    # every step; request-steps over steps is the mean running batch, whenever /metrics is read.
+    "iteration_tokens_total_count": Key.ENGINE_STEPS,
     # V0 engine (<= 0.9): lifetime gauges plus counters that must not be rate()d (sum-of-sums bug).
     "spec_decode_draft_acceptance_rate": Key.V0_ACCEPTANCE_RATE,
     "spec_decode_efficiency": Key.V0_EFFICIENCY,

@@ -6,6 +6,7 @@ Only the configured target is ever contacted; nothing in an incoming request cha
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -204,6 +205,17 @@ class Fetcher:
         except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError, ValueError) as e:
             # Broken chunked encoding, a protocol error, a decoding error: the body is unusable.
             raise FetchError("parse", f"GET {url}: broken response: {_short(e)}") from None
+
+    def accepts_connections(self, timeout: float = 2.0) -> bool:
+        """Whether the target's host accepts a TCP connection on its port now (closed at once): after
+        a timed-out poll, tells a busy server (it accepts, answers late) from an unreachable one."""
+        parts = urlsplit(self.url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            with socket.create_connection((parts.hostname or "", port), timeout=min(timeout, self.timeout)):
+                return True
+        except OSError:
+            return False
 
     def close(self) -> None:
         self.session.close()

@@ -46,6 +46,9 @@ class Family(StrEnum):
     # per-position acceptance is exact instead of a lower bound.
     DRAFTED_PER_POS = "drafted_per_pos"
     GENERATION_TOKENS = "generation_tokens"
+    # Engine steps (forward passes): with generated - accepted (the request-steps) the mean batch
+    # per step, which no sampling of the running gauge can miss.
+    ENGINE_STEPS = "engine_steps"
     # V0 engine (<= 0.9): lifetime gauges, plus a counter that must not be rate()d (sum-of-sums).
     V0_ACCEPTANCE_RATE = "v0_acceptance_rate"
     V0_EFFICIENCY = "v0_efficiency"
@@ -139,6 +142,7 @@ class MetricName(StrEnum):
     ACCEPTED_TOKENS_BY_POSITION_TOTAL = "vllm_spec_decode_accepted_tokens_by_position_total"
     DRAFT_TOKENS_BY_POSITION_TOTAL = "vllm_spec_decode_draft_tokens_by_position_total"
     GENERATION_TOKENS_TOTAL = "vllm_server_generation_tokens_total"
+    ENGINE_STEPS_TOTAL = "vllm_server_engine_steps_total"
     # Context gauges.
     REQUESTS_RUNNING = "vllm_server_requests_running"
     REQUESTS_WAITING = "vllm_server_requests_waiting"

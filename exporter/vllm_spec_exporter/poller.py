@@ -29,6 +29,10 @@ __all__ = ["PollResult", "Poller", "checked_against_positions"]
 
 log = logging.getLogger("vllm_spec_exporter")
 UNKNOWN_CONFIG = SpecConfig()
+# A target whose polls time out while it accepts connections is busy (a saturated vLLM answers
+# /metrics seconds late), not down — for this long after its last answer. Past it, it is down
+# whatever its socket says: a wedged process's port still accepts connections.
+BUSY_GRACE_SECONDS = 60.0
 
 
 def checked_against_positions(config: SpecConfig, snap: Snapshot) -> tuple[SpecConfig, str]:
@@ -43,11 +47,14 @@ def checked_against_positions(config: SpecConfig, snap: Snapshot) -> tuple[SpecC
 class PollResult:
     """What one poll found, published whole: scrapes read it, nobody changes it.
 
-    `snapshot` and `derived` are set only while `target_up`; `errors` and `counter_resets` are
-    the running totals at this poll (counters, never reset by the exporter).
+    `snapshot` and `derived` are set only while `target_up` and not `busy`; `busy`: this poll timed
+    out while the target accepted connections, within BUSY_GRACE_SECONDS of its last answer (up,
+    but no figures this poll); `errors` and `counter_resets` are the running totals at this poll
+    (counters, never reset by the exporter).
     """
 
     target_up: bool
+    busy: bool = False
     schema: Schema = Schema.NONE
     version: str = ""
     engine_family: str = ""
@@ -172,7 +179,11 @@ class Poller:
         except EngineError as error:
             family = FAMILY_MIXED if error.schema == Schema.MIXED else FAMILY_UNKNOWN
             return self._publish_failure(error.reason, str(error), started, error.schema, family)
-        except (FetchError, ParseError, SeriesLimitError) as error:
+        except FetchError as error:
+            if error.reason == "timeout" and self._busy():
+                return self._publish_busy(str(error), started)
+            return self._publish_failure(error.reason, str(error), started)
+        except (ParseError, SeriesLimitError) as error:
             return self._publish_failure(error.reason, str(error), started)
         except Exception as error:  # a bug must never leave the previous result in place
             log.exception("unexpected error while polling")
@@ -223,6 +234,25 @@ class Poller:
     def _reader_config(self) -> SpecConfig:
         """What the config reader holds now (unknown without a reader)."""
         return self.spec_config.current if self.spec_config is not None else UNKNOWN_CONFIG
+
+    def _busy(self) -> bool:
+        """Up at the last poll that ended, answered within BUSY_GRACE_SECONDS, and accepting
+        connections now: a timed-out poll of such a target is a busy server's, not a down one's."""
+        return (self._was_up is True and self.wall_clock() - self.last_success <= BUSY_GRACE_SECONDS
+                and self.fetcher.accepts_connections())
+
+    def _publish_busy(self, message: str, started: float) -> PollResult:
+        """A timed-out poll of a busy target: up, counted as a timeout, no figures this poll."""
+        self.errors["timeout"] += 1
+        self._log.warn(f"busy:{same_cause(message)}", "target %s answered late (busy, still counted up): %s",
+                       self.fetcher.url, message)
+        self.result = PollResult(
+            target_up=True, busy=True, schema=self.result.schema, version=self.version,
+            engine_family=self.result.engine_family, duration_seconds=self.clock() - started,
+            last_success_unix=self.last_success, errors=dict(self.errors), counter_resets=self.counter_resets,
+            error_message=message, spec_config=self.result.spec_config,
+        )
+        return self.result
 
     def _publish_failure(self, reason: str, message: str, started: float, schema: str | None = None,
                          engine_family: str | None = None) -> PollResult:

@@ -166,6 +166,9 @@ COUNTERS = (
            "vllm_spec_decode_position_acceptance_ratio of the same series exact."),
     Metric(MetricName.GENERATION_TOKENS_TOTAL, "counter", SERIES_LABELS,
            "Generated tokens, accepted drafts included; vllm:generation_tokens_total."),
+    Metric(MetricName.ENGINE_STEPS_TOTAL, "counter", SERIES_LABELS,
+           "Engine steps (forward passes); request-steps (generated - accepted tokens) per step is the mean "
+           "running batch. vllm:iteration_tokens_total_count."),
 )
 
 # The engine's own spec-decode gauges, for engines whose source has no usable counters for them

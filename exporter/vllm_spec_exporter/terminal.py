@@ -41,6 +41,7 @@ class PayingView(NamedTuple):
     speedup: float
     batch: float  # running requests per engine
     compute_bound_tokens: float
+    batch_source: str = "request_steps_per_step"  # check_sampling.BATCH_COUNTER or BATCH_GAUGE
 
 
 class ModelView(NamedTuple):

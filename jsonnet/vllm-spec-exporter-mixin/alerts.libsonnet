@@ -32,7 +32,7 @@
                 )
               )
               and ignoring (confidence)
-                group without (engine) (vllm_spec_decode_drafts_total{%(exporterSelector)s})
+                group without (engine) (last_over_time(vllm_spec_decode_drafts_total{%(exporterSelector)s}[30s]))
             ||| % v,
             labels: {
               severity: '%(warningSeverity)s' % v,
@@ -69,7 +69,7 @@
                 )
               )
               and ignoring (confidence)
-                group without (engine) (vllm_spec_decode_drafts_total{%(exporterSelector)s})
+                group without (engine) (last_over_time(vllm_spec_decode_drafts_total{%(exporterSelector)s}[30s]))
             ||| % v,
             labels: {
               severity: '%(criticalSeverity)s' % v,

@@ -2446,7 +2446,7 @@
                 type: 'prometheus',
                 uid: '${datasource}',
               },
-              expr: 'max by (model_name) (instance_model_engine:vllm_num_requests_running:mean_over_time2m{%(exporterSelector)s, job=~"$job", instance=~"$instance", model_name=~"$model_name", engine=~"$engine"})' % v,
+              expr: 'max by (model_name) (instance_model_engine:vllm_requests_running:mean2m{%(exporterSelector)s, job=~"$job", instance=~"$instance", model_name=~"$model_name", engine=~"$engine"})' % v,
               instant: false,
               legendFormat: '{{model_name}} running',
               range: true,

@@ -245,8 +245,16 @@
         interval: '15s',
         rules: [
           {
-            record: 'instance_model_engine:vllm_num_requests_running:mean_over_time2m',
-            expr: 'avg_over_time((vllm_server_requests_running{%(exporterSelector)s})[2m:15s])' % v,
+            record: 'instance_model_engine:vllm_requests_running:mean2m',
+            expr: |||-
+              (
+              clamp_min(instance_model_engine:vllm_generation_tokens:rate2m{%(exporterSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(exporterSelector)s}, 0)
+              /
+              (rate(vllm_server_engine_steps_total{%(exporterSelector)s}[2m]) > 0)
+              )
+              or
+              avg_over_time((vllm_server_requests_running{%(exporterSelector)s})[2m:15s])
+            ||| % v,
           },
           {
             record: 'instance_model_engine:vllm_spec_decode_speedup_at_load:estimate_rate2m',
@@ -254,9 +262,9 @@
               (instance_model_engine:vllm_generation_tokens:rate2m{%(exporterSelector)s} / ((instance_model_engine:vllm_generation_tokens:rate2m{%(exporterSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(exporterSelector)s}) > 0))
               /
               (
-              clamp_min(instance_model_engine:vllm_num_requests_running:mean_over_time2m{%(exporterSelector)s} * (1 + (instance_model_engine:vllm_spec_decode_draft_tokens:rate2m{%(exporterSelector)s} > 0) / ((instance_model_engine:vllm_generation_tokens:rate2m{%(exporterSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(exporterSelector)s}) > 0)), 256)
+              clamp_min(instance_model_engine:vllm_requests_running:mean2m{%(exporterSelector)s} * (1 + (instance_model_engine:vllm_spec_decode_draft_tokens:rate2m{%(exporterSelector)s} > 0) / ((instance_model_engine:vllm_generation_tokens:rate2m{%(exporterSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(exporterSelector)s}) > 0)), 256)
               /
-              (clamp_min(instance_model_engine:vllm_num_requests_running:mean_over_time2m{%(exporterSelector)s}, 256) > 0)
+              (clamp_min(instance_model_engine:vllm_requests_running:mean2m{%(exporterSelector)s}, 256) > 0)
               + 0.05 * (instance_model_engine:vllm_spec_decode_draft_tokens:rate2m{%(exporterSelector)s} > 0) / ((instance_model_engine:vllm_generation_tokens:rate2m{%(exporterSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(exporterSelector)s}) > 0) > 0)
             ||| % v,
           },

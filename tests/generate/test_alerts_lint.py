@@ -42,7 +42,7 @@ PROMQL_KEYWORDS = {
     "sum", "rate", "increase", "absent", "and", "or", "unless", "by", "without", "ignoring", "on",
     "group_left", "group_right", "max", "min", "avg", "count", "time", "changes", "sqrt", "group",
     "clamp_min", "clamp_max",
-    "max_over_time", "min_over_time", "avg_over_time", "resets",
+    "max_over_time", "min_over_time", "avg_over_time", "last_over_time", "resets",
 }
 
 
@@ -219,7 +219,22 @@ def test_ratios_divide_by_guarded_denominators() -> None:
             # Every division, wherever it sits (the band counts divide inside a comparison).
             assert all(d.endswith(" > 0") for d in _denominators(rule["expr"])), (rule["record"],
                                                                                    _denominators(rule["expr"]))
-            assert "avg" not in rule["expr"], "never average ratios"
+            # Never average ratios: an average may only hold a raw gauge (the batch's fallback).
+            averaged = _arguments(rule["expr"], r"\bavg(?:_over_time)?\s*(?:(?:by|without)\s*\([^)]*\)\s*)?")
+            assert all("/" not in a for a in averaged), ("never average ratios", rule["record"], averaged)
+
+
+def _arguments(expr: str, function: str) -> list[str]:
+    """The parenthesised argument of each call of `function` (a regex up to the parenthesis)."""
+    found = []
+    for match in re.finditer(function + r"\(", expr):
+        depth, start = 0, match.end() - 1
+        for end in range(start, len(expr)):
+            depth += {"(": 1, ")": -1}.get(expr[end], 0)
+            if depth == 0:
+                found.append(expr[start + 1:end])
+                break
+    return found
 
 
 def _denominators(expr: str) -> list[str]:

@@ -53,7 +53,8 @@ SIDECAR_ONLY_SERIES = {MetricName.TARGET_UP, MetricName.SPEC_DECODE_ENABLED, Met
 # Scenarios about engines other than vLLM (the direct rules read vLLM's own series only).
 OTHER_ENGINES = ("TensorRT-LLM",)
 EXPORTER_JOB, VLLM_JOB = "vllm-spec-exporter", "vllm"
-VLLM_NAME = {c.exporter: c.vllm for c in sources.COUNTERS} | {k: v for k, v in sources.VLLM_GAUGES.items()}
+VLLM_NAME = ({c.exporter: c.vllm for c in sources.COUNTERS} | {k: v for k, v in sources.VLLM_GAUGES.items()}
+             | {MetricName.ENGINE_STEPS_TOTAL: sources.ENGINE_STEPS_VLLM})
 
 
 def _spelling(instance: str, instances: list[str], offset: int) -> str:

@@ -144,7 +144,7 @@ def test_k_change_between_polls_forgets_vanished_positions():
     out = tl.poll(5, text_of(fake))
     assert values(out, "vllm_spec_decode_num_speculative_tokens") == {SERIES: 2}
     assert {labels[2] for labels in values(out, "vllm_spec_decode_position_acceptance_ratio")} == {"0", "1"}
-    assert len(tl.store) == 2 + 4  # drafts, draft tokens, accepted, generation + 2 positions
+    assert len(tl.store) == 2 + 5  # drafts, draft tokens, accepted, generation, engine steps + 2 positions
 
 
 def test_engines_and_models_are_kept_apart():

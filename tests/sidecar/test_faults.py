@@ -84,6 +84,20 @@ def _down_fault(name: str, reason: str, behaviour: Callable[[Rig], None]):
     return pytest.param(name, check, id=name)
 
 
+def _busy_fault(name: str, behaviour: Callable[[Rig], None]):
+    """A target that accepts the connection but answers late, right after answering: busy, not down
+    (poller.BUSY_GRACE_SECONDS after its last answer, far beyond this test)."""
+    def check(r: Rig) -> str:
+        before = r.errors("timeout")
+        behaviour(r)
+        assert wait_until(lambda: r.errors("timeout") > before, FAULT_SEEN_WITHIN), "no timeout error counted"
+        m = r.metrics()
+        assert m["vllm_spec_exporter_target_up"][()] == 1
+        assert "vllm_spec_decode_acceptance_ratio" not in m and "vllm_spec_decode_drafts_total" not in m
+        return "up=1 (busy: accepts, answers late), errors{reason=timeout}+, vLLM series omitted"
+    return pytest.param(name, check, id=name)
+
+
 def _mangle_positions(text: str) -> str:
     return text.replace('position="2"', 'position="two"')
 
@@ -214,8 +228,8 @@ def check_restart_loop(r: Rig) -> str:
 
 FAULTS = [
     _down_fault("connection refused", "connect", lambda r: r.target.set(BadTarget.reset())),
-    _down_fault("accept, never answer", "timeout", lambda r: r.target.set(r.target.hang())),
-    _down_fault("byte-by-byte trickle", "timeout", lambda r: r.target.set(r.target.trickle(r.body(), 0.01))),
+    _busy_fault("accept, never answer", lambda r: r.target.set(r.target.hang())),
+    _busy_fault("byte-by-byte trickle", lambda r: r.target.set(r.target.trickle(r.body(), 0.01))),
     _down_fault("HTTP 500", "http_status", lambda r: r.target.set(BadTarget.status("500 Internal Server Error"))),
     _down_fault("HTTP 404", "http_status", lambda r: r.target.set(BadTarget.status("404 Not Found"))),
     _down_fault("HTTP 401", "http_status", lambda r: r.target.set(BadTarget.status("401 Unauthorized"))),
@@ -224,9 +238,8 @@ FAULTS = [
     _down_fault("HTML page", "parse", lambda r: r.target.set(BadTarget.body(b"<html><body>login</body></html>\n",
                                                                             content_type="text/html"))),
     _down_fault("body cut short of Content-Length", "parse", lambda r: r.target.set(BadTarget.short_body(r.body()))),
-    _down_fault("stall after the headers", "timeout",
-                lambda r: r.target.set(r.target.stall_after_headers(r.body()))),
-    _down_fault("headers trickled byte by byte", "timeout", lambda r: r.target.set(r.target.trickle_headers(0.1))),
+    _busy_fault("stall after the headers", lambda r: r.target.set(r.target.stall_after_headers(r.body()))),
+    _busy_fault("headers trickled byte by byte", lambda r: r.target.set(r.target.trickle_headers(0.1))),
     _down_fault("body truncated mid-line", "parse",
                 lambda r: r.target.set(BadTarget.body(r.body()[:-7]))),
     _down_fault("huge body beyond the cap", "too_large",

@@ -33,9 +33,15 @@
               )
               and ignoring (confidence)
                 group without (engine) (
-                {__name__=~"vllm:spec_decode_num_drafts_total|vllm_spec_decode_num_drafts_total|ray_vllm:spec_decode_num_drafts_total|ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}
-              or
-                {__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s} > 0
+              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
               )
             ||| % v,
             labels: {
@@ -74,9 +80,15 @@
               )
               and ignoring (confidence)
                 group without (engine) (
-                {__name__=~"vllm:spec_decode_num_drafts_total|vllm_spec_decode_num_drafts_total|ray_vllm:spec_decode_num_drafts_total|ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}
-              or
-                {__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s} > 0
+              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
               )
             ||| % v,
             labels: {
@@ -123,9 +135,15 @@
               instance_model:vllm_generation_tokens:rate2m{%(vllmSelector)s} >= 1
               unless
               group without (engine) (
-                {__name__=~"vllm:spec_decode_num_drafts_total|vllm_spec_decode_num_drafts_total|ray_vllm:spec_decode_num_drafts_total|ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}
-              or
-                {__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s} > 0
+              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
               )
             ||| % v,
             'for': '10m',

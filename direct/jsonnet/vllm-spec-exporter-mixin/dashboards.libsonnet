@@ -2290,7 +2290,7 @@
                 type: 'prometheus',
                 uid: '${datasource}',
               },
-              expr: 'max by (model_name) (instance_model_engine:vllm_num_requests_running:mean_over_time2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", model_name=~"$model_name", engine=~"$engine"})' % v,
+              expr: 'max by (model_name) (instance_model_engine:vllm_requests_running:mean2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", model_name=~"$model_name", engine=~"$engine"})' % v,
               instant: false,
               legendFormat: '{{model_name}} running',
               range: true,
@@ -2896,9 +2896,15 @@
               expr: |||-
                 label_replace(sum by (instance) (group without (engine) (instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", model_name=~"$model_name", engine=~"$engine"})
                 unless group without (engine) (
-                  {__name__=~"vllm:spec_decode_num_drafts_total|vllm_spec_decode_num_drafts_total|ray_vllm:spec_decode_num_drafts_total|ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}
-                or
-                  {__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s} > 0
+                last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+                or (
+                last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+                or (
+                last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+                or (
+                last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+                or (
+                last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
                 )) * 0 == 0, "problem", "spec decoding off", "", "") or label_replace(min by (instance) (up{%(vllmSelector)s, job=~"$job", instance=~"$instance"}) == 0, "problem", "vLLM unreadable", "", "")
               ||| % v,
               format: 'table',
@@ -3903,9 +3909,15 @@
               expr: |||-
                 count(count by (instance) (group without (engine) (instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", model_name=~"$model_name", engine=~"$engine"})
                 unless group without (engine) (
-                  {__name__=~"vllm:spec_decode_num_drafts_total|vllm_spec_decode_num_drafts_total|ray_vllm:spec_decode_num_drafts_total|ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}
-                or
-                  {__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s} > 0
+                last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+                or (
+                last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+                or (
+                last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+                or (
+                last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+                or (
+                last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
                 ))) or (0 * count(up{%(vllmSelector)s, job=~"$job", instance=~"$instance"}))
               ||| % v,
               instant: true,
@@ -5276,9 +5288,15 @@
               expr: |||-
                 label_replace(sum by (instance) (group without (engine) (instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", model_name=~"$model_name", engine=~"$engine"})
                 unless group without (engine) (
-                  {__name__=~"vllm:spec_decode_num_drafts_total|vllm_spec_decode_num_drafts_total|ray_vllm:spec_decode_num_drafts_total|ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}
-                or
-                  {__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s} > 0
+                last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+                or (
+                last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+                or (
+                last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+                or (
+                last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+                or (
+                last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
                 )) * 0 == 0, "problem", "spec decoding off", "", "") or label_replace(min by (instance) (up{%(vllmSelector)s, job=~"$job", instance=~"$instance"}) == 0, "problem", "vLLM unreadable", "", "")
               ||| % v,
               format: 'table',

@@ -393,8 +393,22 @@
         interval: '15s',
         rules: [
           {
-            record: 'instance_model_engine:vllm_num_requests_running:mean_over_time2m',
-            expr: 'avg_over_time((max without () ({__name__=~"vllm:num_requests_running|vllm_num_requests_running|ray_vllm:num_requests_running|ray_vllm_num_requests_running|llamacpp:requests_processing", %(vllmSelector)s}))[2m:15s])' % v,
+            record: 'instance_model_engine:vllm_requests_running:mean2m',
+            expr: |||-
+              (
+              clamp_min(instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(vllmSelector)s}, 0)
+              /
+              ((rate({__name__="vllm:iteration_tokens_total_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_iteration_tokens_total_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:iteration_tokens_total_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_iteration_tokens_total_count", %(vllmSelector)s}[2m]))))) > 0)
+              )
+              or
+              avg_over_time((max without () ({__name__=~"vllm:num_requests_running|vllm_num_requests_running|ray_vllm:num_requests_running|ray_vllm_num_requests_running|llamacpp:requests_processing", %(vllmSelector)s}))[2m:15s])
+            ||| % v,
           },
           {
             record: 'instance_model_engine:vllm_spec_decode_speedup_at_load:estimate_rate2m',
@@ -402,9 +416,9 @@
               (instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s} / ((instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(vllmSelector)s}) > 0))
               /
               (
-              clamp_min(instance_model_engine:vllm_num_requests_running:mean_over_time2m{%(vllmSelector)s} * (1 + (instance_model_engine:vllm_spec_decode_draft_tokens:rate2m{%(vllmSelector)s} > 0) / ((instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(vllmSelector)s}) > 0)), 256)
+              clamp_min(instance_model_engine:vllm_requests_running:mean2m{%(vllmSelector)s} * (1 + (instance_model_engine:vllm_spec_decode_draft_tokens:rate2m{%(vllmSelector)s} > 0) / ((instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(vllmSelector)s}) > 0)), 256)
               /
-              (clamp_min(instance_model_engine:vllm_num_requests_running:mean_over_time2m{%(vllmSelector)s}, 256) > 0)
+              (clamp_min(instance_model_engine:vllm_requests_running:mean2m{%(vllmSelector)s}, 256) > 0)
               + 0.05 * (instance_model_engine:vllm_spec_decode_draft_tokens:rate2m{%(vllmSelector)s} > 0) / ((instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(vllmSelector)s}) > 0) > 0)
             ||| % v,
           },

@@ -11,6 +11,10 @@ never n + 1. So each window is sized from `scrape_interval`:
   `max_over_time` over the hold, so an evaluation without an answer (one missed scrape) is a gap,
   never a reset; the shorter it is, the sooner a collapse pages.
 
+A series that must be there "now" (the acceptance alerts' drafts-present term) is read over
+`presence` = `PRESENCE_SAMPLES` scrape intervals with `last_over_time`: one missed scrape (the
+sidecar omits vLLM's series for a poll that failed) is bridged, two in a row end it.
+
 The holds (how long the short window must have proven acceptance low) follow from the dip the
 alerts must ride out. A short window of length W that sees a dip of length D to 0 % from a healthy
 level h has its ratio below threshold T for D + (1 - 2c)·W, where c = 1 - T/h is the share of the
@@ -35,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALWAYS_SAMPLES",
+    "PRESENCE_SAMPLES",
     "SHORT_SAMPLES",
     "AlertWindows",
     "alert_windows",
@@ -46,6 +51,7 @@ __all__ = [
 
 ALWAYS_SAMPLES = 4  # a window that must always answer
 SHORT_SAMPLES = 2  # the fewest samples rate()/increase() answer from
+PRESENCE_SAMPLES = 2  # a series read as present through one missed scrape, not two
 
 
 # The defaults the windows grow from (the bundle as measured at a 15 s scrape): below 30 s scrapes
@@ -103,6 +109,7 @@ class AlertWindows:
     fast_short: str
     slow_long: str
     slow_short: str
+    presence: str  # a series counts as present if scraped within it (one missed scrape bridged)
     k_interval: str  # the direct k record's group (positions.k_group): k changes only on restart
     fleet_interval: str  # the fleet groups (fleet_records, fleet_counts): only dashboards read them
     warning_hold: str  # SpecDecodeAcceptanceLow: the fast short window held low this long
@@ -148,6 +155,7 @@ def alert_windows(cfg: MixinConfig) -> AlertWindows:
         fast_short=fast_short,
         slow_long=slow_long,
         slow_short=slow_short,
+        presence=format_duration(PRESENCE_SAMPLES * scrape),
         k_interval=format_duration(max(K_INTERVAL_MIN, evaluation)),
         fleet_interval=cfg.fleet_evaluation_interval or format_duration(
             max(evaluation, min(FLEET_INTERVAL, seconds(rate_window)))),

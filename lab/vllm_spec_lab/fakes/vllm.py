@@ -18,6 +18,8 @@ from vllm_spec_lab.httpd import LoopbackServer
 # vLLM's default buckets for both latency histograms (vllm/v1/metrics/buckets.py, inter_token_latency).
 INTER_TOKEN_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
                                5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+# vLLM's iteration_tokens_total buckets (reference: 1 … 16384).
+ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
 class FakeVllm:
@@ -59,6 +61,10 @@ class FakeVllm:
                         "KV-cache usage. 1 means 100 percent usage.", labels, registry=reg)
         self.generation = Counter(f"{self.prefix}generation_tokens",
                                   "Number of generation tokens processed.", labels, registry=reg)
+        # vLLM V1's tokens per engine step: its _count is the engine's step count.
+        self.iteration_tokens = Histogram(f"{self.prefix}iteration_tokens_total",
+                                          "Histogram of number of tokens per engine_step.", labels,
+                                          buckets=ITERATION_TOKENS_BUCKETS, registry=reg)
         if self.spec_enabled:
             self.drafts = Counter(f"{self.prefix}spec_decode_num_drafts", "Number of spec decoding drafts.",
                                   labels, registry=reg)
@@ -84,7 +90,7 @@ class FakeVllm:
         for m in self.models:
             for e in self.engines:
                 # vLLM pre-creates every series at start-up, so they exist with value 0.
-                for metric in (self.running, self.waiting, self.kv, self.generation):
+                for metric in (self.running, self.waiting, self.kv, self.generation, self.iteration_tokens):
                     metric.labels(m, e)
                 if self.spec_enabled:
                     for metric in (self.drafts, self.draft_tokens, self.accepted):
@@ -116,6 +122,10 @@ class FakeVllm:
                     accepted = sum(accepted_per_pos)
                     self.generation.labels(m, e).inc(drafts + accepted)
                     self.running.labels(m, e).set(running)
+                    # The drafts are request-steps, `running` requests a step (at least one step).
+                    tokens_per_step = running * (1 + (self.k if self.spec_enabled else 0))
+                    for _ in range(max(1, round(drafts / max(running, 1.0))) if drafts else 0):
+                        self.iteration_tokens.labels(m, e).observe(tokens_per_step)
                     if self.latency_histograms and drafts:
                         # One output event per step carries 1 + accepted-per-draft tokens, so the
                         # per-token time shrinks as acceptance grows (what speculation buys).

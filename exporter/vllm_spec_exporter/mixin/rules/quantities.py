@@ -33,6 +33,7 @@ __all__ = [
     "POSITION_ACCEPTANCE",
     "QUANTITIES",
     "Quantity",
+    "batch_per_step",
     "speedup_at_load",
     "speedup_bound",
 ]
@@ -94,6 +95,13 @@ QUANTITIES = {
     "draft_output_share": DRAFT_OUTPUT_SHARE,
     "mean_draft_length": MEAN_DRAFT_LENGTH,
 }
+
+
+def batch_per_step(read: Callable[[SourceCounter], str], steps: str) -> str:
+    """PromQL of advisor.batch_per_step: request-steps (generated - accepted) per engine step, the
+    mean running batch of the steps taken. `steps` (engine steps per second, matching the counters'
+    labels one to one) is guarded with `> 0`: an idle engine takes no steps and gives no sample."""
+    return f"clamp_min({read(GENERATED)} - {read(ACCEPTED)}, 0)\n/\n({steps} > 0)"
 
 
 def speedup_at_load(read: Callable[[SourceCounter], str], batch: str, draft_cost: float,

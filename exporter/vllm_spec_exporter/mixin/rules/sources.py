@@ -72,6 +72,7 @@ __all__ = [
     "by_name",
     "direct_names",
     "drafts_present",
+    "engine_steps_rate",
     "increase_record",
     "increase_sum",
     "operand",
@@ -326,17 +327,22 @@ def rate_sum(cfg: MixinConfig, counter: SourceCounter, matchers: str) -> str:
 
 
 def drafts_present(cfg: MixinConfig) -> str:
-    """One sample per (server, model) whose drafts counter is scraped *now*: an instant selector,
-    which ends at once when the series go stale (pod deleted), unlike any range window.
+    """One sample per (server, model) whose drafts counter is scraped *now*: its last sample within
+    `presence` (two scrape intervals, windows.py), which ends two scrapes after the series go stale
+    (pod deleted), unlike an evidence window; one missed scrape (a poll of a busy vLLM that timed
+    out: the sidecar then omits vLLM's series) is no gap, so it neither resolves nor restarts an alert.
 
     llama-server serves its spec counters at 0 even when started without speculation, so its
     counter counts as present only once it has drafted (the sidecar reads a llama.cpp whose counters
     are all 0 as "no spec decoding" too): without speculation it is SpecDecodeMetricsMissing's."""
+    held = cfg.windows.presence
     if not cfg.direct:
-        return f"group without (engine) ({series(DRAFTS.exporter, source_matchers(cfg))})"
-    names = "|".join(vllm_spellings(DRAFTS.vllm))
-    return (f"group without (engine) (\n  {by_name(names, source_matchers(cfg), regex=True)}\nor\n"
-            f"  {by_name(DRAFTS.llamacpp, source_matchers(cfg))} > 0\n)")
+        return f"group without (engine) (last_over_time({series(DRAFTS.exporter, source_matchers(cfg))}[{held}]))"
+    # Each spelling on its own: last_over_time drops the name, and a spelling switch inside `held`
+    # would leave two series with one label set.
+    vllm = [f"last_over_time({by_name(name, source_matchers(cfg))}[{held}])" for name in vllm_spellings(DRAFTS.vllm)]
+    llamacpp = f"last_over_time({by_name(DRAFTS.llamacpp, source_matchers(cfg))}[{held}]) > 0"
+    return f"group without (engine) (\n{_either([*vllm, llamacpp])}\n)"
 
 
 def scrape_up(cfg: MixinConfig, matchers: str = "") -> str:
@@ -355,6 +361,22 @@ def restarts(cfg: MixinConfig, window: str, matchers: str = "") -> str:
     if not cfg.direct:
         return f"increase({series(SERVED.TARGET_RESTARTS_TOTAL, match)}[{window}])"
     return f"max without (model_name, engine) (\n{_over_range(cfg, 'resets', GENERATED, window, matchers)}\n)"
+
+
+# vLLM's engine-step count (its tokens-per-step histogram's _count); the sidecar serves it as
+# SERVED.ENGINE_STEPS_TOTAL.
+ENGINE_STEPS_VLLM = _vllm_name(Family.ENGINE_STEPS)
+
+
+def engine_steps_rate(cfg: MixinConfig, matchers: str) -> str:
+    """Engine steps per second over rate_window, one series per (server, model, engine). vLLM V1
+    serves the count, no other engine: a reader falls back to the running gauge with `or`. Each
+    spelling on its own, `or`ed: a spelling switch inside the window would otherwise leave two
+    series with one label set."""
+    if not cfg.direct:
+        return f"rate({series(SERVED.ENGINE_STEPS_TOTAL, matchers)}[{cfg.windows.rate_window}])"
+    return _either([f"rate({by_name(name, matchers)}[{cfg.windows.rate_window}])"
+                    for name in vllm_spellings(ENGINE_STEPS_VLLM)])
 
 
 def raw_gauge(cfg: MixinConfig, gauge: MetricName, matchers: str) -> str:

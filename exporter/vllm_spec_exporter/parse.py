@@ -6,9 +6,10 @@ families we want, and only those are parsed strictly. A malformed candidate line
 body: a derived ratio from half a scrape would be a lie.
 
 vLLM's names and their four spellings (`vllm:`, `vllm_`, `ray_vllm:`, `ray_vllm_`) come from
-engines.VLLM_NAMES and engines.VLLM_PREFIXES, the other engines' (llama.cpp, TensorRT-LLM, SGLang,
-TGI) from engines.NAMES; every sample says which
-family it came from, and a spec-decode-like name of an engine we do not know is reported as one
+engines.VLLM_NAMES and engines.VLLM_PREFIXES (plus the `_bucket`, `_sum` and `_count` samples of
+the few histograms in engines.VLLM_HISTOGRAM_NAMES, each tagged with its `part`), the other
+engines' (llama.cpp, TensorRT-LLM, SGLang, TGI) from engines.NAMES; every sample says which family
+it came from, and a spec-decode-like name of an engine we do not know is reported as one
 `Family.FOREIGN_SPEC` sample so that normalise can say so instead of reporting "speculation off".
 """
 
@@ -20,7 +21,7 @@ from collections.abc import Iterable
 from operator import itemgetter
 from typing import NamedTuple
 
-from .engines import NAMES, PREFIXES, SPEC_KEYS, VLLM_NAMES, VLLM_PREFIXES
+from .engines import HISTOGRAM_PARTS, NAMES, PREFIXES, SPEC_KEYS, VLLM_HISTOGRAM_NAMES, VLLM_NAMES, VLLM_PREFIXES
 from .names import EngineFamily, Family
 
 __all__ = ["ParseError", "RawSample", "parse"]
@@ -49,12 +50,17 @@ def _trie(words: Iterable[str]) -> str:
 # conditional on the prefix: one pattern serves every engine, and a vLLM line costs what it did
 # before other engines were known (a second alternative for every line cost ~15 %; one trie of all
 # names ~30 %, since vLLM's many unwanted `request_*` lines then match TGI's `request_` prefix).
-_FAMILY_TRIE = _trie(VLLM_NAMES)  # accepts exactly VLLM_NAMES' names
+# vLLM's histograms (engines.VLLM_HISTOGRAM_NAMES) join as their samples' names, `<name>_bucket`,
+# `_sum` and `_count`: each word maps to the histogram's key, and _PARTS says which part it is.
+_PARTS: dict[str, str] = {f"{name}_{part}": part for name in VLLM_HISTOGRAM_NAMES for part in HISTOGRAM_PARTS}
+_VLLM_WORDS: dict[str, Family] = {**VLLM_NAMES, **{f"{name}_{part}": key for name, key in VLLM_HISTOGRAM_NAMES.items()
+                                                   for part in HISTOGRAM_PARTS}}
+_FAMILY_TRIE = _trie(_VLLM_WORDS)  # accepts exactly VLLM_NAMES' names and the histograms' samples
 _ENGINE_TRIE = _trie({name for names in NAMES.values() for name in names})
 _NAME_TRIE = rf"(?(other){_ENGINE_TRIE}|{_FAMILY_TRIE})"
 # prefix on the wire -> (engine family, its names -> canonical key)
 _TABLES: dict[str, tuple[str, dict[str, Family]]] = {
-    **{prefix: (EngineFamily.VLLM, VLLM_NAMES) for prefix in VLLM_PREFIXES},
+    **{prefix: (EngineFamily.VLLM, _VLLM_WORDS) for prefix in VLLM_PREFIXES},
     **{prefix: (family, NAMES[family]) for prefix, family in PREFIXES.items()},
 }
 _SUFFIX = r"(?:_total|_created)?"
@@ -104,6 +110,7 @@ class RawSample(NamedTuple):
     value: float
     label_text: str  # the raw label body: identifies an exact duplicate series cheaply
     engine_family: str = EngineFamily.VLLM  # which engine's name this was (names.EngineFamily)
+    part: str = ""  # a histogram's sample: "bucket", "sum" or "count" (engines.HISTOGRAM_PARTS)
 
 
 def parse(text: str) -> list[RawSample]:
@@ -133,7 +140,7 @@ def parse(text: str) -> list[RawSample]:
         labels = _LABEL_CACHE.get(body)
         if labels is None:
             labels = _parse_labels(body, scan, match.start())
-        append(RawSample(key, suffix == "_created", labels, value, body, engine_family))
+        append(RawSample(key, suffix == "_created", labels, value, body, engine_family, _PARTS.get(family, "")))
     if not samples and not any(marker in text for marker in _EXPOSITION_MARKERS):
         raise ParseError("response holds no Prometheus metrics (no # HELP/# TYPE lines)")
     if SPEC_KEYS.isdisjoint(map(_KEY_OF, samples)):  # C-level, stops at the first spec sample

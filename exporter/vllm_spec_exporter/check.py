@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from . import advisor, durations, settings, specconfig_reader, terminal
+from . import advisor, check_baseline, durations, settings, specconfig_reader, terminal
 from .derive import SeriesFigures, derive_series, derive_v0, figures
 from .engines import COUNTER_SCHEMAS
 from .names import Family, MetricName, Schema
@@ -26,7 +26,8 @@ from .specconfig import SpecConfig
 
 EXIT_HEALTHY, EXIT_BELOW, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
 EPILOG = """exit codes: 0 acceptance at or above the threshold; 1 below it; 2 bad arguments;
-3 cannot judge (target unreachable, speculative decoding off, or no draft traffic while sampling)"""
+3 cannot judge (target unreachable, speculative decoding off, or no draft traffic while sampling);
+""" + check_baseline.EPILOG
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{advisor.DEFAULT_COMPUTE_BOUND_TOKENS}; about the GPU's FLOP/s over its bytes/s)")
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds allowed per poll (default 3)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    check_baseline.add_arguments(parser)
     settings.add_arguments(parser, only=settings.CONNECTION_OPTIONS + settings.SPEC_CONFIG_OPTIONS)
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                         help="colour the table: auto (when stdout is a terminal), always or never (default auto)")
@@ -114,6 +116,9 @@ class CheckReport(NamedTuple):
     verdict: str
     exit_code: int
     spec_config: SpecConfig = UNKNOWN_CONFIG
+    baseline: list[check_baseline.Comparison] | None = None  # --baseline: the measured comparison
+    baseline_url: str = ""
+    compute_bound_tokens: float = advisor.DEFAULT_COMPUTE_BOUND_TOKENS
 
 
 def sum_figures(parts: list[SeriesFigures]) -> SeriesFigures:
@@ -224,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
     conf = settings.resolve_connection(args)
     fetcher = settings.make_fetcher(conf, min(args.timeout, interval * 0.9), 64 * 1024 * 1024)
     poller = Poller(fetcher, interval, window=duration + 2 * interval, min_draft_tokens=args.min_draft_tokens)
+    companion = check_baseline.start(args, duration, running_per_engine) if args.baseline else None
     started = time.monotonic()
     polls = 0
     last_error = ""
@@ -248,13 +254,20 @@ def run(args: argparse.Namespace) -> int:
         down = {"target": fetcher.url, "verdict": "TARGET DOWN", "error": last_error or result.error_message}
         print(json.dumps(down, indent=2, sort_keys=True) if args.json else
               f"vllm-spec-exporter check — {fetcher.url}\nverdict: TARGET DOWN — {down['error']}")
+        if companion is not None:
+            companion.stop()
         return EXIT_UNKNOWN
     snap = result.snapshot
     reports = build_reports(poller, snap, args.min_draft_tokens, draft_cost, batches, args.compute_bound_tokens)
     code, line = verdict(snap.schema, reports, args.threshold)
+    compared = None
+    if companion is not None:
+        compared = companion.finish(args.compute_bound_tokens, free_drafts=draft_cost == 0)
+        code, line = check_baseline.combined_verdict(code, line, compared, EXIT_HEALTHY, EXIT_BELOW)
     report = CheckReport(target=fetcher.url, vllm_version=result.version, schema=snap.schema,
                          engine_family=snap.engine_family, sampled_seconds=duration, polls=polls, models=reports,
-                         verdict=line, exit_code=code, spec_config=read_spec_config(conf, snap))
+                         verdict=line, exit_code=code, spec_config=read_spec_config(conf, snap), baseline=compared,
+                         baseline_url=args.baseline or "", compute_bound_tokens=args.compute_bound_tokens)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     print(json.dumps(to_json(report), indent=2, sort_keys=True) if args.json else
           render_table(report, args.threshold, color))
@@ -299,7 +312,9 @@ def to_json(report: CheckReport) -> dict[str, Any]:
     return {"target": report.target, "vllm_version": report.vllm_version, "schema": report.schema,
             "engine_family": report.engine_family, "sampled_seconds": report.sampled_seconds,
             "polls": report.polls, "models": models, "verdict": report.verdict, "exit_code": report.exit_code,
-            "speculative_config": report.spec_config.labels()}
+            "speculative_config": report.spec_config.labels(),
+            **({} if report.baseline is None else
+               {"baseline": check_baseline.json_block(report.baseline, report.baseline_url)})}
 
 
 def render_table(report: CheckReport, threshold: float, color: bool) -> str:
@@ -313,6 +328,8 @@ def render_table(report: CheckReport, threshold: float, color: bool) -> str:
     for m in report.models:
         lines.append("")
         lines += terminal.model_lines(m.view(), threshold, color)
+    if report.baseline is not None:
+        lines += check_baseline.table_lines(report.baseline, report.compute_bound_tokens)
     code = report.exit_code
     lines += ["", "verdict: " + paint(report.verdict, {0: "32;1", 1: "31;1"}.get(code, "33;1"))]
     return "\n".join(lines)

@@ -189,13 +189,25 @@ def table_lines(found: list[Comparison], compute_bound_tokens: float) -> list[st
         if c.batch_warning:
             lines.append(f"    WARNING: {c.batch_warning}")
         if c.draft_cost_ratio is not None or c.compute_bound is not None:
-            bound = c.compute_bound
-            n = (f"compute_bound_tokens ≈ {bound.tokens:.3g} ({bound.kind.replace('_', ' ')})" if bound else
-                 f"compute_bound_tokens {compute_bound_tokens:g} (as set)")
-            cost = "—" if c.draft_cost_ratio is None else f"{c.draft_cost_ratio:.3g}"
-            lines.append(f"    calibrated: {n}, draft_cost_ratio ≈ {cost}; put these in your config "
-                         f"(`--set compute_bound_tokens=…`, `--set draft_cost_ratio=…`), see docs/calibration.md")
+            lines.append("    " + calibration_line(c, compute_bound_tokens))
     return lines
+
+
+def calibration_line(c: Comparison, compute_bound_tokens: float) -> str:
+    """"calibrated: compute_bound_tokens ≈ …, draft_cost_ratio ≈ …; put these in your config (…)"."""
+    bound = c.compute_bound
+    n = compute_bound_tokens
+    if bound is not None:  # a bound, not a value: keep the configured N when it lies within it
+        measured = max(1, round(bound.tokens))  # the knob is a count >= 1
+        n = {"fitted": measured, "at_most": min(n, measured), "at_least": max(n, measured)}[bound.kind]
+    known = {"fitted": "", "at_most": " or less", "at_least": " or more"}
+    found = (f"compute_bound_tokens {n:g} (as set)" if bound is None else
+             f"compute_bound_tokens ≈ {max(1, round(bound.tokens))}{known[bound.kind]} (use {n:g})")
+    sets = [] if bound is None else [f"--set compute_bound_tokens={n:g}"]
+    if c.draft_cost_ratio is not None:
+        found += f", draft_cost_ratio ≈ {c.draft_cost_ratio:.3g}"
+        sets.append(f"--set draft_cost_ratio={c.draft_cost_ratio:.3g}")
+    return f"calibrated: {found}; put these in your config (`{' '.join(sets)}`; docs/calibration.md)"
 
 
 def json_block(found: list[Comparison], baseline_url: str) -> dict[str, Any]:

@@ -111,7 +111,7 @@ def start(args: argparse.Namespace, duration: float, batch_of: Callable[[Snapsho
         conf = settings.resolve_connection(argparse.Namespace(**{**vars(args), "target": url}))
         fetcher = settings.make_fetcher(conf, args.timeout, 64 * 1024 * 1024)
         pollers[name] = Poller(fetcher, interval, window=duration + 2 * interval,
-                               min_draft_tokens=args.min_draft_tokens)
+                               min_draft_tokens=args.min_draft_tokens, histograms=True)
     return Companion(pollers, duration, interval, batch_of)
 
 

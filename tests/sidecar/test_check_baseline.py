@@ -18,7 +18,7 @@ from support.paths import FIXTURES
 from vllm_spec_exporter import check, check_baseline
 from vllm_spec_exporter.baseline_compare import BATCH_MISMATCH_FACTOR, batch_warning, compare, side_figures
 from vllm_spec_exporter.normalise import normalise
-from vllm_spec_exporter.parse import parse
+from vllm_spec_exporter.parse import ParseError, parse
 from vllm_spec_lab.exporter_process import SCRIPT
 from vllm_spec_lab.fakes.vllm import FakeVllm
 
@@ -29,7 +29,7 @@ PLAIN = [CAPTURES / "spec_off" / f"scrape-00{i}.prom" for i in (0, 1)]  # 8 requ
 
 def snap(path, replace: tuple[str, str] = ("", "")):
     text = path.read_text()
-    return normalise(parse(text.replace(*replace) if replace[0] else text))
+    return normalise(parse(text.replace(*replace) if replace[0] else text, histograms=True))
 
 
 def reference(path) -> dict[str, float]:
@@ -185,3 +185,23 @@ def test_companion_polls_both_servers_until_the_duration() -> None:
     # The same server on both sides: it speculates, so it is no baseline.
     assert found[0].problem.startswith("BASELINE SPECULATES")
     assert all(side.first is not side.last for side in companion.sides.values())
+
+
+def test_histograms_are_kept_only_when_asked_and_summed_over_replicas() -> None:
+    from vllm_spec_exporter.names import Family, HistogramKey, SeriesKey
+
+    text = ('# TYPE vllm:inter_token_latency_seconds histogram\n'
+            'ray_vllm:request_time_per_output_token_seconds_sum{engine="0",model_name="m",replica="a"} 1.5\n'
+            'ray_vllm:request_time_per_output_token_seconds_sum{engine="0",model_name="m",replica="b"} 0.5\n'
+            'vllm:inter_token_latency_seconds_bucket{engine="0",le="+Inf",model_name="m"} 7\n'
+            'vllm:time_per_output_token_seconds_count{engine="0",model_name="m"} 3\n'  # ITL's name before 0.11
+            'vllm:iteration_tokens_total_count{engine="0",model_name="m"} -1\n')
+    found = normalise(parse(text, histograms=True))
+    series = SeriesKey("m", "0")
+    assert found.histograms == {HistogramKey(Family.TIME_PER_OUTPUT_TOKEN, series, "sum", ""): 2.0,
+                                HistogramKey(Family.INTER_TOKEN_LATENCY, series, "bucket", "+Inf"): 7.0,
+                                HistogramKey(Family.INTER_TOKEN_LATENCY, series, "count", ""): 3.0}
+    assert len(found.invalid) == 1 and "iteration_tokens_count" in found.invalid[0]
+    assert normalise(parse(text)).histograms == {}
+    with pytest.raises(ParseError, match="malformed"):
+        parse('vllm:inter_token_latency_seconds_sum{engine="0" 1\n', histograms=True)

@@ -46,8 +46,9 @@ def reference_samples(text: str) -> set[tuple[str, bool, tuple, float, str]]:
     return wanted
 
 
-def ours(text: str) -> set[tuple[str, bool, tuple, float, str]]:
-    return {(s.key, s.created, tuple(sorted(s.labels.items())), s.value, s.part) for s in parse(text)}
+def ours(text: str, histograms: bool = True) -> set[tuple[str, bool, tuple, float, str]]:
+    return {(s.key, s.created, tuple(sorted(s.labels.items())), s.value, s.part)
+            for s in parse(text, histograms=histograms)}
 
 
 def test_agrees_with_prometheus_client_on_real_vllm_output():
@@ -59,6 +60,8 @@ def test_agrees_with_prometheus_client_on_real_vllm_output():
     parts = {(key, part) for key, _, _, _, part in expected if part}
     assert parts == {(key, part) for key in ("time_per_output_token", "inter_token_latency", "iteration_tokens")
                      for part in HISTOGRAM_PARTS}
+    # The sidecar's parse (the default) keeps no histogram sample: the same set less the parts.
+    assert ours(text, histograms=False) == {sample for sample in expected if not sample[4]}
 
 
 @pytest.mark.parametrize("prefix", ["vllm_", "ray_vllm:", "ray_vllm_"])

@@ -50,6 +50,7 @@ class SideFigures:
     draft_tokens: float | None = None  # the speculative side's counters' deltas
     accepted_tokens: float | None = None
     generation_tokens: float | None = None
+    tpot_exposed: bool = True  # the server writes vllm:request_time_per_output_token_seconds at all
 
     @property
     def draft_length(self) -> float | None:
@@ -121,7 +122,8 @@ def side_figures(first: Snapshot, last: Snapshot, seconds: float, model: str,
                        itl_mean=itl, itl_quantiles=itl_q, output_tokens_per_second=rate,
                        batch=sum(batches) / len(batches) if batches else None, steps=steps,
                        draft_tokens=counts[Family.DRAFT_TOKENS], accepted_tokens=counts[Family.ACCEPTED_TOKENS],
-                       generation_tokens=generated)
+                       generation_tokens=generated,
+                       tpot_exposed=_histogram(last, Family.TIME_PER_OUTPUT_TOKEN, model)[1] is not None)
 
 
 def batch_warning(target: float | None, baseline: float | None) -> str | None:
@@ -149,6 +151,10 @@ def compare(model: str, target: SideFigures | None, baseline: SideFigures | None
         problem = "MODEL MISMATCH — the model is not served by both servers"
     if problem is None and target is not None and baseline is not None:
         for name, side in (("speculative target", target), ("baseline", baseline)):
+            if not side.tpot_exposed:
+                problem = (f"NO TPOT HISTOGRAM ON THE {name.upper()} — it does not expose "
+                           "vllm:request_time_per_output_token_seconds (vLLM before 0.11, or another engine)")
+                break
             if side.tpot_mean is None:
                 problem = (f"NO TRAFFIC ON THE {name.upper()} — no request finished there while sampling "
                            "(send both servers the same traffic, or sample longer)")

@@ -118,6 +118,13 @@ def test_no_traffic_on_the_target_is_named() -> None:
     assert found.problem.startswith("NO TRAFFIC ON THE SPECULATIVE TARGET")
 
 
+def test_a_server_without_the_tpot_histogram_is_named() -> None:
+    strip = ("vllm:request_time_per_output_token_seconds", "vllm:renamed_elsewhere")
+    target, base = sides((snap(NGRAM[0]), snap(NGRAM[1])), (snap(PLAIN[0], strip), snap(PLAIN[1], strip)))
+    (found,) = check_baseline.comparisons(target, base, 256, True)
+    assert found.problem.startswith("NO TPOT HISTOGRAM ON THE BASELINE") and found.speedup is None
+
+
 def test_measured_slower_at_comparable_load_is_not_paying() -> None:
     slow = side_figures(snap(PLAIN[0]), snap(PLAIN[1]), 10.0, "tiny-llama", [1.0])
     fast = side_figures(snap(NGRAM[0]), snap(NGRAM[1]), 10.0, "tiny-llama", [1.0])

@@ -35,9 +35,12 @@ RAMP_S = 6  # load before check starts, so both servers run at their steady batc
 TOLERANCE = 0.15
 
 
-def histogram_totals(url: str) -> dict[str, float]:
+def histogram_totals(server: VllmServer) -> dict[str, float]:
     """Sum and count of vLLM's request-latency histograms, as prometheus_client reads them."""
-    body = requests.get(f"{url}/metrics", timeout=30).text
+    try:
+        body = requests.get(f"{server.url}/metrics", timeout=30).text
+    except requests.ConnectionError as error:
+        pytest.fail(f"vLLM at {server.url} stopped answering ({error}); its log ends:\n{server.log_tail()}")
     wanted = ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
               "vllm:request_time_per_output_token_seconds")
     return {sample.name: sample.value for family in text_string_to_metric_families(body) if family.name in wanted
@@ -77,11 +80,11 @@ def test_check_baseline_measures_the_speedup_the_load_generator_sees(tmp_path) -
             thread.start()
         try:
             threading.Event().wait(RAMP_S)
-            before = {name: histogram_totals(server.url) for name, server in servers.items()}
+            before = {name: histogram_totals(server) for name, server in servers.items()}
             done = subprocess.run([str(SCRIPT), "check", "--target", servers["speculative"].url, "--baseline",
                                    servers["plain"].url, "--duration", f"{SAMPLE_S}s", "--json", "--method", "ngram",
                                    "--timeout", "10"], capture_output=True, text=True, timeout=SAMPLE_S + 120)
-            after = {name: histogram_totals(server.url) for name, server in servers.items()}
+            after = {name: histogram_totals(server) for name, server in servers.items()}
         finally:
             for thread in threads:
                 thread.join(SAMPLE_S + 120)

@@ -59,15 +59,10 @@ def test_check_baseline_measures_the_speedup_the_load_generator_sees(tmp_path) -
                                 log_path=tmp_path / f"{name}.log", startup_timeout_s=600.0)
                for name, config in (("speculative", NGRAM_SPEC_CONFIG), ("plain", None))}
     with ExitStack() as stack:
+        # One after the other, on this thread: a child dies with the thread that spawned it
+        # (processes.spawn: PR_SET_PDEATHSIG follows the parent *thread*).
         for server in servers.values():
-            stack.callback(server.stop)
-        starts = [threading.Thread(target=server.start, daemon=True) for server in servers.values()]
-        for thread in starts:
-            thread.start()
-        for thread in starts:
-            thread.join()
-        for name, server in servers.items():
-            assert server.startup_seconds is not None, f"{name} vLLM did not start: {server.log_tail()}"
+            stack.enter_context(server)
         phase = high_acceptance_phase("ab", max_requests=1_000_000, max_seconds=RAMP_S + SAMPLE_S + 4,
                                       concurrency=CONCURRENCY, max_tokens=128)
         results: dict[str, PhaseResult] = {}

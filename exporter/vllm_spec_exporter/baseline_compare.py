@@ -165,9 +165,11 @@ def compare(model: str, target: SideFigures | None, baseline: SideFigures | None
     cost = bound = None
     batch, length = baseline.batch, target.draft_length
     if batch and length and baseline.itl_mean and target.itl_mean:
-        cost = calibrate.draft_cost_ratio(baseline.itl_mean, target.itl_mean, batch, length, compute_bound_tokens)
-        if free_drafts:
+        if free_drafts:  # N first (c = 0 assumed), then c at the N to set: the excess beyond the bound
             bound = calibrate.compute_bound_from_free_drafts(baseline.itl_mean, target.itl_mean, batch, length)
+            if bound is not None:
+                compute_bound_tokens = calibrate.to_set(bound, compute_bound_tokens)
+        cost = calibrate.draft_cost_ratio(baseline.itl_mean, target.itl_mean, batch, length, compute_bound_tokens)
     return Comparison(model, target, baseline, measured_speedup(baseline.tpot_mean, target.tpot_mean), quantiles,
                       _ratio(baseline.itl_mean, target.itl_mean),
                       _ratio(target.output_tokens_per_second, baseline.output_tokens_per_second),

@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = ["ComputeBound", "compute_bound_from_free_drafts", "compute_bound_tokens", "draft_cost_ratio",
-           "step_seconds"]
+           "step_seconds", "to_set"]
 
 GRID_STEPS = 400  # candidate N between the smallest and the largest batch: 1 % apart over 1..64
 
@@ -59,6 +59,17 @@ class ComputeBound:
     tokens: float
     kind: str
     seconds_per_token: float
+
+
+def to_set(bound: ComputeBound, configured: float) -> int:
+    """The `compute_bound_tokens` knob's value (a count >= 1) given a measured bound and the value
+    configured now: the fitted N, or the configured one where it lies within a one-sided bound."""
+    measured = max(1, round(bound.tokens))
+    if bound.kind == "at_most":
+        return max(1, min(round(configured), measured))
+    if bound.kind == "at_least":
+        return max(round(configured), measured)
+    return measured
 
 
 def _fit(points: Sequence[tuple[float, float]], n: float) -> tuple[float, float]:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import settings
+from . import calibrate, settings
 from .baseline_compare import BATCH_MISMATCH_FACTOR, QUANTILES, Comparison, compare, side_figures
 from .normalise import Snapshot
 from .poller import Poller
@@ -196,10 +196,7 @@ def table_lines(found: list[Comparison], compute_bound_tokens: float) -> list[st
 def calibration_line(c: Comparison, compute_bound_tokens: float) -> str:
     """"calibrated: compute_bound_tokens ≈ …, draft_cost_ratio ≈ …; put these in your config (…)"."""
     bound = c.compute_bound
-    n = compute_bound_tokens
-    if bound is not None:  # a bound, not a value: keep the configured N when it lies within it
-        measured = max(1, round(bound.tokens))  # the knob is a count >= 1
-        n = {"fitted": measured, "at_most": min(n, measured), "at_least": max(n, measured)}[bound.kind]
+    n = compute_bound_tokens if bound is None else calibrate.to_set(bound, compute_bound_tokens)
     known = {"fitted": "", "at_most": " or less", "at_least": " or more"}
     found = (f"compute_bound_tokens {n:g} (as set)" if bound is None else
              f"compute_bound_tokens ≈ {max(1, round(bound.tokens))}{known[bound.kind]} (use {n:g})")

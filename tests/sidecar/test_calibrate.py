@@ -80,3 +80,14 @@ def test_free_drafts_at_the_edges() -> None:
 def test_step_seconds_from_busy_time_and_steps() -> None:
     assert step_seconds(30.0, 1500.0) == pytest.approx(0.02)
     assert step_seconds(30.0, 0.0) is None
+
+
+def test_the_value_to_set_keeps_the_configured_one_within_a_one_sided_bound() -> None:
+    from vllm_spec_exporter.calibrate import ComputeBound, to_set
+
+    assert to_set(ComputeBound(11.6, "fitted", 1e-3), 256) == 12
+    assert to_set(ComputeBound(2.8, "at_most", 1e-3), 256) == 3  # 256 contradicts "3 or less"
+    assert to_set(ComputeBound(2.8, "at_most", 1e-3), 2) == 2
+    assert to_set(ComputeBound(12.0, "at_least", 1e-3), 256) == 256  # 256 agrees with "12 or more"
+    assert to_set(ComputeBound(12.0, "at_least", 1e-3), 4) == 12
+    assert to_set(ComputeBound(0.2, "at_most", 1e-3), 256) == 1  # the knob is a count >= 1

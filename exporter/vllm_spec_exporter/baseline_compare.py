@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import calibrate
-from .measured import bucket_deltas, histogram_mean, histogram_quantile, measured_speedup
+from .measured import bucket_deltas, end_to_end_seconds_per_token, histogram_mean, histogram_quantile, measured_speedup
 from .names import Family
 from .normalise import Snapshot
 
@@ -51,6 +51,7 @@ class SideFigures:
     accepted_tokens: float | None = None
     generation_tokens: float | None = None
     tpot_exposed: bool = True  # the server writes vllm:request_time_per_output_token_seconds at all
+    e2e_per_token: float | None = None  # request latency per output token (queueing, prefill included)
 
     @property
     def draft_length(self) -> float | None:
@@ -72,6 +73,7 @@ class Comparison:
     tokens_per_second_ratio: float | None
     batch_warning: str | None
     problem: str | None  # why no ratio could be measured (one line), else None
+    end_to_end_speedup: float | None = None  # the same ratio of end-to-end time per output token
     draft_cost_ratio: float | None = None  # calibrated at compute_bound_tokens
     compute_bound: calibrate.ComputeBound | None = None  # calibrated when drafting is free
 
@@ -114,6 +116,10 @@ def side_figures(first: Snapshot, last: Snapshot, seconds: float, model: str,
     _, itl, itl_q = latency(Family.INTER_TOKEN_LATENCY)
     steps = _delta(_histogram(first, Family.ITERATION_TOKENS, model)[1],
                    _histogram(last, Family.ITERATION_TOKENS, model)[1])
+    e2e = end_to_end_seconds_per_token(_delta(_histogram(first, Family.E2E_LATENCY, model)[0],
+                                              _histogram(last, Family.E2E_LATENCY, model)[0]),
+                                       _delta(_histogram(first, Family.REQUEST_GENERATION_TOKENS, model)[0],
+                                              _histogram(last, Family.REQUEST_GENERATION_TOKENS, model)[0]))
     counts = {f: _delta(_counter(first, f, model), _counter(last, f, model))
               for f in (Family.GENERATION_TOKENS, Family.DRAFT_TOKENS, Family.ACCEPTED_TOKENS)}
     generated = counts[Family.GENERATION_TOKENS]
@@ -123,7 +129,8 @@ def side_figures(first: Snapshot, last: Snapshot, seconds: float, model: str,
                        batch=sum(batches) / len(batches) if batches else None, steps=steps,
                        draft_tokens=counts[Family.DRAFT_TOKENS], accepted_tokens=counts[Family.ACCEPTED_TOKENS],
                        generation_tokens=generated,
-                       tpot_exposed=_histogram(last, Family.TIME_PER_OUTPUT_TOKEN, model)[1] is not None)
+                       tpot_exposed=_histogram(last, Family.TIME_PER_OUTPUT_TOKEN, model)[1] is not None,
+                       e2e_per_token=e2e)
 
 
 def batch_warning(target: float | None, baseline: float | None) -> str | None:
@@ -173,4 +180,5 @@ def compare(model: str, target: SideFigures | None, baseline: SideFigures | None
     return Comparison(model, target, baseline, measured_speedup(baseline.tpot_mean, target.tpot_mean), quantiles,
                       _ratio(baseline.itl_mean, target.itl_mean),
                       _ratio(target.output_tokens_per_second, baseline.output_tokens_per_second),
-                      batch_warning(target.batch, baseline.batch), None, cost, bound)
+                      batch_warning(target.batch, baseline.batch), None,
+                      measured_speedup(baseline.e2e_per_token, target.e2e_per_token), cost, bound)

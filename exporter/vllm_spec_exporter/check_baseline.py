@@ -184,8 +184,9 @@ def table_lines(found: list[Comparison], compute_bound_tokens: float) -> list[st
             lines.append(f"    {name:<11} TPOT {_s(side.tpot_mean)} ({tq}) · ITL per chunk {_s(side.itl_mean)} · "
                          f"{_s(side.output_tokens_per_second, 1, '')} tok/s · batch "
                          f"{'—' if side.batch is None else f'{side.batch:.1f}'} · {side.requests:g} requests")
-        lines.append(f"    tokens/s ratio {_x(c.tokens_per_second_ratio)} · ITL ratio {_x(c.chunk_latency_ratio)} "
-                     "(per emitted chunk: step times, not speed)")
+        lines.append(f"    end to end {_x(c.end_to_end_speedup)} (request latency per output token, queueing and "
+                     f"prefill included) · tokens/s ratio {_x(c.tokens_per_second_ratio)} · ITL ratio "
+                     f"{_x(c.chunk_latency_ratio)} (per emitted chunk: step times, not speed)")
         if c.batch_warning:
             lines.append(f"    WARNING: {c.batch_warning}")
         if c.draft_cost_ratio is not None or c.compute_bound is not None:
@@ -217,12 +218,14 @@ def json_block(found: list[Comparison], baseline_url: str) -> dict[str, Any]:
                 "inter_token_latency_seconds": s.itl_mean,
                 "inter_token_latency_quantiles": {str(q): v for q, v in s.itl_quantiles.items()},
                 "output_tokens_per_second": s.output_tokens_per_second, "running_per_engine": s.batch,
-                "engine_steps": s.steps, "draft_tokens_per_request_step": s.draft_length}
+                "engine_steps": s.steps, "draft_tokens_per_request_step": s.draft_length,
+                "end_to_end_seconds_per_token": s.e2e_per_token}
 
     models = []
     for c in found:
         models.append({"model_name": c.model, "problem": c.problem, "measured_speedup": c.speedup,
                        "measured_speedup_quantiles": {str(q): c.speedup_quantiles.get(q) for q in QUANTILES},
+                       "measured_speedup_end_to_end": c.end_to_end_speedup,
                        "inter_token_latency_ratio": c.chunk_latency_ratio,
                        "tokens_per_second_ratio": c.tokens_per_second_ratio, "batch_warning": c.batch_warning,
                        "speculative": side(c.target), "baseline": side(c.baseline),

@@ -87,6 +87,8 @@ VLLM_HISTOGRAM_NAMES: dict[str, Key] = {
     "inter_token_latency_seconds": Key.INTER_TOKEN_LATENCY,  # per emitted chunk (0.11+)
     "time_per_output_token_seconds": Key.INTER_TOKEN_LATENCY,  # its name before 0.11, same meaning
     "iteration_tokens_total": Key.ITERATION_TOKENS,  # tokens per engine step; _count = steps
+    "e2e_request_latency_seconds": Key.E2E_LATENCY,  # arrival to last token, per finished request
+    "request_generation_tokens": Key.REQUEST_GENERATION_TOKENS,  # output tokens per finished request
 }
 HISTOGRAM_PARTS = ("bucket", "sum", "count")
 

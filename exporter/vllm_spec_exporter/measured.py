@@ -7,7 +7,8 @@ Where the same model is served with and without speculation, the speed-up users 
 from vLLM's `request_time_per_output_token_seconds` histogram (per request: decode time over the
 tokens after the first, so per *token* with or without speculation). `inter_token_latency_seconds`
 is per emitted *chunk*: with speculation one step emits several tokens, so its ratio compares step
-times, not speeds; callers show it labelled as such, never as the speed-up.
+times, not speeds; callers show it labelled as such, never as the speed-up. The end-to-end time per
+output token (request latency over output tokens) adds what TPOT leaves out: queueing and prefill.
 
 Histograms are read as deltas over a window: `_sum` and `_count` give the mean, the cumulative
 `_bucket` counts a quantile, interpolated linearly within the bucket exactly as Prometheus'
@@ -21,7 +22,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-__all__ = ["bucket_deltas", "histogram_mean", "histogram_quantile", "measured_speedup"]
+__all__ = ["bucket_deltas", "end_to_end_seconds_per_token", "histogram_mean", "histogram_quantile",
+           "measured_speedup"]
 
 
 def measured_speedup(baseline_tpot_seconds: float | None, speculative_tpot_seconds: float | None) -> float | None:
@@ -40,6 +42,14 @@ def histogram_mean(sum_delta: float | None, count_delta: float | None) -> float 
     if sum_delta is None or count_delta is None or not count_delta > 0 or not math.isfinite(sum_delta):
         return None
     return sum_delta / count_delta
+
+
+def end_to_end_seconds_per_token(latency_sum_delta: float | None, tokens_sum_delta: float | None) -> float | None:
+    """Request latency per output token over the requests finished in a window: Δ
+    `e2e_request_latency_seconds_sum` / Δ `request_generation_tokens_sum` (queueing, prefill and
+    decode, weighted by tokens). Its baseline-over-speculative ratio is the speed-up a client with a
+    fixed concurrency sees in tokens/s; TPOT's leaves out the time before the first token."""
+    return histogram_mean(latency_sum_delta, tokens_sum_delta)
 
 
 def _bound(le: str | float) -> float:

@@ -66,10 +66,13 @@ class Family(StrEnum):
     DIFFUSION_COMMITTED_TOKENS = "diffusion_committed_tokens"
     # vLLM's histograms `check --baseline` reads as deltas (_sum, _count and _bucket by `le`; never
     # served): time per output token per request, inter-token latency per emitted chunk, tokens per
-    # engine step (its _count counts the engine's steps).
+    # engine step (its _count counts the engine's steps), end-to-end latency and output tokens per
+    # finished request.
     TIME_PER_OUTPUT_TOKEN = "time_per_output_token"
     INTER_TOKEN_LATENCY = "inter_token_latency"
     ITERATION_TOKENS = "iteration_tokens"
+    E2E_LATENCY = "e2e_latency"  # per request, queueing and prefill included
+    REQUEST_GENERATION_TOKENS = "request_generation_tokens"  # per finished request
     # A spec-decode-like name from an engine the exporter does not know (parse.py); never served.
     FOREIGN_SPEC = "foreign_spec"
 

@@ -69,6 +69,11 @@ def test_measured_speedup_is_the_baselines_tpot_over_the_targets() -> None:
     assert found.speedup == pytest.approx(baseline.tpot_mean / target.tpot_mean)
     assert found.speedup > 1  # n-gram on looping prompts: faster per token
     assert found.chunk_latency_ratio == pytest.approx(baseline.itl_mean / target.itl_mean)
+    e2e = "vllm:e2e_request_latency_seconds_sum"
+    tokens = "vllm:request_generation_tokens_sum"
+    assert target.e2e_per_token == pytest.approx(ref_delta(NGRAM, e2e) / ref_delta(NGRAM, tokens))
+    assert found.end_to_end_speedup == pytest.approx(
+        (ref_delta(PLAIN, e2e) / ref_delta(PLAIN, tokens)) / (ref_delta(NGRAM, e2e) / ref_delta(NGRAM, tokens)))
     assert found.tokens_per_second_ratio == pytest.approx(
         target.output_tokens_per_second / baseline.output_tokens_per_second)
     assert found.draft_cost_ratio is not None and found.draft_cost_ratio >= 0

@@ -22,6 +22,13 @@ def test_no_ratio_from_missing_or_non_positive_times(pair) -> None:
     assert measured_speedup(*pair) is None
 
 
+def test_end_to_end_time_per_token_is_latency_over_tokens() -> None:
+    from vllm_spec_exporter.measured import end_to_end_seconds_per_token
+
+    assert end_to_end_seconds_per_token(6.0, 3072.0) == pytest.approx(6.0 / 3072)
+    assert end_to_end_seconds_per_token(6.0, 0.0) is None
+
+
 def test_mean_needs_observations() -> None:
     assert histogram_mean(3.0, 4.0) == pytest.approx(0.75)
     assert histogram_mean(0.0, 0.0) is None and histogram_mean(None, 3.0) is None and histogram_mean(1.0, None) is None

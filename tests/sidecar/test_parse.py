@@ -58,8 +58,7 @@ def test_agrees_with_prometheus_client_on_real_vllm_output():
     keys = {key for key, created, _, _, _ in expected if not created}
     assert {"drafts", "draft_tokens", "accepted_tokens", "accepted_per_pos", "generation_tokens"} <= keys
     parts = {(key, part) for key, _, _, _, part in expected if part}
-    assert parts == {(key, part) for key in ("time_per_output_token", "inter_token_latency", "iteration_tokens")
-                     for part in HISTOGRAM_PARTS}
+    assert parts == {(key, part) for key in set(VLLM_HISTOGRAM_NAMES.values()) for part in HISTOGRAM_PARTS}
     # The sidecar's parse (the default) keeps no histogram sample: the same set less the parts.
     assert ours(text, histograms=False) == {sample for sample in expected if not sample[4]}
 

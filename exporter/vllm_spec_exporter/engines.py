@@ -28,28 +28,10 @@ from .names import EngineFamily as Family
 from .names import Family as Key
 
 __all__ = [
-    "COUNTER_SCHEMAS",
-    "ENGINE_GAUGE_KEYS",
-    "ENGINE_LABEL",
-    "FAMILY_MIXED",
-    "FAMILY_UNKNOWN",
-    "FOREIGN_KEY",
-    "HISTOGRAM_PARTS",
-    "NAMES",
-    "PREFIXES",
-    "SCHEMAS",
-    "SPEC_KEYS",
-    "UNLABELLED_MODEL_FAMILIES",
-    "VLLM_HISTOGRAMS",
-    "VLLM_HISTOGRAM_NAMES",
-    "VLLM_NAMES",
-    "VLLM_PREFIXES",
-    "Detection",
-    "EngineError",
-    "EngineSchema",
-    "Family",
-    "detect",
-    "sample_name",
+    "COUNTER_SCHEMAS", "ENGINE_GAUGE_KEYS", "ENGINE_LABEL", "FAMILY_MIXED", "FAMILY_UNKNOWN",
+    "FOREIGN_KEY", "HISTOGRAM_PARTS", "NAMES", "PREFIXES", "SCHEMAS", "SPEC_KEYS", "UNLABELLED_MODEL_FAMILIES",
+    "VLLM_HISTOGRAMS", "VLLM_HISTOGRAM_NAMES", "VLLM_NAMES", "VLLM_PREFIXES", "Detection", "EngineError",
+    "EngineSchema", "Family", "detect", "sample_name",
 ]
 
 # vLLM's own metric names: the one table of them. The parser reads it, and so do the generators

@@ -26,11 +26,15 @@ from .measured import bucket_deltas, end_to_end_seconds_per_token, histogram_mea
 from .names import Family
 from .normalise import Snapshot
 
-__all__ = ["BATCH_MISMATCH_FACTOR", "Comparison", "SideFigures", "compare", "side_figures"]
+__all__ = ["AGREEMENT_FACTOR", "BATCH_MISMATCH_FACTOR", "Comparison", "SideFigures", "compare", "side_figures"]
 
 # Batches (running requests per engine, mean over the polls) further apart than this factor are not
 # comparable load: the comparison still prints, under a warning.
 BATCH_MISMATCH_FACTOR = 1.5
+# The speed-up per output token and the ratio of tokens/s further apart than this: time outside
+# decoding (queueing, prefill, the clients' own gaps) differs between the servers, and the
+# per-token speed-up is not what clients receive. Said, never hidden.
+AGREEMENT_FACTOR = 1.15
 QUANTILES = (0.5, 0.9)
 
 
@@ -74,6 +78,7 @@ class Comparison:
     batch_warning: str | None
     problem: str | None  # why no ratio could be measured (one line), else None
     end_to_end_speedup: float | None = None  # the same ratio of end-to-end time per output token
+    agreement_warning: str | None = None  # the TPOT speed-up and the tokens/s ratio disagree
     draft_cost_ratio: float | None = None  # calibrated at compute_bound_tokens
     compute_bound: calibrate.ComputeBound | None = None  # calibrated when drafting is free
 
@@ -144,6 +149,18 @@ def batch_warning(target: float | None, baseline: float | None) -> str | None:
             f"more than {BATCH_MISMATCH_FACTOR:g}x apart): send both the same traffic to compare speculation")
 
 
+def agreement_warning(speedup: float | None, tokens_per_second_ratio: float | None) -> str | None:
+    """A line when the per-token speed-up and the tokens/s ratio disagree, else None."""
+    if speedup is None or tokens_per_second_ratio is None:
+        return None
+    low, high = sorted((speedup, tokens_per_second_ratio))
+    if low > 0 and high / low <= AGREEMENT_FACTOR:
+        return None
+    return (f"the speed-up per output token ({speedup:.2f}x) and the tokens/s ratio ({tokens_per_second_ratio:.2f}x) "
+            f"disagree by more than {AGREEMENT_FACTOR:g}x: time outside decoding (queueing, prefill, the clients' "
+            "own gaps) differs between the servers; clients receive the tokens/s ratio")
+
+
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     if numerator is None or denominator is None or not (0 < numerator < math.inf and 0 < denominator < math.inf):
         return None
@@ -177,8 +194,9 @@ def compare(model: str, target: SideFigures | None, baseline: SideFigures | None
             if bound is not None:
                 compute_bound_tokens = calibrate.to_set(bound, compute_bound_tokens)
         cost = calibrate.draft_cost_ratio(baseline.itl_mean, target.itl_mean, batch, length, compute_bound_tokens)
-    return Comparison(model, target, baseline, measured_speedup(baseline.tpot_mean, target.tpot_mean), quantiles,
-                      _ratio(baseline.itl_mean, target.itl_mean),
-                      _ratio(target.output_tokens_per_second, baseline.output_tokens_per_second),
-                      batch_warning(target.batch, baseline.batch), None,
-                      measured_speedup(baseline.e2e_per_token, target.e2e_per_token), cost, bound)
+    speedup = measured_speedup(baseline.tpot_mean, target.tpot_mean)
+    throughput = _ratio(target.output_tokens_per_second, baseline.output_tokens_per_second)
+    return Comparison(model, target, baseline, speedup, quantiles, _ratio(baseline.itl_mean, target.itl_mean),
+                      throughput, batch_warning(target.batch, baseline.batch), None,
+                      measured_speedup(baseline.e2e_per_token, target.e2e_per_token),
+                      agreement_warning(speedup, throughput), cost, bound)

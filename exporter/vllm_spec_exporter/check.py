@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from . import advisor, check_sampling, durations, settings, specconfig_reader, terminal
+from . import advisor, check_baseline, check_sampling, durations, settings, specconfig_reader, terminal
 from .derive import SeriesFigures, derive_series, derive_v0, figures
 from .engines import COUNTER_SCHEMAS
 from .names import MetricName, Schema
@@ -26,7 +26,8 @@ from .specconfig import SpecConfig
 EXIT_HEALTHY, EXIT_BELOW, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
 EPILOG = """exit codes: 0 acceptance at or above the threshold; 1 below it; 2 bad arguments;
 3 cannot judge (target down, target busy: it accepted connections but fewer than two polls
-answered in time, speculative decoding off, or no draft traffic while sampling)"""
+answered in time, speculative decoding off, or no draft traffic while sampling);
+""" + check_baseline.EPILOG
 # Per poll: a loaded vLLM answers /metrics from the event loop that streams its tokens, seconds late
 # under saturation; `check` polls one at a time, so a long deadline never piles polls up.
 DEFAULT_POLL_TIMEOUT_S = 10.0
@@ -53,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"seconds allowed per poll; a poll answered later counts as timed out, not as "
                              f"the target down (default {DEFAULT_POLL_TIMEOUT_S:g})")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    check_baseline.add_arguments(parser)
     settings.add_arguments(parser, only=settings.CONNECTION_OPTIONS + settings.SPEC_CONFIG_OPTIONS)
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                         help="colour the table: auto (when stdout is a terminal), always or never (default auto)")
@@ -121,6 +123,9 @@ class CheckReport(NamedTuple):
     exit_code: int
     spec_config: SpecConfig = UNKNOWN_CONFIG
     polls_timed_out: int = 0  # polls that got no answer in time (the figures come from the others)
+    baseline: list[check_baseline.Comparison] | None = None  # --baseline: the measured comparison
+    baseline_url: str = ""
+    compute_bound_tokens: float = advisor.DEFAULT_COMPUTE_BOUND_TOKENS
 
 
 def sum_figures(parts: list[SeriesFigures]) -> SeriesFigures:
@@ -237,19 +242,27 @@ def run(args: argparse.Namespace) -> int:
     fetcher = settings.make_fetcher(conf, args.timeout, 64 * 1024 * 1024)
     poller = Poller(fetcher, interval, window=duration + 2 * interval + args.timeout,
                     min_draft_tokens=args.min_draft_tokens)
+    companion = check_baseline.start(args, duration, check_sampling.running_per_engine) if args.baseline else None
     seen = check_sampling.sample(poller, duration, interval)
     fetcher.close()
     result = seen.answered
     if result is None or result.snapshot is None or seen.polls_answered < 2:
+        if companion is not None:
+            companion.stop()
         return print_unjudged(fetcher.url, seen, args.timeout, args.json)
     snap = result.snapshot
     reports = build_reports(poller, snap, args.min_draft_tokens, draft_cost, seen.gauge_batches,
                             args.compute_bound_tokens)
     code, line = verdict(snap.schema, reports, args.threshold)
+    compared = None
+    if companion is not None:
+        compared = companion.finish(args.compute_bound_tokens, free_drafts=draft_cost == 0)
+        code, line = check_baseline.combined_verdict(code, line, compared, EXIT_HEALTHY, EXIT_BELOW)
     report = CheckReport(target=fetcher.url, vllm_version=result.version, schema=snap.schema,
                          engine_family=snap.engine_family, sampled_seconds=duration, polls=seen.polls, models=reports,
                          verdict=line, exit_code=code, spec_config=read_spec_config(conf, snap),
-                         polls_timed_out=seen.polls_timed_out)
+                         polls_timed_out=seen.polls_timed_out, baseline=compared,
+                         baseline_url=args.baseline or "", compute_bound_tokens=args.compute_bound_tokens)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     print(json.dumps(to_json(report), indent=2, sort_keys=True) if args.json else
           render_table(report, args.threshold, color))
@@ -312,7 +325,9 @@ def to_json(report: CheckReport) -> dict[str, Any]:
             "engine_family": report.engine_family, "sampled_seconds": report.sampled_seconds,
             "polls": report.polls, "polls_timed_out": report.polls_timed_out,
             "models": models, "verdict": report.verdict, "exit_code": report.exit_code,
-            "speculative_config": report.spec_config.labels()}
+            "speculative_config": report.spec_config.labels(),
+            **({} if report.baseline is None else
+               {"baseline": check_baseline.json_block(report.baseline, report.baseline_url)})}
 
 
 def timed_out_note(timed_out: int) -> str:
@@ -334,6 +349,8 @@ def render_table(report: CheckReport, threshold: float, color: bool) -> str:
     for m in report.models:
         lines.append("")
         lines += terminal.model_lines(m.view(), threshold, color)
+    if report.baseline is not None:
+        lines += check_baseline.table_lines(report.baseline, report.compute_bound_tokens)
     code = report.exit_code
     lines += ["", "verdict: " + paint(report.verdict, {0: "32;1", 1: "31;1"}.get(code, "33;1"))]
     return "\n".join(lines)

@@ -29,9 +29,9 @@ from .names import Family as Key
 
 __all__ = [
     "COUNTER_SCHEMAS", "ENGINE_GAUGE_KEYS", "ENGINE_LABEL", "FAMILY_MIXED", "FAMILY_UNKNOWN",
-    "FOREIGN_KEY", "NAMES", "PREFIXES", "SCHEMAS", "SPEC_KEYS", "UNLABELLED_MODEL_FAMILIES",
-    "VLLM_HISTOGRAMS", "VLLM_NAMES", "VLLM_PREFIXES", "Detection", "EngineError", "EngineSchema", "Family",
-    "detect", "sample_name",
+    "FOREIGN_KEY", "HISTOGRAM_PARTS", "NAMES", "PREFIXES", "SCHEMAS", "SPEC_KEYS", "UNLABELLED_MODEL_FAMILIES",
+    "VLLM_HISTOGRAMS", "VLLM_HISTOGRAM_NAMES", "VLLM_NAMES", "VLLM_PREFIXES", "Detection", "EngineError",
+    "EngineSchema", "Family", "detect", "sample_name",
 ]
 
 # vLLM's own metric names: the one table of them. The parser reads it, and so do the generators
@@ -69,6 +69,16 @@ VLLM_NAMES: dict[str, Key] = {
 }
 # vLLM's histograms the dashboards read straight from vLLM (the sidecar does not re-expose them).
 VLLM_HISTOGRAMS = ("inter_token_latency_seconds", "request_time_per_output_token_seconds")
+# vLLM's histograms the parser keeps (their `_bucket`, `_sum` and `_count` samples; `check
+# --baseline` reads their deltas, the sidecar serves none of them): family name -> canonical key.
+VLLM_HISTOGRAM_NAMES: dict[str, Key] = {
+    "request_time_per_output_token_seconds": Key.TIME_PER_OUTPUT_TOKEN,  # per request, per token (0.11+)
+    "inter_token_latency_seconds": Key.INTER_TOKEN_LATENCY,  # per emitted chunk (0.11+)
+    "time_per_output_token_seconds": Key.INTER_TOKEN_LATENCY,  # its name before 0.11, same meaning
+    "e2e_request_latency_seconds": Key.E2E_LATENCY,  # arrival to last token, per finished request
+    "request_generation_tokens": Key.REQUEST_GENERATION_TOKENS,  # output tokens per finished request
+}
+HISTOGRAM_PARTS = ("bucket", "sum", "count")
 
 # The other engines' names: source metric name (without prefix, `_total` and `_created`) ->
 # canonical key, per family.

@@ -27,6 +27,7 @@ __all__ = [
     "CounterKey",
     "EngineFamily",
     "Family",
+    "HistogramKey",
     "MetricName",
     "Schema",
     "SeriesKey",
@@ -70,6 +71,14 @@ class Family(StrEnum):
     DIFFUSION_STEPS = "diffusion_steps"
     DIFFUSION_CANVAS_POSITIONS = "diffusion_canvas_positions"
     DIFFUSION_COMMITTED_TOKENS = "diffusion_committed_tokens"
+    # vLLM's histograms `check --baseline` reads as deltas (_sum, _count and _bucket by `le`; never
+    # served): time per output token per request, inter-token latency per emitted chunk, tokens per
+    # engine step (its _count counts the engine's steps), end-to-end latency and output tokens per
+    # finished request.
+    TIME_PER_OUTPUT_TOKEN = "time_per_output_token"
+    INTER_TOKEN_LATENCY = "inter_token_latency"
+    E2E_LATENCY = "e2e_latency"  # per request, queueing and prefill included
+    REQUEST_GENERATION_TOKENS = "request_generation_tokens"  # per finished request
     # A spec-decode-like name from an engine the exporter does not know (parse.py); never served.
     FOREIGN_SPEC = "foreign_spec"
 
@@ -192,6 +201,16 @@ class SeriesKey(NamedTuple):
 
     model_name: str
     engine: str
+
+
+class HistogramKey(NamedTuple):
+    """One sample of a vLLM histogram: `part` is "bucket", "sum" or "count"; `le` the bucket's
+    upper bound as written ("0.01", "+Inf"), "" for sum and count. Replicas are summed."""
+
+    family: Family
+    series: SeriesKey
+    part: str
+    le: str
 
 
 class CounterKey(NamedTuple):

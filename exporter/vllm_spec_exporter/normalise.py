@@ -15,7 +15,7 @@ from functools import cached_property
 
 from . import engines
 from .engines import COUNTER_SCHEMAS, ENGINE_GAUGE_KEYS, ENGINE_LABEL, SPEC_KEYS, EngineError
-from .names import CounterKey, EngineFamily, Family, Schema, SeriesKey
+from .names import CounterKey, EngineFamily, Family, HistogramKey, Schema, SeriesKey
 from .parse import RawSample
 
 __all__ = ["EngineError", "Snapshot", "detect_engine", "normalise"]
@@ -67,6 +67,9 @@ class Snapshot:
     gauges: dict[tuple[Family, SeriesKey], float] = field(default_factory=dict)
     # One message per rejected sample: the rest of the scrape is still used.
     invalid: list[str] = field(default_factory=list)
+    # vLLM's histograms (engines.VLLM_HISTOGRAM_NAMES): finite, non-negative, replicas summed. Read
+    # by `check --baseline` as deltas between two snapshots; never windowed, never served.
+    histograms: dict[HistogramKey, float] = field(default_factory=dict)
 
     @property
     def spec_enabled(self) -> bool | None:
@@ -147,7 +150,7 @@ def normalise(samples: list[RawSample], default_model: str = "") -> Snapshot:
     found = detect_engine(samples)
     snap = Snapshot(schema=found.schema, engine_family=found.family)
     # Exact duplicates (same family and label text) keep the last value.
-    latest = {(s.key, s.created, s.label_text): s for s in samples}
+    latest = {(s.key, s.created, s.part, s.label_text): s for s in samples}
     created: list[tuple[CounterKey, float]] = []
     v0 = snap.schema == Schema.V0
     foreign_key = Family.FOREIGN_SPEC
@@ -163,6 +166,10 @@ def normalise(samples: list[RawSample], default_model: str = "") -> Snapshot:
         if v0 and is_counter:
             continue  # V0 counters add their running total every 5 s: never usable for rates
         if key == foreign_key:
+            continue
+        if s.part:
+            if not s.created:
+                _add_histogram(snap, s, default_model)
             continue
         cache_key = (key, s.engine_family, s.label_text)
         counter_key = keys.get(cache_key)
@@ -225,6 +232,18 @@ def _counter_key(family: Family, labels: dict[str, str], engine_family: str,
     series = SeriesKey(labels.get("model_name", default_model),
                        labels.get(ENGINE_LABEL.get(engine_family, "engine"), ""))
     return CounterKey(family, series, position, replica)
+
+
+def _add_histogram(snap: Snapshot, s: RawSample, default_model: str) -> None:
+    """One `_bucket`, `_sum` or `_count` sample, summed over replicas; a bad value is described."""
+    if not (0 <= s.value < math.inf):
+        snap.invalid.append(f"{s.key}_{s.part}{{{s.label_text}}}: value {s.value} is not a finite "
+                            "non-negative number")
+        return
+    le = s.labels.get("le", "") if s.part == "bucket" else ""
+    key = HistogramKey(s.key, SeriesKey(s.labels.get("model_name", default_model), s.labels.get("engine", "")),
+                       s.part, le)
+    snap.histograms[key] = snap.histograms.get(key, 0.0) + s.value
 
 
 def _llamacpp_drafted(snap: Snapshot) -> bool:

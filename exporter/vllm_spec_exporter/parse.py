@@ -6,9 +6,10 @@ families we want, and only those are parsed strictly. A malformed candidate line
 body: a derived ratio from half a scrape would be a lie.
 
 vLLM's names and their four spellings (`vllm:`, `vllm_`, `ray_vllm:`, `ray_vllm_`) come from
-engines.VLLM_NAMES and engines.VLLM_PREFIXES, the other engines' (llama.cpp, TensorRT-LLM, SGLang,
-TGI) from engines.NAMES; every sample says which
-family it came from, and a spec-decode-like name of an engine we do not know is reported as one
+engines.VLLM_NAMES and engines.VLLM_PREFIXES (plus the `_bucket`, `_sum` and `_count` samples of
+the few histograms in engines.VLLM_HISTOGRAM_NAMES, each tagged with its `part`), the other
+engines' (llama.cpp, TensorRT-LLM, SGLang, TGI) from engines.NAMES; every sample says which family
+it came from, and a spec-decode-like name of an engine we do not know is reported as one
 `Family.FOREIGN_SPEC` sample so that normalise can say so instead of reporting "speculation off".
 """
 
@@ -20,7 +21,7 @@ from collections.abc import Iterable
 from operator import itemgetter
 from typing import NamedTuple
 
-from .engines import NAMES, PREFIXES, SPEC_KEYS, VLLM_NAMES, VLLM_PREFIXES
+from .engines import HISTOGRAM_PARTS, NAMES, PREFIXES, SPEC_KEYS, VLLM_HISTOGRAM_NAMES, VLLM_NAMES, VLLM_PREFIXES
 from .names import EngineFamily, Family
 
 __all__ = ["ParseError", "RawSample", "parse"]
@@ -49,26 +50,42 @@ def _trie(words: Iterable[str]) -> str:
 # conditional on the prefix: one pattern serves every engine, and a vLLM line costs what it did
 # before other engines were known (a second alternative for every line cost ~15 %; one trie of all
 # names ~30 %, since vLLM's many unwanted `request_*` lines then match TGI's `request_` prefix).
-_FAMILY_TRIE = _trie(VLLM_NAMES)  # accepts exactly VLLM_NAMES' names
+# vLLM's histograms (engines.VLLM_HISTOGRAM_NAMES) join as their samples' names, `<name>_bucket`,
+# `_sum` and `_count`: each word maps to the histogram's key, and _PARTS says which part it is.
+_PARTS: dict[str, str] = {f"{name}_{part}": part for name in VLLM_HISTOGRAM_NAMES for part in HISTOGRAM_PARTS}
+_VLLM_WORDS: dict[str, Family] = {**VLLM_NAMES, **{f"{name}_{part}": key for name, key in VLLM_HISTOGRAM_NAMES.items()
+                                                   for part in HISTOGRAM_PARTS}}
 _ENGINE_TRIE = _trie({name for names in NAMES.values() for name in names})
-_NAME_TRIE = rf"(?(other){_ENGINE_TRIE}|{_FAMILY_TRIE})"
 # prefix on the wire -> (engine family, its names -> canonical key)
 _TABLES: dict[str, tuple[str, dict[str, Family]]] = {
-    **{prefix: (EngineFamily.VLLM, VLLM_NAMES) for prefix in VLLM_PREFIXES},
+    **{prefix: (EngineFamily.VLLM, _VLLM_WORDS) for prefix in VLLM_PREFIXES},
     **{prefix: (family, NAMES[family]) for prefix, family in PREFIXES.items()},
 }
 _SUFFIX = r"(?:_total|_created)?"
 # Label body, unrolled (no per-character alternation) and possessive: quoted values may hold } and ,
 _LABEL_BODY = r'[^"}\n]*+(?:"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"[^"}\n]*+)*+'
-# One pass over the body. A line that starts like a wanted family but does not parse strictly lands
-# in the `bad` branch, so a malformed spec-decode line is an error, never silently skipped. vLLM's
-# prefixes are VLLM_PREFIXES, factored (checked at import below).
-_LINE = re.compile(
-    rf"\n(?P<prefix>vllm[:_]|ray_vllm[:_]|(?P<other>{'|'.join(re.escape(p) for p in PREFIXES)}))"
-    rf"(?:(?P<family>{_NAME_TRIE})(?P<suffix>_total|_created)?(?:\{{(?P<labels>{_LABEL_BODY})\}})?"
-    r"[ \t]+(?P<value>[^ \t#\n]+)(?:[ \t]+-?[0-9.eE+-]+)?[ \t]*(?:#[^\n]*)?\r?(?=\n)"
-    rf"|(?P<bad>(?P<badname>{_NAME_TRIE}){_SUFFIX}[{{ \t][^\n]*))"
-)
+
+
+def _line_pattern(vllm_words: Iterable[str]) -> re.Pattern[str]:
+    """One pass over the body. A line that starts like a wanted family but does not parse strictly
+    lands in the `bad` branch, so a malformed spec-decode line is an error, never silently skipped.
+    vLLM's prefixes are VLLM_PREFIXES, factored (checked at import below)."""
+    name_trie = rf"(?(other){_ENGINE_TRIE}|{_trie(vllm_words)})"
+    return re.compile(
+        rf"\n(?P<prefix>vllm[:_]|ray_vllm[:_]|(?P<other>{'|'.join(re.escape(p) for p in PREFIXES)}))"
+        rf"(?:(?P<family>{name_trie})(?P<suffix>_total|_created)?(?:\{{(?P<labels>{_LABEL_BODY})\}})?"
+        r"[ \t]+(?P<value>[^ \t#\n]+)(?:[ \t]+-?[0-9.eE+-]+)?[ \t]*(?:#[^\n]*)?\r?(?=\n)"
+        rf"|(?P<bad>(?P<badname>{name_trie}){_SUFFIX}[{{ \t][^\n]*))"
+    )
+
+
+# The sidecar's pattern: VLLM_NAMES only (a histogram line is skipped after a few characters);
+# `check --baseline`'s adds the histograms' samples (the trie then accepts exactly _VLLM_WORDS).
+# Two patterns, not a filter after matching: the ~60 bucket lines an engine writes would double a
+# poll's parse time for a sidecar that never reads them.
+_FAMILY_TRIE = _trie(VLLM_NAMES)  # accepts exactly VLLM_NAMES' names
+_LINE = _line_pattern(VLLM_NAMES)
+_LINE_WITH_HISTOGRAMS = _line_pattern(_VLLM_WORDS)
 # Spec-decode-like sample names. Only searched when no known engine's spec metric was found, so an
 # unknown engine is named instead of being reported as "speculation off".
 _FOREIGN_SPEC = re.compile(r"\n([a-zA-Z_:][a-zA-Z0-9_:]*(?:spec_decode|spec_accept|speculative|draft_accept)"
@@ -104,10 +121,12 @@ class RawSample(NamedTuple):
     value: float
     label_text: str  # the raw label body: identifies an exact duplicate series cheaply
     engine_family: str = EngineFamily.VLLM  # which engine's name this was (names.EngineFamily)
+    part: str = ""  # a histogram's sample: "bucket", "sum" or "count" (engines.HISTOGRAM_PARTS)
 
 
-def parse(text: str) -> list[RawSample]:
-    """Return the wanted samples of `text`, or raise ParseError naming what is wrong."""
+def parse(text: str, histograms: bool = False) -> list[RawSample]:
+    """Return the wanted samples of `text`, or raise ParseError naming what is wrong; `histograms`:
+    also the `_bucket`, `_sum` and `_count` samples of engines.VLLM_HISTOGRAM_NAMES."""
     if text and not text.endswith("\n"):
         raise ParseError("response is truncated (no newline after the last line)")
     head = text[:200].lstrip().lower()
@@ -116,7 +135,7 @@ def parse(text: str) -> list[RawSample]:
     samples: list[RawSample] = []
     scan = text if text.startswith("\n") else "\n" + text
     append = samples.append
-    for match in _LINE.finditer(scan):
+    for match in (_LINE_WITH_HISTOGRAMS if histograms else _LINE).finditer(scan):
         prefix, family, suffix, body, raw_value, bad, bad_name = match.group(*_GROUPS)
         engine_family, names = _TABLES[prefix]
         key = names.get(family or bad_name)
@@ -133,7 +152,7 @@ def parse(text: str) -> list[RawSample]:
         labels = _LABEL_CACHE.get(body)
         if labels is None:
             labels = _parse_labels(body, scan, match.start())
-        append(RawSample(key, suffix == "_created", labels, value, body, engine_family))
+        append(RawSample(key, suffix == "_created", labels, value, body, engine_family, _PARTS.get(family, "")))
     if not samples and not any(marker in text for marker in _EXPOSITION_MARKERS):
         raise ParseError("response holds no Prometheus metrics (no # HELP/# TYPE lines)")
     if SPEC_KEYS.isdisjoint(map(_KEY_OF, samples)):  # C-level, stops at the first spec sample

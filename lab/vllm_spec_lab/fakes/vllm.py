@@ -122,9 +122,11 @@ class FakeVllm:
                     accepted = sum(accepted_per_pos)
                     self.generation.labels(m, e).inc(drafts + accepted)
                     self.running.labels(m, e).set(running)
-                    # The drafts are request-steps, `running` requests a step (at least one step).
+                    # The drafts are request-steps, `running` requests a step (at least one step);
+                    # without speculation every generated token is a request-step of its own.
                     tokens_per_step = running * (1 + (self.k if self.spec_enabled else 0))
-                    for _ in range(max(1, round(drafts / max(running, 1.0))) if drafts else 0):
+                    request_steps = drafts if self.spec_enabled else drafts + accepted
+                    for _ in range(max(1, round(request_steps / max(running, 1.0))) if drafts else 0):
                         self.iteration_tokens.labels(m, e).observe(tokens_per_step)
                     if self.latency_histograms and drafts:
                         # One output event per step carries 1 + accepted-per-draft tokens, so the

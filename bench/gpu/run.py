@@ -338,6 +338,7 @@ def run_method(run: Run, method: Method, target: Path, draft: Path, gpu_name: st
     from vllm_spec_lab.server import VllmServer
 
     capture.LOG_STATS_INTERVAL_S = run.log_interval_s
+    capture.SERVED_MODEL_NAME = SERVED_MODEL_NAME  # index.json names the model the server serves
     scenario = capture.Scenario(name=method.name, description=method.description,
                                 speculative=method.advisor_method or "none", steps=())
     out_dir = run.work / "captures" / method.name

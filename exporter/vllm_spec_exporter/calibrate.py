@@ -104,8 +104,8 @@ def compute_bound_tokens(points: Sequence[tuple[float, float]]) -> ComputeBound:
             best = fit
     assert best is not None
     _, n, a = best
-    if n == math.inf:
-        return ComputeBound(batches[-1], "at_least", a)
+    if n >= high:  # flat over every batch measured (at the largest batch the model is already flat)
+        return ComputeBound(high, "at_least", a)
     if n == low:
         return ComputeBound(n, "at_most", a)
     return ComputeBound(n, "fitted", a)

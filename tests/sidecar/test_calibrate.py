@@ -91,3 +91,8 @@ def test_the_value_to_set_keeps_the_configured_one_within_a_one_sided_bound() ->
     assert to_set(ComputeBound(12.0, "at_least", 1e-3), 256) == 256  # 256 agrees with "12 or more"
     assert to_set(ComputeBound(12.0, "at_least", 1e-3), 4) == 12
     assert to_set(ComputeBound(0.2, "at_most", 1e-3), 256) == 1  # the knob is a count >= 1
+
+
+def test_step_time_flat_over_every_batch_is_at_least_the_largest() -> None:
+    bound = compute_bound_tokens([(1, 0.01), (4, 0.01), (16, 0.01)])
+    assert (bound.tokens, bound.kind) == (16, "at_least")

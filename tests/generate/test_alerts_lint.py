@@ -224,17 +224,20 @@ def test_ratios_divide_by_guarded_denominators() -> None:
             assert all("/" not in a for a in averaged), ("never average ratios", rule["record"], averaged)
 
 
+def _parenthesised(expr: str, start: int) -> str | None:
+    """What the parenthesis at `start` encloses, up to its balancing one (None if it never closes)."""
+    depth = 0
+    for end in range(start, len(expr)):
+        depth += {"(": 1, ")": -1}.get(expr[end], 0)
+        if depth == 0:
+            return expr[start + 1:end]
+    return None
+
+
 def _arguments(expr: str, function: str) -> list[str]:
     """The parenthesised argument of each call of `function` (a regex up to the parenthesis)."""
-    found = []
-    for match in re.finditer(function + r"\(", expr):
-        depth, start = 0, match.end() - 1
-        for end in range(start, len(expr)):
-            depth += {"(": 1, ")": -1}.get(expr[end], 0)
-            if depth == 0:
-                found.append(expr[start + 1:end])
-                break
-    return found
+    found = (_parenthesised(expr, match.end() - 1) for match in re.finditer(function + r"\(", expr))
+    return [inside for inside in found if inside is not None]
 
 
 def _denominators(expr: str) -> list[str]:
@@ -243,12 +246,9 @@ def _denominators(expr: str) -> list[str]:
     for match in re.finditer(r"/\s*(?:ignoring \([^)]*\) group_left \(\)\s*)?", expr):
         start = match.end()
         assert expr[start] == "(", f"an unparenthesised denominator: {expr[start:start + 60]!r}"
-        depth = 0
-        for end in range(start, len(expr)):
-            depth += {"(": 1, ")": -1}.get(expr[end], 0)
-            if depth == 0:
-                found.append(expr[start + 1:end])
-                break
+        inside = _parenthesised(expr, start)
+        if inside is not None:
+            found.append(inside)
     return found
 
 

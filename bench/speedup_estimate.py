@@ -145,13 +145,6 @@ class PhaseFigures:
         return advisor.batch_per_step(d["generated"], d["accepted"], d["steps"]) if d.get("steps") else None
 
     @property
-    def batch_little(self) -> float | None:
-        """Little's law: request-seconds spent running over wall seconds (the time-weighted batch;
-        observed when requests finish, so a window must hold many finishes)."""
-        running = self.deltas.get("running_seconds")
-        return running / self.seconds if running else None
-
-    @property
     def step_seconds(self) -> float | None:
         steps = self.deltas.get("steps")
         return self.seconds / steps if steps else None

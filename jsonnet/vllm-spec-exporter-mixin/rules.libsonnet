@@ -253,7 +253,7 @@
               (rate(vllm_server_engine_steps_total{%(exporterSelector)s}[2m]) > 0)
               )
               or
-              avg_over_time((vllm_server_requests_running{%(exporterSelector)s})[2m:15s])
+              avg_over_time((max without () (vllm_server_requests_running{%(exporterSelector)s}))[2m:15s])
             ||| % v,
           },
           {

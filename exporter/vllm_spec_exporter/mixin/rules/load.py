@@ -64,10 +64,11 @@ def load_names(cfg: MixinConfig) -> LoadNames:
 def load_group(cfg: MixinConfig) -> dict[str, Any]:
     n, w = load_names(cfg), cfg.windows
     running = sources.raw_gauge(cfg, sources.SERVED.REQUESTS_RUNNING, sources.source_matchers(cfg))
-    if cfg.direct:
-        # The spellings name one gauge: drop the name at each step, or a spelling switch inside the
-        # window leaves two series with one label set and avg_over_time fails (Prometheus 3).
-        running = f"max without () ({running})"
+    # Drop the name at each step. Direct: the spellings name one gauge, and a spelling switch inside
+    # the window would leave two series with one label set (avg_over_time fails, Prometheus 3).
+    # Both: MetricsQL keeps a subquery's name through avg_over_time, so where the steps' branch is
+    # missing (a server's first scrape) the `or` below would keep both branches, one label set twice.
+    running = f"max without () ({running})"
     speedup = speedup_at_load(lambda counter: sources.own(cfg, sources.rate_record(cfg, counter)),
                               sources.own(cfg, n.batch), cfg.draft_cost_ratio, cfg.compute_bound_tokens)
     read = lambda counter: sources.own(cfg, sources.rate_record(cfg, counter))  # noqa: E731

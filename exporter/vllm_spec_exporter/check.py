@@ -271,12 +271,13 @@ def run(args: argparse.Namespace) -> int:
 
 def print_unjudged(url: str, seen: check_sampling.Sampled, timeout: float, as_json: bool) -> int:
     """Fewer than two polls answered: TARGET BUSY when the target accepted connections while its
-    polls timed out (serving, too loaded to report in time), TARGET DOWN otherwise."""
+    polls timed out (too loaded to report in time, or hung: a connection alone cannot tell which),
+    TARGET DOWN otherwise."""
     if seen.busy:
         head = "TARGET BUSY"
         error = (f"{seen.polls_answered} of {seen.polls} polls answered within {timeout:g} s (two are needed); "
-                 f"{seen.polls_timed_out} timed out while the server accepted connections: it is serving but "
-                 "answers /metrics late (raise --timeout)")
+                 f"{seen.polls_timed_out} timed out while the server accepted connections: too loaded to "
+                 "answer /metrics in time, or hung (raise --timeout; if it still times out, look at the server)")
     else:
         head, error = "TARGET DOWN", seen.last_error or "no poll answered"
     print(json.dumps({"target": url, "verdict": head, "error": error, "polls": seen.polls,

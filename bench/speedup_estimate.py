@@ -353,7 +353,8 @@ def calibrate(phases: list[PhaseFigures]) -> tuple[dict[str, Any], Callable[[Pha
         base = next(p for p in plain if p.concurrency == low.concurrency)
         length = draft_length(low)
         costs[method] = (None if length is None or not low.step_seconds or not low.batch_counters else
-                         knobs.draft_cost_ratio(base.step_seconds, low.step_seconds, low.batch_counters, length, n))
+                         knobs.draft_cost_ratio(base.step_seconds, low.step_seconds, low.batch_counters, length, n,
+                                                plain_batch=base.batch_counters))
 
     def estimate_calibrated(phase: PhaseFigures) -> float | None:
         cost = costs.get(phase.server)

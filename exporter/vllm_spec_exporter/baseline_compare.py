@@ -197,13 +197,16 @@ def compare(model: str, target: SideFigures | None, baseline: SideFigures | None
         return Comparison(model, target, baseline, None, {}, None, None, None, problem)
     quantiles = {q: measured_speedup(baseline.tpot_quantiles.get(q), target.tpot_quantiles.get(q)) for q in QUANTILES}
     cost = bound = None
-    batch, length = baseline.batch, target.draft_length
-    if batch and length and baseline.itl_mean and target.itl_mean:
+    length = target.draft_length
+    if target.batch and baseline.batch and length and baseline.itl_mean and target.itl_mean:
+        # Each side at its own batch: a closed loop of the same concurrency runs fewer requests at a
+        # time on the faster server.
+        steps = (baseline.itl_mean, target.itl_mean, target.batch, length)
         if free_drafts:  # N first (c = 0 assumed), then c at the N to set: the excess beyond the bound
-            bound = calibrate.compute_bound_from_free_drafts(baseline.itl_mean, target.itl_mean, batch, length)
+            bound = calibrate.compute_bound_from_free_drafts(*steps, plain_batch=baseline.batch)
             if bound is not None:
                 compute_bound_tokens = calibrate.to_set(bound, compute_bound_tokens)
-        cost = calibrate.draft_cost_ratio(baseline.itl_mean, target.itl_mean, batch, length, compute_bound_tokens)
+        cost = calibrate.draft_cost_ratio(*steps, compute_bound_tokens, plain_batch=baseline.batch)
     speedup = measured_speedup(baseline.tpot_mean, target.tpot_mean)
     throughput = _ratio(target.output_tokens_per_second, baseline.output_tokens_per_second)
     return Comparison(model, target, baseline, speedup, quantiles, _ratio(baseline.itl_mean, target.itl_mean),

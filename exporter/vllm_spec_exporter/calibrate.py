@@ -18,19 +18,24 @@ the drafter; these functions read them from measured step times:
   not identifiable below that batch: it returns that batch, marked `at_most`. When the step time
   stays flat over every batch measured, N is at least the largest: it returns that batch, marked
   `at_least`. At least two distinct batches are needed.
-* `draft_cost_ratio(...)`: from one speculative step time t_spec and the plain step time t_plain
-  at the same batch B, and L. Solving cost(B) = t_spec / t_plain for c:
+* `draft_cost_ratio(...)`: from one speculative step time t_spec at batch B and the plain step
+  time t_plain at batch B_p (the same B by default), and L. The plain step costs max(N, B_p), the
+  speculative one max(N, B (1 + L)) + c L max(N, B) (the model's cost(B) in plain steps at B), so
 
-      c = (t_spec / t_plain - growth - 1) / L,   growth = max(N, B (1 + L)) / max(N, B) - 1
+      c = (t_spec / t_plain x max(N, B_p) - max(N, B (1 + L))) / (L max(N, B))
 
-  where `growth` is what verifying the L extra tokens costs by the model (0 while B (1 + L) <= N).
-  Clipped at 0: a step measured faster than the model's verification cost leaves no time for
-  drafting (noise, or a model of verification that is too pessimistic). None without drafts.
+  which at B_p = B is (t_spec / t_plain - growth - 1) / L, growth = max(N, B (1 + L)) / max(N, B) - 1:
+  what verifying the L extra tokens costs by the model (0 while B (1 + L) <= N). Clipped at 0: a
+  step measured faster than the model's verification cost leaves no time for drafting (noise, or a
+  model of verification that is too pessimistic). None without drafts. Each side's own batch
+  matters: a server running fewer requests has cheaper steps, whatever it drafts.
 
 * `compute_bound_from_free_drafts(...)`: when drafting costs nothing (n-gram lookup, c = 0), one
-  run with and without speculation at batch B gives N: r = t_spec / t_plain = max(N, B (1 + L)) /
-  max(N, B), so N = B (1 + L) / r while B <= N <= B (1 + L); r <= 1 means N >= B (1 + L)
-  (`at_least`), r >= 1 + L means N <= B (`at_most`).
+  run with and without speculation gives N: r = t_spec / t_plain = max(N, V) / max(N, B_p) with
+  V = B (1 + L) the tokens a speculative step verifies. Where V > B_p, N = V / r while
+  B_p <= N <= V; r <= 1 means N >= V (`at_least`), r >= V / B_p means N <= B_p (`at_most`). Where
+  V <= B_p (the plain server ran as many tokens a step as the speculative one verifies) N cannot
+  be read: None.
 
 Step times come from vLLM itself: the mean inter-token latency (`inter_token_latency_seconds`, one
 observation per request per step that emitted tokens) is the step time a request sees, with or
@@ -112,16 +117,20 @@ def compute_bound_tokens(points: Sequence[tuple[float, float]]) -> ComputeBound:
 
 
 def draft_cost_ratio(plain_step_seconds: float, speculative_step_seconds: float, batch: float,
-                     draft_length: float, compute_bound: float) -> float | None:
-    """c from the step times of the same model at batch `batch` with and without speculation, the
-    draft tokens per request-step `draft_length` (L) and N = `compute_bound`; None when L is 0
-    (nothing drafted: no cost to measure) or a time is missing. Never negative."""
+                     draft_length: float, compute_bound: float, plain_batch: float | None = None) -> float | None:
+    """c from the step times of the same model with and without speculation, the speculative
+    server's batch `batch` and draft tokens per request-step `draft_length` (L), the plain server's
+    batch `plain_batch` (default: `batch`) and N = `compute_bound`; None when L is 0 (nothing
+    drafted: no cost to measure) or a time or batch is missing. Never negative."""
+    plain_batch = batch if plain_batch is None else plain_batch
     if not (0 < plain_step_seconds < math.inf and 0 < speculative_step_seconds < math.inf):
         return None
-    if not (draft_length > 0 and batch > 0 and compute_bound > 0):
+    if not (draft_length > 0 and batch > 0 and plain_batch > 0 and compute_bound > 0):
         return None
-    growth = max(compute_bound, batch * (1 + draft_length)) / max(compute_bound, batch) - 1
-    return max(0.0, (speculative_step_seconds / plain_step_seconds - growth - 1) / draft_length)
+    plain_cost = max(compute_bound, plain_batch)  # in units of a token's time beyond N
+    verify_cost = max(compute_bound, batch * (1 + draft_length))
+    excess = speculative_step_seconds / plain_step_seconds * plain_cost - verify_cost
+    return max(0.0, excess / (draft_length * max(compute_bound, batch)))
 
 
 def step_seconds(busy_seconds: float, steps: float) -> float | None:
@@ -133,18 +142,23 @@ def step_seconds(busy_seconds: float, steps: float) -> float | None:
 
 
 def compute_bound_from_free_drafts(plain_step_seconds: float, speculative_step_seconds: float, batch: float,
-                                   draft_length: float) -> ComputeBound | None:
-    """N from one run with and without a drafter that costs nothing (c = 0); None without drafts or
-    a time. `seconds_per_token` is the plain step time over max(N, B)."""
+                                   draft_length: float, plain_batch: float | None = None) -> ComputeBound | None:
+    """N from one run with and without a drafter that costs nothing (c = 0), at the speculative
+    server's batch `batch` and the plain one's `plain_batch` (default: the same); None without drafts
+    or a time, or where the plain steps held as many tokens as the speculative ones verify.
+    `seconds_per_token` is the plain step time over max(N, plain batch)."""
+    plain_batch = batch if plain_batch is None else plain_batch
     if not (0 < plain_step_seconds < math.inf and 0 < speculative_step_seconds < math.inf):
         return None
-    if not (draft_length > 0 and batch > 0):
+    if not (draft_length > 0 and batch > 0 and plain_batch > 0):
         return None
     verified = batch * (1 + draft_length)
+    if verified <= plain_batch:
+        return None
     ratio = speculative_step_seconds / plain_step_seconds
     if ratio <= 1:
         return ComputeBound(verified, "at_least", plain_step_seconds / verified)
-    if ratio >= 1 + draft_length:
-        return ComputeBound(batch, "at_most", plain_step_seconds / batch)
+    if ratio >= verified / plain_batch:
+        return ComputeBound(plain_batch, "at_most", plain_step_seconds / plain_batch)
     n = verified / ratio
     return ComputeBound(n, "fitted", plain_step_seconds / n)

@@ -57,6 +57,19 @@ def test_draft_cost_inverts_the_advisors_cost_model(batch, n, length, c) -> None
     assert draft_cost_ratio(plain, plain * cost, batch, length, n) == pytest.approx(c)
 
 
+@pytest.mark.parametrize(("batch", "plain_batch", "n", "length", "c"),
+                         [(3.0, 4.0, 2.0, 2.0, 0.1), (3.0, 4.0, 32.0, 2.0, 0.2), (6.0, 4.0, 8.0, 3.0, 0.05)])
+def test_draft_cost_reads_each_server_at_its_own_batch(batch, plain_batch, n, length, c) -> None:
+    # The plain server steps at its batch, the speculative one verifies batch (1 + L) tokens and
+    # drafts at c L plain steps of its own batch: the calibration gives c back, where pairing both
+    # servers at one batch would not (unless N covers both batches).
+    plain = plain_step(plain_batch, n)
+    speculative = plain_step(batch * (1 + length), n) + c * length * plain_step(batch, n)
+    assert draft_cost_ratio(plain, speculative, batch, length, n, plain_batch=plain_batch) == pytest.approx(c)
+    one_batch = draft_cost_ratio(plain, speculative, batch, length, n)
+    assert (one_batch == pytest.approx(c)) == (n >= max(batch, plain_batch))
+
+
 def test_draft_cost_is_clipped_at_zero_and_none_without_drafts() -> None:
     assert draft_cost_ratio(0.01, 0.009, 1, 2.0, 256) == 0.0  # faster than verification alone
     assert draft_cost_ratio(0.01, 0.02, 1, 0.0, 256) is None
@@ -68,6 +81,17 @@ def test_free_drafts_give_the_compute_bound_from_one_run(n) -> None:
     batch, length = 4.0, 2.0  # 12 tokens verified per speculative step
     found = compute_bound_from_free_drafts(plain_step(batch, n), plain_step(batch * (1 + length), n), batch, length)
     assert found is not None and found.kind == "fitted" and found.tokens == pytest.approx(n)
+
+
+@pytest.mark.parametrize(("batch", "plain_batch", "n"), [(3.0, 5.0, 7.0), (4.0, 2.5, 9.0)])
+def test_free_drafts_read_each_server_at_its_own_batch(batch, plain_batch, n) -> None:
+    length = 2.0  # verified: batch x 3 tokens a speculative step, above N
+    plain, speculative = plain_step(plain_batch, n), plain_step(batch * (1 + length), n)
+    found = compute_bound_from_free_drafts(plain, speculative, batch, length, plain_batch=plain_batch)
+    assert found is not None and found.kind == "fitted" and found.tokens == pytest.approx(n)
+    assert found.seconds_per_token == pytest.approx(1e-4)
+    # The baseline stepped as many tokens as the target verified: nothing to read N from.
+    assert compute_bound_from_free_drafts(plain, speculative, batch, length, plain_batch=batch * 3) is None
 
 
 def test_free_drafts_at_the_edges() -> None:

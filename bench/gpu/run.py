@@ -21,8 +21,13 @@ with PYTHONPATH=/tmp/site, set here if not set)::
    tests/fixtures/vllm-0.32.0's layout, one per method: spec_off, ngram, draft_model, rewritten after
    each method so a timeout still returns what ran).
 
-The pure parts (model building at any size, counter deltas, the estimate, the tables) run on a CPU
-and are tested by tests/tooling/test_gpu_kit.py.
+This file is the driver: the plan (methods, concurrencies), each method's server and traffic, the
+captures and results.json. Beside it, model_recipe.py builds the models and phase_results.py holds
+the figures (counter deltas, phase statistics, the comparison with the estimate, the tables). run.py
+puts its own folder and the repository's packages on the path, so it runs as a script from
+bench/gpu/ or .gpu/kit/ (copy all three there). The pure parts (model building at any size,
+counter deltas, the estimate, the tables) run on a CPU and are tested by
+tests/tooling/test_gpu_kit.py.
 """
 
 from __future__ import annotations
@@ -39,51 +44,29 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-for _sub in ("exporter", "lab", "tests/fixtures"):
-    if str(REPO / _sub) not in sys.path:
-        sys.path.insert(0, str(REPO / _sub))
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+for _path in (HERE, REPO / "exporter", REPO / "lab", REPO / "tests/fixtures"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from model_recipe import DRAFT, TARGET, build_models  # noqa: E402
+from phase_results import (  # noqa: E402
+    PhaseStats,
+    compare,
+    compute_bound_tokens,
+    deltas,
+    fmt,
+    phase_stats,
+    render_tables,
+)
 
 from vllm_spec_exporter import advisor  # noqa: E402
-from vllm_spec_lab.traffic import LOOPING_PROMPTS, Phase, PhaseResult, run_phase  # noqa: E402
+from vllm_spec_lab.traffic import LOOPING_PROMPTS, Phase, run_phase  # noqa: E402
 
 SERVED_MODEL_NAME = "gpu-llama"
 SITE = Path(os.environ.get("SITE", "/tmp/site"))
 GPU_NAME_DEFAULT = "NVIDIA H100 80GB HBM3"
-SPEC_COUNTERS = {
-    "drafts": "vllm:spec_decode_num_drafts_total",
-    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
-}
-GENERATED = "vllm:generation_tokens_total"
-PROMPT = "vllm:prompt_tokens_total"
-# Engine steps: one observation of the tokens-per-step histogram per step.
-STEP_TOKENS = "vllm:iteration_tokens_total"
-ITL = "vllm:inter_token_latency_seconds"
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    intermediate: int
-    seed: int
-    residual_scale: float = 1.0
-
-    def parameters(self, vocab: int) -> int:
-        head_dim = self.hidden // self.heads
-        attention = 2 * self.hidden * self.hidden + 2 * self.hidden * self.kv_heads * head_dim
-        mlp = 3 * self.hidden * self.intermediate
-        return self.layers * (attention + mlp + 2 * self.hidden) + 2 * vocab * self.hidden + self.hidden
-
-
-# ~0.95B parameters with the 2048-token vocabulary: weight reads dominate a small decode step.
-TARGET = ModelSpec(hidden=2048, layers=20, heads=16, kv_heads=8, intermediate=5632, seed=1234, residual_scale=0.002)
-DRAFT = ModelSpec(hidden=2048, layers=2, heads=16, kv_heads=8, intermediate=5632, seed=4321, residual_scale=0.002)
 
 
 @dataclass(frozen=True)
@@ -109,209 +92,6 @@ METHODS = (
 CONCURRENCY = (1, 8, 32, 128)
 # Plain only: more batches to see where the step time starts growing with the tokens.
 PLAIN_EXTRA_CONCURRENCY = (64, 256, 512)
-
-
-# ---------------------------------------------------------------- models
-
-
-def build_models(root: Path, target: ModelSpec = TARGET, draft: ModelSpec = DRAFT, device: str | None = None,
-                 ) -> tuple[Path, Path]:
-    """Write ``root/target`` and ``root/draft`` (bf16 safetensors + tokenizer); returns their dirs.
-
-    The draft copies the target's embeddings, final norm and LM head, so the two agree where the
-    target's residual branches (scaled by ``residual_scale``) change little."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from vllm_spec_lab import tinymodel
-
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    root.mkdir(parents=True, exist_ok=True)
-    tokenizer = tinymodel._build_tokenizer(root)
-    built: dict[str, Any] = {}
-    dirs = []
-    for name, spec in (("target", target), ("draft", draft)):
-        torch.manual_seed(spec.seed)
-        config = LlamaConfig(
-            vocab_size=len(tokenizer), hidden_size=spec.hidden, intermediate_size=spec.intermediate,
-            num_hidden_layers=spec.layers, num_attention_heads=spec.heads, num_key_value_heads=spec.kv_heads,
-            max_position_embeddings=tinymodel.MAX_POSITIONS, bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=False, torch_dtype="bfloat16",
-        )
-        with torch.device(device):
-            model = LlamaForCausalLM(config).to(torch.bfloat16)
-        with torch.no_grad():
-            for layer in model.model.layers:
-                layer.self_attn.o_proj.weight.mul_(spec.residual_scale)
-                layer.mlp.down_proj.weight.mul_(spec.residual_scale)
-            if "target" in built:
-                shared = built["target"]
-                model.model.embed_tokens.weight.copy_(shared.model.embed_tokens.weight)
-                model.model.norm.weight.copy_(shared.model.norm.weight)
-                model.lm_head.weight.copy_(shared.lm_head.weight)
-        built[name] = model
-        out = root / name
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        (out / "gpu-model-recipe.json").write_text(json.dumps(asdict(spec), indent=1) + "\n")
-        dirs.append(out)
-    del built
-    if device == "cuda":
-        torch.cuda.empty_cache()
-    return dirs[0], dirs[1]
-
-
-# ---------------------------------------------------------------- counters and estimates
-
-
-def counters(text: str) -> dict[str, float]:
-    """Counter and histogram samples of a /metrics body, summed over labels: ``{sample name: value}``."""
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name.endswith(("_total", "_sum", "_count")) and not sample.name.endswith("_created"):
-                out[sample.name] = out.get(sample.name, 0.0) + sample.value
-    return out
-
-
-def deltas(before: str, after: str) -> dict[str, float]:
-    first, second = counters(before), counters(after)
-    return {name: value - first.get(name, 0.0) for name, value in second.items()}
-
-
-@dataclass
-class PhaseStats:
-    method: str
-    concurrency: int
-    requests: int
-    max_tokens: int
-    elapsed_s: float
-    completion_tokens: int
-    tokens_per_s: float
-    generated: float
-    drafts: float
-    draft_tokens: float
-    accepted: float
-    steps: float  # engine steps (tokens-per-step histogram count)
-    step_tokens: float  # tokens scheduled in those steps (histogram sum)
-    step_time_s: float | None  # elapsed / steps
-    tokens_per_step: float | None
-    itl_mean_s: float | None
-    failed: int = 0
-
-
-def phase_stats(method: str, phase: Phase, result: PhaseResult, delta: dict[str, float]) -> PhaseStats:
-    steps = delta.get(f"{STEP_TOKENS}_count", 0.0)
-    step_tokens = delta.get(f"{STEP_TOKENS}_sum", 0.0)
-    itl_count = delta.get(f"{ITL}_count", 0.0)
-    return PhaseStats(
-        method=method, concurrency=phase.concurrency, requests=result.requests_ok, max_tokens=phase.max_tokens,
-        elapsed_s=result.elapsed_s, completion_tokens=result.completion_tokens,
-        tokens_per_s=result.completion_tokens / result.elapsed_s if result.elapsed_s > 0 else 0.0,
-        generated=delta.get(GENERATED, 0.0),
-        drafts=delta.get(SPEC_COUNTERS["drafts"], 0.0),
-        draft_tokens=delta.get(SPEC_COUNTERS["draft_tokens"], 0.0),
-        accepted=delta.get(SPEC_COUNTERS["accepted"], 0.0),
-        steps=steps, step_tokens=step_tokens,
-        step_time_s=result.elapsed_s / steps if steps else None,
-        tokens_per_step=step_tokens / steps if steps else None,
-        itl_mean_s=delta.get(f"{ITL}_sum", 0.0) / itl_count if itl_count else None,
-        failed=result.requests_failed,
-    )
-
-
-@dataclass
-class Comparison:
-    method: str
-    concurrency: int
-    plain_tokens_per_s: float
-    spec_tokens_per_s: float
-    measured_speedup: float
-    acceptance: float | None
-    estimate: float | None  # advisor.speedup_at_load at batch = concurrency, default compute-bound
-    estimate_measured_n: float | None  # the same with the measured compute-bound tokens
-    bound: float | None  # advisor.speedup_bound (tokens per step over draft cost)
-    error: float | None  # estimate / measured - 1
-    error_measured_n: float | None
-
-
-def compare(plain: PhaseStats, spec: PhaseStats, draft_cost: float, measured_n: float | None) -> Comparison:
-    measured = spec.tokens_per_s / plain.tokens_per_s if plain.tokens_per_s else float("nan")
-
-    def at_load(n: float) -> float | None:
-        return advisor.speedup_at_load(spec.generated, spec.draft_tokens, spec.accepted, spec.concurrency,
-                                       draft_cost, compute_bound_tokens=n)
-
-    estimate = at_load(advisor.DEFAULT_COMPUTE_BOUND_TOKENS)
-    estimate_n = at_load(measured_n) if measured_n and measured_n > 0 else None
-    bound = advisor.speedup_bound(spec.drafts, spec.draft_tokens, spec.accepted, draft_cost) if spec.drafts else None
-    return Comparison(
-        method=spec.method, concurrency=spec.concurrency, plain_tokens_per_s=plain.tokens_per_s,
-        spec_tokens_per_s=spec.tokens_per_s, measured_speedup=measured,
-        acceptance=spec.accepted / spec.draft_tokens if spec.draft_tokens else None,
-        estimate=estimate, estimate_measured_n=estimate_n, bound=bound,
-        error=estimate / measured - 1 if estimate is not None and measured else None,
-        error_measured_n=estimate_n / measured - 1 if estimate_n is not None and measured else None,
-    )
-
-
-def compute_bound_tokens(rows: Sequence[tuple[float, float]], flat_batches: int = 2) -> float | None:
-    """Where a plain decode step stops costing the same: ``rows`` are (tokens per step, step time),
-    any order. The flat level is the mean of the ``flat_batches`` smallest; the growing line goes
-    through the two largest; their crossing is the compute-bound token count. None when the
-    largest steps are no slower than the flat level (the knee lies beyond the measured range)."""
-    ordered = sorted(rows)
-    if len(ordered) < flat_batches + 2:
-        return None
-    flat = sum(t for _, t in ordered[:flat_batches]) / flat_batches
-    (b1, t1), (b2, t2) = ordered[-2], ordered[-1]
-    if t2 <= t1 or t2 <= flat:
-        return None
-    slope = (t2 - t1) / (b2 - b1)
-    return b2 - (t2 - flat) / slope
-
-
-# ---------------------------------------------------------------- tables
-
-
-def _f(value: float | None, spec: str = ".2f") -> str:
-    return "–" if value is None else format(value, spec)
-
-
-def render_tables(results: dict[str, Any]) -> str:
-    """Markdown: one speed-up table per method, then the plain step-time table."""
-    lines = []
-    n = results.get("compute_bound_tokens_measured")
-    for method in ("ngram", "draft_model"):
-        rows = [c for c in results.get("comparisons", []) if c["method"] == method]
-        if not rows:
-            continue
-        lines += [
-            f"### {method} (draft cost {results['draft_costs'][method]:g})", "",
-            "| concurrency | plain tok/s | spec tok/s | measured speed-up | acceptance | estimate (N=256) | "
-            f"error | estimate (N={_f(n, '.0f')}) | error | tokens-per-step bound |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        ]
-        for c in rows:
-            lines.append(
-                f"| {c['concurrency']} | {c['plain_tokens_per_s']:.0f} | {c['spec_tokens_per_s']:.0f} | "
-                f"{c['measured_speedup']:.2f} | {_f(c['acceptance'], '.1%')} | {_f(c['estimate'])} | "
-                f"{_f(c['error'], '+.0%')} | {_f(c['estimate_measured_n'])} | {_f(c['error_measured_n'], '+.0%')} | "
-                f"{_f(c['bound'])} |")
-        lines.append("")
-    plain = sorted((p for p in results.get("phases", []) if p["method"] == "spec_off"),
-                   key=lambda p: p["concurrency"])
-    if plain:
-        lines += ["### Plain decode step time against batch", "",
-                  "| concurrency | tok/s | steps | tokens per step | step time (ms) | mean ITL (ms) |",
-                  "|---:|---:|---:|---:|---:|---:|"]
-        for p in plain:
-            step_ms, itl_ms = (_f(p[key] and 1000 * p[key]) for key in ("step_time_s", "itl_mean_s"))
-            lines.append(f"| {p['concurrency']} | {p['tokens_per_s']:.0f} | {p['steps']:.0f} | "
-                         f"{_f(p['tokens_per_step'], '.1f')} | {step_ms} | {itl_ms} |")
-        lines += ["", f"Compute-bound tokens implied: {_f(n, '.0f')} (bundle default "
-                      f"{advisor.DEFAULT_COMPUTE_BOUND_TOKENS})", ""]
-    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- the GPU run
@@ -378,7 +158,7 @@ def run_method(run: Run, method: Method, target: Path, draft: Path, gpu_name: st
             run.phases.append(stats)
             bursts.append(asdict(phase) | asdict(result))
             print(f"[{method.name}] c={concurrency}: {stats.tokens_per_s:.0f} tok/s, steps {stats.steps:.0f}, "
-                  f"step {_f(stats.step_time_s and 1000 * stats.step_time_s)} ms, "
+                  f"step {fmt(stats.step_time_s and 1000 * stats.step_time_s)} ms, "
                   f"accepted/drafted {stats.accepted:.0f}/{stats.draft_tokens:.0f}", flush=True)
     try:
         capture._write_outputs(scenario, server, recorder, bursts, spec_config, target, server.startup_seconds)

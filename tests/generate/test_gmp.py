@@ -25,8 +25,8 @@ import promql_parser
 import pytest
 import yaml
 from jsonschema.exceptions import best_match
-from test_kubernetes import by_kind, kustomize_build, selector_holds, write_tree
 
+from support.manifests import by_kind, kustomize_build, selector_holds, write_tree
 from support.paths import ROOT
 from vllm_spec_exporter.durations import is_prometheus_duration
 from vllm_spec_exporter.mixin import generate

@@ -21,8 +21,8 @@ from typing import Any
 import _gojsonnet
 import pytest
 import yaml
-from test_kubernetes import crd_errors
 
+from support.manifests import crd_errors
 from support.paths import ROOT
 from vllm_spec_exporter.mixin import generate, links
 from vllm_spec_exporter.mixin.config import MixinConfig, load_config

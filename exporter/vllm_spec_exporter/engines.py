@@ -30,7 +30,8 @@ from .names import Family as Key
 __all__ = [
     "COUNTER_SCHEMAS", "ENGINE_GAUGE_KEYS", "ENGINE_LABEL", "FAMILY_MIXED", "FAMILY_UNKNOWN",
     "FOREIGN_KEY", "NAMES", "PREFIXES", "SCHEMAS", "SPEC_KEYS", "UNLABELLED_MODEL_FAMILIES",
-    "VLLM_HISTOGRAMS", "VLLM_NAMES", "VLLM_PREFIXES", "Detection", "EngineError", "EngineSchema", "Family",
+    "VLLM_HISTOGRAMS", "VLLM_NAMES", "VLLM_OLD_ITL", "VLLM_PREFIXES", "Detection", "EngineError", "EngineSchema",
+    "Family",
     "detect", "sample_name",
 ]
 
@@ -55,13 +56,27 @@ VLLM_NAMES: dict[str, Key] = {
     "num_requests_waiting": Key.REQUESTS_WAITING,
     "kv_cache_usage_perc": Key.KV_CACHE_USAGE,  # a 0-1 ratio despite its name
     "gpu_cache_usage_perc": Key.KV_CACHE_USAGE,  # renamed in 0.9.2, removed in 0.12.0
+    # Latency histograms. Per request, decode time / (generated - 1): time per output *token*.
+    "request_time_per_output_token_seconds_bucket": Key.TPOT_BUCKET,
+    "request_time_per_output_token_seconds_sum": Key.TPOT_SUM,
+    "request_time_per_output_token_seconds_count": Key.TPOT_COUNT,
+    # One sample per output *event* (several tokens with speculation); named
+    # time_per_output_token_seconds until 0.11 (hidden in 0.12, removed by 0.33).
+    "inter_token_latency_seconds_bucket": Key.ITL_BUCKET,
+    "inter_token_latency_seconds_sum": Key.ITL_SUM,
+    "inter_token_latency_seconds_count": Key.ITL_COUNT,
+    "time_per_output_token_seconds_bucket": Key.ITL_BUCKET,
+    "time_per_output_token_seconds_sum": Key.ITL_SUM,
+    "time_per_output_token_seconds_count": Key.ITL_COUNT,
     # Diffusion models (vLLM 0.32+) reuse the spec-decode path under these names.
     "diffusion_num_denoising_steps": Key.DIFFUSION_STEPS,
     "diffusion_num_canvas_positions": Key.DIFFUSION_CANVAS_POSITIONS,
     "diffusion_num_committed_tokens": Key.DIFFUSION_COMMITTED_TOKENS,
 }
-# vLLM's histograms the dashboards read straight from vLLM (the sidecar does not re-expose them).
+# vLLM's latency histograms (the sidecar re-exposes them through the keys above; the direct rules
+# and the dashboards' latency row read them straight from vLLM). The ITL's name before 0.11 last.
 VLLM_HISTOGRAMS = ("inter_token_latency_seconds", "request_time_per_output_token_seconds")
+VLLM_OLD_ITL = "time_per_output_token_seconds"
 
 # The other engines' names: source metric name (without prefix, `_total` and `_created`) ->
 # canonical key, per family.

@@ -19,6 +19,7 @@ from typing import NamedTuple
 __all__ = [
     "FAMILY_MIXED",
     "FAMILY_UNKNOWN",
+    "HISTOGRAM_LABELS",
     "POSITION_LABELS",
     "SCRAPE_ERROR_REASONS",
     "SERIES_LABELS",
@@ -50,6 +51,13 @@ class Family(StrEnum):
     REQUESTS_RUNNING = "requests_running"
     REQUESTS_WAITING = "requests_waiting"
     KV_CACHE_USAGE = "kv_cache_usage"
+    # Latency histograms, one key per sample kind (buckets carry `le`): what users feel per token.
+    TPOT_BUCKET = "tpot_bucket"
+    TPOT_SUM = "tpot_sum"
+    TPOT_COUNT = "tpot_count"
+    ITL_BUCKET = "itl_bucket"
+    ITL_SUM = "itl_sum"
+    ITL_COUNT = "itl_count"
     # Engines' own last-batch / last-iteration gauges (SGLang, TensorRT-LLM; engines.py): served as
     # such, never windowed.
     ENGINE_ACCEPTANCE_LENGTH = "engine_acceptance_length"
@@ -138,6 +146,9 @@ class MetricName(StrEnum):
     REQUESTS_RUNNING = "vllm_server_requests_running"
     REQUESTS_WAITING = "vllm_server_requests_waiting"
     KV_CACHE_USAGE_RATIO = "vllm_kv_cache_usage_ratio"
+    # vLLM's latency histograms, re-exposed under stable colon-free names (buckets as vLLM set them).
+    REQUEST_TPOT_SECONDS = "vllm_server_request_time_per_output_token_seconds"
+    INTER_TOKEN_LATENCY_SECONDS = "vllm_server_inter_token_latency_seconds"
     # Exporter and target health.
     TARGET_UP = "vllm_spec_exporter_target_up"
     SPEC_DECODE_ENABLED = "vllm_spec_decode_enabled"
@@ -158,6 +169,7 @@ class MetricName(StrEnum):
 # those belong to Prometheus' scrape config.
 SERIES_LABELS = ("model_name", "engine")
 POSITION_LABELS = (*SERIES_LABELS, "position")
+HISTOGRAM_LABELS = (*SERIES_LABELS, "le")
 
 SCRAPE_ERROR_REASONS = (
     "timeout",  # connect or read took longer than --timeout (whole response, not per byte)

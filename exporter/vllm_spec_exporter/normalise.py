@@ -28,6 +28,10 @@ V0_MARKERS = (Family.V0_ACCEPTANCE_RATE, Family.V0_EFFICIENCY, Family.V0_EMITTED
 COUNTER_FAMILIES = (*V1_COUNTERS, Family.GENERATION_TOKENS)
 GAUGE_FAMILIES = (Family.REQUESTS_RUNNING, Family.REQUESTS_WAITING, Family.KV_CACHE_USAGE,
                   Family.V0_ACCEPTANCE_RATE, Family.V0_EFFICIENCY, *ENGINE_GAUGE_KEYS)
+# Latency histograms' samples (buckets keyed by `le`): cumulative, passed through, replicas summed.
+HISTOGRAM_FAMILIES = (Family.TPOT_BUCKET, Family.TPOT_SUM, Family.TPOT_COUNT,
+                      Family.ITL_BUCKET, Family.ITL_SUM, Family.ITL_COUNT)
+_HISTOGRAMS = frozenset(HISTOGRAM_FAMILIES)
 SUMMED_GAUGES = frozenset((Family.REQUESTS_RUNNING, Family.REQUESTS_WAITING))
 # Usages and overheads across replicas (SGLang's tp/pp ranks): the worst one, never a mean.
 HIGHER_IS_WORSE = frozenset((Family.KV_CACHE_USAGE, Family.ENGINE_DRAFT_OVERHEAD, *V0_MARKERS))
@@ -62,6 +66,8 @@ class Snapshot:
     counters: dict[CounterKey, float] = field(default_factory=dict)
     created: dict[CounterKey, float] = field(default_factory=dict)
     gauges: dict[tuple[Family, SeriesKey], float] = field(default_factory=dict)
+    # Latency histogram samples per (family, series, le), le "" for sum and count; whatever the schema.
+    histograms: dict[tuple[Family, SeriesKey, str], float] = field(default_factory=dict)
     # One message per rejected sample: the rest of the scrape is still used.
     invalid: list[str] = field(default_factory=list)
 
@@ -161,6 +167,9 @@ def normalise(samples: list[RawSample], default_model: str = "") -> Snapshot:
             continue  # V0 counters add their running total every 5 s: never usable for rates
         if key == foreign_key:
             continue
+        if key in _HISTOGRAMS:
+            _add_histogram_sample(snap, s, default_model)
+            continue
         cache_key = (key, s.engine_family, s.label_text)
         counter_key = keys.get(cache_key)
         if counter_key is None:
@@ -200,6 +209,26 @@ def normalise(samples: list[RawSample], default_model: str = "") -> Snapshot:
         # "on but never drafted", so reported as no spec decoding until the first draft.
         snap.schema = Schema.NONE
     return snap
+
+
+def _add_histogram_sample(snap: Snapshot, s: RawSample, default_model: str) -> None:
+    """One latency-histogram sample into `snap.histograms`, replicas summed; a value that is not
+    finite and non-negative, or a bucket without a numeric `le`, is rejected and described."""
+    labels = s.labels
+    le = labels.get("le", "") if s.key in (Family.TPOT_BUCKET, Family.ITL_BUCKET) else ""
+    if not (0 <= s.value < math.inf) or (s.key in (Family.TPOT_BUCKET, Family.ITL_BUCKET) and not _is_le(le)):
+        snap.invalid.append(f"{s.key}{{{s.label_text}}}: histogram sample {s.value} (le {le!r}) is not usable")
+        return
+    series = SeriesKey(labels.get("model_name", default_model), labels.get("engine", ""))
+    hkey = (s.key, series, le)
+    snap.histograms[hkey] = snap.histograms.get(hkey, 0.0) + s.value
+
+
+def _is_le(raw: str) -> bool:
+    try:
+        return not math.isnan(float(raw))
+    except ValueError:
+        return False
 
 
 def _counter_key(family: Family, labels: dict[str, str], engine_family: str,

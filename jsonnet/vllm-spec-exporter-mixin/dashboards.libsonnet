@@ -2958,7 +2958,7 @@
             type: 'prometheus',
             uid: '${datasource}',
           },
-          description: 'Per server and model, p50 and p90 over the rate window (recorded from vLLM\'s histograms). Time per output token (each request\'s decode time / its tokens) is per token whatever a step emits: the one the measured speed-up divides. Inter-token latency (ITL, dashed) is per output event: with speculation one event carries several tokens, so it grows with acceptance while tokens come sooner. Good: time per token of the speculative servers below the baseline\'s. Over more than 24 servers (All over a fleet) it draws those of the worst 5 and the best 3 series at the end of the range (ranked once when the dashboard loads), and at most 24 series; pick servers in the instance variable to see all of them.',
+          description: 'Per server and model, p50, p90 and mean over the rate window (recorded from vLLM\'s histograms). Time per output token (each request\'s decode time / its tokens) is per token whatever a step emits: the one the measured speed-up divides. Inter-token latency (ITL, dashed) is per output event: with speculation one event carries several tokens, so it grows with acceptance while tokens come sooner. Good: time per token of the speculative servers below the baseline\'s. Over more than 24 servers (All over a fleet) it draws those of the worst 5 and the best 3 series at the end of the range (ranked once when the dashboard loads), and at most 24 series; pick servers in the instance variable to see all of them.',
           fieldConfig: {
             defaults: {
               custom: {
@@ -3035,6 +3035,28 @@
               legendFormat: '{{instance}} {{model_name}} ITL q{{quantile}}',
               range: true,
               refId: 'B',
+            },
+            {
+              datasource: {
+                type: 'prometheus',
+                uid: '${datasource}',
+              },
+              expr: '(max by (instance, model_name) (instance_model:vllm_request_time_per_output_token_seconds:mean_rate2m{%(exporterSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})) and on () (count(last_over_time((max by (instance, model_name) (instance_model:vllm_request_time_per_output_token_seconds:mean_rate2m{%(exporterSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())) <= 24 or absent(last_over_time((max by (instance, model_name) (instance_model:vllm_request_time_per_output_token_seconds:mean_rate2m{%(exporterSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end()))) or (max by (instance, model_name) (instance_model:vllm_request_time_per_output_token_seconds:mean_rate2m{%(exporterSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})) and (topk(5, last_over_time((max by (instance, model_name) (instance_model:vllm_request_time_per_output_token_seconds:mean_rate2m{%(exporterSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())) or bottomk(3, last_over_time((max by (instance, model_name) (instance_model:vllm_request_time_per_output_token_seconds:mean_rate2m{%(exporterSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())))' % v,
+              instant: false,
+              legendFormat: '{{instance}} {{model_name}} TPOT mean',
+              range: true,
+              refId: 'C',
+            },
+            {
+              datasource: {
+                type: 'prometheus',
+                uid: '${datasource}',
+              },
+              expr: '(max by (instance, model_name) (instance_model:vllm_inter_token_latency_seconds:mean_rate2m{%(exporterSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})) and on () (count(last_over_time((max by (instance, model_name) (instance_model:vllm_inter_token_latency_seconds:mean_rate2m{%(exporterSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())) <= 24 or absent(last_over_time((max by (instance, model_name) (instance_model:vllm_inter_token_latency_seconds:mean_rate2m{%(exporterSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end()))) or (max by (instance, model_name) (instance_model:vllm_inter_token_latency_seconds:mean_rate2m{%(exporterSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})) and (topk(5, last_over_time((max by (instance, model_name) (instance_model:vllm_inter_token_latency_seconds:mean_rate2m{%(exporterSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())) or bottomk(3, last_over_time((max by (instance, model_name) (instance_model:vllm_inter_token_latency_seconds:mean_rate2m{%(exporterSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())))' % v,
+              instant: false,
+              legendFormat: '{{instance}} {{model_name}} ITL mean',
+              range: true,
+              refId: 'D',
             },
           ],
           title: 'Time per output token and inter-token latency per server',

@@ -45,7 +45,7 @@ PROMTOOL_DIR = ROOT / "tests" / "promtool"
 # the direct bundle's own scenarios; both bundles at once; the speculative config series (the
 # sidecar reads it, vLLM serves no such series).
 SIDECAR_ONLY_FILES = ("mixed_engines_test.yaml", "sglang_tier_test.yaml", "direct_health_test.yaml",
-                      "both_bundles_test.yaml", "spec_config_test.yaml")
+                      "both_bundles_test.yaml", "spec_config_test.yaml", "measured_speedup_test.yaml")
 SIDECAR_SCENARIOS = sorted(p for p in PROMTOOL_DIR.glob("*.yaml") if p.name not in SIDECAR_ONLY_FILES)
 SIDECAR_ONLY_ALERTS = {alert_rules.METRICS_MISSING, alert_rules.VLLM_UNREACHABLE, alert_rules.VLLM_RESTARTING,
                        alert_rules.EXPORTER_DOWN, alert_rules.EXPORTER_ABSENT}

@@ -43,6 +43,9 @@ from .shared_panels import (
     speedup_thresholds,
 )
 
+# The per-server latency panel's two histograms: (inter-token latency?, legend name).
+LATENCIES = ((False, "TPOT"), (True, "ITL"))
+
 
 def token_flow_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     by_model = ("model_name",)
@@ -202,16 +205,16 @@ def context_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     latency = q.crowd("server_latency", q.server_latency_quantiles(), high_is_bad=True)
     layout.add(timeseries_panel(
         "Time per output token and inter-token latency per server",
-        "Per server and model, p50 and p90 over the rate window (recorded from vLLM's histograms). Time per "
+        "Per server and model, p50, p90 and mean over the rate window (recorded from vLLM's histograms). Time per "
         "output token (each request's decode time / its tokens) is per token whatever a step emits: the one the "
         "measured speed-up divides. Inter-token latency (ITL, dashed) is per output event: with speculation one "
         "event carries several tokens, so it grows with acceptance while tokens come sooner. Good: time per "
         "token of the speculative servers below the baseline's." + crowd_note(cfg),
         SECONDS,
-        [Query(latency.read(q.server_latency_quantiles(), several=True),
-               f"{instance_legend} {{{{model_name}}}} TPOT q{{{{quantile}}}}"),
-         Query(latency.read(q.server_latency_quantiles(itl=True), several=True),
-               f"{instance_legend} {{{{model_name}}}} ITL q{{{{quantile}}}}")],
+        [Query(latency.read(q.server_latency_quantiles(itl=itl), several=True),
+               f"{instance_legend} {{{{model_name}}}} {name} q{{{{quantile}}}}") for itl, name in LATENCIES] +
+        [Query(latency.read(q.server_latency_mean(itl=itl), several=True),
+               f"{instance_legend} {{{{model_name}}}} {name} mean") for itl, name in LATENCIES],
     ).override_by_regexp(".* ITL .*", [
         dashboard_models.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]}),
     ]), 24, 8)

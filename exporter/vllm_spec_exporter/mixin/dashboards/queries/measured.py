@@ -51,6 +51,12 @@ class MeasuredQueries(Reads):
         return sum_by((self.cfg.instance_label, "model_name", "quantile"), series(record, self._per_server()),
                       op="max")
 
+    def server_latency_mean(self, itl: bool = False) -> str:
+        """Per server and model: mean time per output token (or inter-token latency)."""
+        n = measured.measured_names(self.cfg)
+        record = n.itl_mean if itl else n.tpot_mean
+        return sum_by((self.cfg.instance_label, "model_name"), series(record, self._per_server()), op="max")
+
     def tpot_by_method(self) -> str:
         """Per model and method (`none`: the baseline): mean time per output token."""
         return sum_by(("model_name", "method"),

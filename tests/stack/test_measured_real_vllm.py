@@ -83,8 +83,8 @@ def test_the_measured_panel_agrees_with_the_load_generator(real_vllm: VllmServer
     baseline = VllmServer(python, model_dir, served_model_name=real_vllm.model_name, extra_env=SHARED_ENV,
                           log_path=tmp_path / "baseline-vllm.log", startup_timeout_s=600.0)
     with (baseline,
-          ExporterProcess(real_vllm.url, interval=1, window=10, timeout=5) as spec_sidecar,
-          ExporterProcess(baseline.url, interval=1, window=10, timeout=5) as plain_sidecar,
+          ExporterProcess(real_vllm.url, interval=3, window=15, timeout=2.5) as spec_sidecar,
+          ExporterProcess(baseline.url, interval=3, window=15, timeout=2.5) as plain_sidecar,
           Prometheus(scrape_targets={"vllm-spec-exporter": [host(spec_sidecar.url), host(plain_sidecar.url)],
                                      "vllm": [host(real_vllm.url), host(baseline.url)]},
                      rule_files=[rules_file(tmp_path, cfg) for cfg in BUNDLES.values()]) as prom):

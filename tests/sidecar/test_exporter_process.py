@@ -21,7 +21,7 @@ SERIES = (("engine", "0"), ("model_name", "tiny-llama"))
 
 
 def test_serves_every_derived_and_health_metric_and_no_colons():
-    with FakeVllm(k=3) as fake, ExporterProcess(fake.start()) as exporter:
+    with FakeVllm(k=3, latency_histograms=True) as fake, ExporterProcess(fake.start()) as exporter:
         fake.drive(40, 0.5)
         assert wait_until(lambda: "vllm_spec_decode_acceptance_ratio" in exporter.metrics(), 10)
         m = exporter.metrics()

@@ -672,7 +672,8 @@ def fleet_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
         urls = {}
         for server, (k, enabled, traffic) in FLEET.items():
             fakes[server] = FakeVllm(models=sorted({t.model for t in traffic}),
-                                     engines=sorted({t.engine for t in traffic}), k=k, spec_enabled=enabled)
+                                     engines=sorted({t.engine for t in traffic}), k=k, spec_enabled=enabled,
+                                     latency_histograms=True)
             urls[server] = fakes[server].start()
         urls[DOWN] = f"http://127.0.0.1:{free_port()}"  # nothing listens there
         instances = {}

@@ -67,8 +67,9 @@ class Snapshot:
     gauges: dict[tuple[Family, SeriesKey], float] = field(default_factory=dict)
     # One message per rejected sample: the rest of the scrape is still used.
     invalid: list[str] = field(default_factory=list)
-    # vLLM's histograms (engines.VLLM_HISTOGRAM_NAMES): finite, non-negative, replicas summed. Read
-    # by `check --baseline` as deltas between two snapshots; never windowed, never served.
+    # vLLM's histograms the parser was asked for (engines.VLLM_HISTOGRAM_NAMES): finite,
+    # non-negative, buckets with a numeric `le`, replicas summed; never windowed. The sidecar serves
+    # its two as they are (collector), `check --baseline` reads deltas between two snapshots.
     histograms: dict[HistogramKey, float] = field(default_factory=dict)
 
     @property
@@ -235,15 +236,26 @@ def _counter_key(family: Family, labels: dict[str, str], engine_family: str,
 
 
 def _add_histogram(snap: Snapshot, s: RawSample, default_model: str) -> None:
-    """One `_bucket`, `_sum` or `_count` sample, summed over replicas; a bad value is described."""
+    """One `_bucket`, `_sum` or `_count` sample, summed over replicas; a bad value, or a bucket
+    without a numeric `le`, is described."""
     if not (0 <= s.value < math.inf):
         snap.invalid.append(f"{s.key}_{s.part}{{{s.label_text}}}: value {s.value} is not a finite "
                             "non-negative number")
         return
     le = s.labels.get("le", "") if s.part == "bucket" else ""
+    if s.part == "bucket" and not _is_bound(le):
+        snap.invalid.append(f"{s.key}_bucket{{{s.label_text}}}: le {le!r} is not a number")
+        return
     key = HistogramKey(s.key, SeriesKey(s.labels.get("model_name", default_model), s.labels.get("engine", "")),
                        s.part, le)
     snap.histograms[key] = snap.histograms.get(key, 0.0) + s.value
+
+
+def _is_bound(le: str) -> bool:
+    try:
+        return not math.isnan(float(le))
+    except ValueError:
+        return False
 
 
 def _llamacpp_drafted(snap: Snapshot) -> bool:

@@ -49,7 +49,7 @@ import re
 from dataclasses import dataclass
 
 from ... import engines
-from ...engines import VLLM_PREFIXES
+from ...engines import VLLM_HISTOGRAM_NAMES, VLLM_PREFIXES
 from ...names import EngineFamily, Family, MetricName
 from ..config import MixinConfig
 
@@ -63,16 +63,21 @@ __all__ = [
     "DRAFTS",
     "DRAFT_TOKENS",
     "GENERATED",
+    "ITL",
     "LLAMACPP_GAUGES",
     "RECORDED",
     "SERVED",
+    "TPOT",
     "UP",
     "VLLM_GAUGES",
     "SourceCounter",
+    "SourceHistogram",
     "by_name",
+    "config_info",
     "direct_names",
     "drafts_present",
     "engine_steps_rate",
+    "histogram_rate",
     "increase_record",
     "increase_sum",
     "operand",
@@ -88,6 +93,7 @@ __all__ = [
     "series",
     "source_matchers",
     "source_rules",
+    "spec_off",
     "spelled_out",
     "vllm_spellings",
 ]
@@ -174,6 +180,30 @@ LLAMACPP_GAUGES = {gauge: engines.sample_name(EngineFamily.LLAMACPP, key) for ga
 # raw series. Prometheus' own series: UP, ALERTS.
 SERVED = MetricName
 UP = "up"
+
+
+@dataclass(frozen=True)
+class SourceHistogram:
+    """One latency histogram of the source layer: `metric` is the metric part of its record names,
+    `exporter` the sidecar's served name, `vllm` vLLM's names after the `vllm:` prefix (today's first,
+    a retired one after it)."""
+
+    metric: str
+    exporter: MetricName
+    vllm: tuple[str, ...]
+
+
+def _vllm_histogram_names(key: Family) -> tuple[str, ...]:
+    """vLLM's names of the histogram `key` (engines.VLLM_HISTOGRAM_NAMES' order: today's first)."""
+    return tuple(name for name, family in VLLM_HISTOGRAM_NAMES.items() if family == key)
+
+
+# Time per output token, per request: per token whatever a step emits (the measured speed-up's).
+TPOT = SourceHistogram("vllm_request_time_per_output_token_seconds", MetricName.REQUEST_TPOT_SECONDS,
+                       _vllm_histogram_names(Family.TIME_PER_OUTPUT_TOKEN))
+# Inter-token latency: per output event, several tokens a step with speculation.
+ITL = SourceHistogram("vllm_inter_token_latency_seconds", MetricName.INTER_TOKEN_LATENCY_SECONDS,
+                      _vllm_histogram_names(Family.INTER_TOKEN_LATENCY))
 ALERTS = "ALERTS"
 
 
@@ -387,3 +417,25 @@ def raw_gauge(cfg: MixinConfig, gauge: MetricName, matchers: str) -> str:
     llamacpp = (LLAMACPP_GAUGES[gauge],) if gauge in LLAMACPP_GAUGES else ()
     names = "|".join((*vllm_spellings(VLLM_GAUGES[gauge]), *llamacpp))
     return by_name(names, matchers, regex=True)
+
+
+def histogram_rate(cfg: MixinConfig, histogram: SourceHistogram, part: str, matchers: str = "") -> str:
+    """The rate over rate_window of `histogram`'s `part` (`sum`, `count` or `bucket`) straight from
+    the scraped series (the source's selector, and `matchers`), one per (server, model, engine[, le]):
+    the sidecar's one name, or vLLM's in every spelling and name it ever had (`or`, as raw_rate)."""
+    match, window = _with_selector(cfg, matchers), cfg.windows.rate_window
+    if not cfg.direct:
+        return f"rate({series(f'{histogram.exporter}_{part}', match)}[{window}])"
+    return _either([f"rate({by_name(f'{name}_{part}', match)}[{window}])"
+                    for vllm in histogram.vllm for name in vllm_spellings(vllm)])
+
+
+def config_info(cfg: MixinConfig, matchers: str) -> str:
+    """The sidecar's speculative-config series (one per target; method, k, ... as labels) on its
+    selector and `matchers`. The direct bundle has none: no vLLM series names the config."""
+    return series(SERVED.SPEC_CONFIG_INFO, _with_selector(cfg, matchers))
+
+
+def spec_off(cfg: MixinConfig) -> str:
+    """One sample per sidecar whose target serves no spec-decode metrics (speculation off)."""
+    return f"{series(SERVED.SPEC_DECODE_ENABLED, source_matchers(cfg))} == 0"

@@ -248,7 +248,7 @@
             record: 'instance_model_engine:vllm_requests_running:mean2m',
             expr: |||-
               (
-              clamp_min(instance_model_engine:vllm_generation_tokens:rate2m{%(exporterSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(exporterSelector)s}, 0)
+              clamp_min(instance_model_engine:vllm_generation_tokens:rate2m{%(exporterSelector)s} - (instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(exporterSelector)s} or 0 * instance_model_engine:vllm_generation_tokens:rate2m{%(exporterSelector)s}), 0)
               /
               (rate(vllm_server_engine_steps_total{%(exporterSelector)s}[2m]) > 0)
               )

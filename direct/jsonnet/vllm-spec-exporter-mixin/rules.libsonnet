@@ -396,7 +396,7 @@
             record: 'instance_model_engine:vllm_requests_running:mean2m',
             expr: |||-
               (
-              clamp_min(instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(vllmSelector)s}, 0)
+              clamp_min(instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s} - (instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(vllmSelector)s} or 0 * instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s}), 0)
               /
               ((rate({__name__="vllm:iteration_tokens_total_count", %(vllmSelector)s}[2m])
               or (

@@ -102,8 +102,11 @@ QUANTITIES = {
 def batch_per_step(read: Callable[[SourceCounter], str], steps: str) -> str:
     """PromQL of advisor.batch_per_step: request-steps (generated - accepted) per engine step, the
     mean running batch of the steps taken. `steps` (engine steps per second, matching the counters'
-    labels one to one) is guarded with `> 0`: an idle engine takes no steps and gives no sample."""
-    return f"clamp_min({read(GENERATED)} - {read(ACCEPTED)}, 0)\n/\n({steps} > 0)"
+    labels one to one) is guarded with `> 0`: an idle engine takes no steps and gives no sample. A
+    server without an accepted-tokens counter (no speculation: a baseline) accepted none, as
+    `check --baseline` reads it: its request-steps are its generated tokens."""
+    generated = read(GENERATED)
+    return f"clamp_min({generated} - ({read(ACCEPTED)} or 0 * {generated}), 0)\n/\n({steps} > 0)"
 
 
 def speedup_at_load(read: Callable[[SourceCounter], str], batch: str, draft_cost: float,

@@ -82,7 +82,7 @@ VLLM_HISTOGRAM_NAMES: dict[str, Key] = {
 }
 HISTOGRAM_PARTS = ("bucket", "sum", "count")
 # The selections of histograms a caller hands to parse(): every one (`check --baseline`), or the
-# two the sidecar serves (parsing all five costs a poll about three times as much).
+# two the sidecar serves (all five would cost its poll about a third more; parse.py).
 ALL_HISTOGRAMS = frozenset(VLLM_HISTOGRAM_NAMES.values())
 SERVED_HISTOGRAMS = frozenset((Key.TIME_PER_OUTPUT_TOKEN, Key.INTER_TOKEN_LATENCY))
 

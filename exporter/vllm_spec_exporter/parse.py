@@ -82,8 +82,9 @@ def _line_pattern(vllm_words: Iterable[str]) -> re.Pattern[str]:
 
 # One pattern per selection of histograms: VLLM_NAMES plus the samples of the selected histograms
 # only (a line of another histogram is skipped after a few characters). A pattern per selection,
-# not a filter after matching: the bucket lines of five histograms cost a poll about three times
-# what the sidecar's two do. Callers pass a few fixed selections, so the cache stays small.
+# not a filter after matching: on a real one-engine scrape a poll (parse to derive) took ~0.14 ms
+# without histograms, ~0.24 ms with the sidecar's two, ~0.32 ms with all five. Callers pass a few
+# fixed selections, so the cache stays small.
 _FAMILY_TRIE = _trie(VLLM_NAMES)  # accepts exactly VLLM_NAMES' names
 
 

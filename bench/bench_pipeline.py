@@ -10,6 +10,9 @@ Payloads:
   server with several models): the same real body with its series replicated under every
   (model, engine) label pair, as such a server exposes them.
 
+A poll parses what the sidecar's poller parses: vLLM's counters and gauges and the two latency
+histograms it serves (engines.SERVED_HISTOGRAMS), not the others.
+
 `--against REV` also times the pipeline of an older commit (its exporter package, from `git
 archive`, imported under another name) on the same payloads, old and new alternating in short
 turns in this process: e.g. `--against a9c2546^` is the code before the engine table.
@@ -38,6 +41,7 @@ from types import SimpleNamespace
 from prometheus_client.parser import text_string_to_metric_families
 
 from vllm_spec_exporter.derive import derive
+from vllm_spec_exporter.engines import SERVED_HISTOGRAMS
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
 from vllm_spec_exporter.poller import checked_against_positions
@@ -84,13 +88,16 @@ def per_call(fn, seconds: float) -> float:
 
 def pipeline(text: str, modules: SimpleNamespace | None = None):
     """One poll of `text` per call, through this checkout's modules or another revision's."""
-    m = modules or SimpleNamespace(parse=parse, normalise=normalise, WindowStore=WindowStore, derive=derive)
+    m = modules or SimpleNamespace(parse=parse, normalise=normalise, WindowStore=WindowStore, derive=derive,
+                                   histograms=SERVED_HISTOGRAMS)
     store = m.WindowStore(60.0)
     clock = [0.0]
+    # The histograms the sidecar's poller parses (a revision without a selection: its default).
+    options = {} if m.histograms is None else {"histograms": m.histograms}
 
     def poll():
         clock[0] += 5.0
-        snap = m.normalise(m.parse(text))
+        snap = m.normalise(m.parse(text, **options))
         store.observe(clock[0], snap)
         return m.derive(store, snap, 0)
 
@@ -187,7 +194,8 @@ def revision_modules(rev: str, folder: Path) -> SimpleNamespace:
     windows = next(f"{package}.{name}" for name in ("window_store", "window")
                    if (folder / "exporter" / package / f"{name}.py").exists())
     return SimpleNamespace(parse=load(f"{package}.parse").parse, normalise=load(f"{package}.normalise").normalise,
-                           WindowStore=load(windows).WindowStore, derive=load(f"{package}.derive").derive)
+                           WindowStore=load(windows).WindowStore, derive=load(f"{package}.derive").derive,
+                           histograms=getattr(load(f"{package}.engines"), "SERVED_HISTOGRAMS", None))
 
 
 def against(rev: str, seconds: float) -> None:
@@ -227,7 +235,7 @@ def main() -> None:
     config = SpecConfig("ngram", 4, "standard", False, Source.SERVER_INFO)
     print(f"\n{'payload':<24}{'config check us':>16}{'share of the poll':>19}")
     for label, text in texts:
-        snap = normalise(parse(text))
+        snap = normalise(parse(text, histograms=SERVED_HISTOGRAMS))
         snap.k_by_series  # noqa: B018 (derive counted them in the poll)
         check = min(per_call(lambda s=snap: checked_against_positions(config, s), seconds / 20)
                     for _ in range(20))

@@ -25,6 +25,7 @@ from typing import Any
 
 from . import calibrate, settings
 from .baseline_compare import BATCH_MISMATCH_FACTOR, QUANTILES, Comparison, compare, side_figures
+from .engines import ALL_HISTOGRAMS
 from .normalise import Snapshot
 from .poller import Poller
 
@@ -112,7 +113,7 @@ def start(args: argparse.Namespace, duration: float, batch_of: Callable[[Snapsho
         conf = settings.resolve_connection(argparse.Namespace(**{**vars(args), "target": url}))
         fetcher = settings.make_fetcher(conf, args.timeout, 64 * 1024 * 1024)
         pollers[name] = Poller(fetcher, interval, window=duration + 2 * interval,
-                               min_draft_tokens=args.min_draft_tokens, histograms=True)
+                               min_draft_tokens=args.min_draft_tokens, histograms=ALL_HISTOGRAMS)
     return Companion(pollers, duration, interval, batch_of)
 
 

@@ -25,6 +25,7 @@ from types import ModuleType
 
 from . import __version__, check, settings, specconfig_reader, webconfig
 from .collector import SpecDecodeCollector
+from .engines import SERVED_HISTOGRAMS
 from .poller import Poller
 
 GENERATE_HELP = "write alerts/, dashboards/, deploy/kubernetes/ and docs/ from one config"
@@ -140,7 +141,7 @@ def serve(args: argparse.Namespace) -> int:
     fetcher = settings.make_fetcher(conf, conf.poll_timeout, conf.max_bytes)
     spec_config = specconfig_reader.reader_for(conf)
     poller = Poller(fetcher, conf.interval, conf.window, conf.min_draft_tokens, conf.max_series,
-                    conf.draft_cost_ratio, spec_config=spec_config)
+                    conf.draft_cost_ratio, spec_config=spec_config, histograms=SERVED_HISTOGRAMS)
     registry = CollectorRegistry()
     registry.register(SpecDecodeCollector(poller))
     web_config = webconfig.load(conf.web_config_file) if conf.web_config_file else None

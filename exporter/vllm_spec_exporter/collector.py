@@ -6,11 +6,12 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from . import __version__
-from .names import SCRAPE_ERROR_REASONS, Family, MetricName
+from .names import SCRAPE_ERROR_REASONS, Family, HistogramKey, MetricName
 from .poller import Poller, PollResult
-from .schema import BY_NAME, CONTEXT, COUNTERS, DERIVED, ENGINE_GAUGES
+from .schema import BY_NAME, CONTEXT, COUNTERS, DERIVED, ENGINE_GAUGES, HISTOGRAMS
 
 __all__ = ["SpecDecodeCollector"]
 
@@ -28,6 +29,12 @@ _CONTEXT_NAMES = {
     Family.REQUESTS_RUNNING: MetricName.REQUESTS_RUNNING,
     Family.REQUESTS_WAITING: MetricName.REQUESTS_WAITING,
     Family.KV_CACHE_USAGE: MetricName.KV_CACHE_USAGE_RATIO,
+}
+# The latency histograms served (engines.SERVED_HISTOGRAMS, the ones the poller parses): vLLM's
+# histogram key -> served histogram. Others in a snapshot (check --baseline's) are not served.
+_HISTOGRAM_NAMES = {
+    Family.TIME_PER_OUTPUT_TOKEN: MetricName.REQUEST_TPOT_SECONDS,
+    Family.INTER_TOKEN_LATENCY: MetricName.INTER_TOKEN_LATENCY_SECONDS,
 }
 # The engine's own gauges (SGLang, TensorRT-LLM), served as they are: not windowed.
 _ENGINE_GAUGE_NAMES = {
@@ -96,6 +103,7 @@ class SpecDecodeCollector(Collector):
             if name:
                 context[name].add_metric(list(series), value)
         yield from (f for f in context.values() if f.samples)
+        yield from _histograms(snap.histograms)
 
     def _health(self, result: PollResult) -> Iterator[Metric]:
         poller = self.poller
@@ -132,3 +140,17 @@ class SpecDecodeCollector(Collector):
         build = _info(MetricName.BUILD_INFO)
         build.add_metric([], {"version": __version__})
         yield build
+
+
+def _histograms(samples: dict[HistogramKey, float]) -> Iterator[Metric]:
+    """The served latency histograms as vLLM wrote them, buckets in `le` order (the text format's)."""
+    families = {m.name: Metric(m.name, m.help, "histogram") for m in HISTOGRAMS}
+    served = [(key, value) for key, value in samples.items() if key.family in _HISTOGRAM_NAMES]
+    for key, value in sorted(served, key=lambda item: (
+            item[0].family, item[0].series, item[0].part, float(item[0].le) if item[0].le else 0.0)):
+        name = _HISTOGRAM_NAMES[key.family]
+        labels = dict(zip(("model_name", "engine"), key.series, strict=True))
+        if key.part == "bucket":
+            labels["le"] = floatToGoString(float(key.le))
+        families[name].add_sample(f"{name}_{key.part}", labels, value)
+    yield from (f for f in families.values() if f.samples)

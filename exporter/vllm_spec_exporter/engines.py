@@ -28,10 +28,10 @@ from .names import EngineFamily as Family
 from .names import Family as Key
 
 __all__ = [
-    "COUNTER_SCHEMAS", "ENGINE_GAUGE_KEYS", "ENGINE_LABEL", "FAMILY_MIXED", "FAMILY_UNKNOWN",
-    "FOREIGN_KEY", "HISTOGRAM_PARTS", "NAMES", "PREFIXES", "SCHEMAS", "SPEC_KEYS", "UNLABELLED_MODEL_FAMILIES",
-    "VLLM_HISTOGRAMS", "VLLM_HISTOGRAM_NAMES", "VLLM_NAMES", "VLLM_PREFIXES", "Detection", "EngineError",
-    "EngineSchema", "Family", "detect", "sample_name",
+    "ALL_HISTOGRAMS", "COUNTER_SCHEMAS", "ENGINE_GAUGE_KEYS", "ENGINE_LABEL", "FAMILY_MIXED", "FAMILY_UNKNOWN",
+    "FOREIGN_KEY", "HISTOGRAM_PARTS", "NAMES", "PREFIXES", "SCHEMAS", "SERVED_HISTOGRAMS", "SPEC_KEYS",
+    "UNLABELLED_MODEL_FAMILIES", "VLLM_HISTOGRAMS", "VLLM_HISTOGRAM_NAMES", "VLLM_NAMES", "VLLM_PREFIXES",
+    "Detection", "EngineError", "EngineSchema", "Family", "detect", "sample_name",
 ]
 
 # vLLM's own metric names: the one table of them. The parser reads it, and so do the generators
@@ -67,10 +67,12 @@ VLLM_NAMES: dict[str, Key] = {
     "diffusion_num_canvas_positions": Key.DIFFUSION_CANVAS_POSITIONS,
     "diffusion_num_committed_tokens": Key.DIFFUSION_COMMITTED_TOKENS,
 }
-# vLLM's histograms the dashboards read straight from vLLM (the sidecar does not re-expose them).
+# vLLM's latency histograms by today's names (the direct rules and the dashboards read them
+# straight from vLLM; the sidecar re-exposes them, schema.HISTOGRAMS).
 VLLM_HISTOGRAMS = ("inter_token_latency_seconds", "request_time_per_output_token_seconds")
-# vLLM's histograms the parser keeps (their `_bucket`, `_sum` and `_count` samples; `check
-# --baseline` reads their deltas, the sidecar serves none of them): family name -> canonical key.
+# vLLM's histograms the parser can keep (their `_bucket`, `_sum` and `_count` samples): family name
+# -> canonical key. `check --baseline` reads all of them as deltas; the sidecar parses and serves
+# only the time per output token and the inter-token latency (SERVED_HISTOGRAMS).
 VLLM_HISTOGRAM_NAMES: dict[str, Key] = {
     "request_time_per_output_token_seconds": Key.TIME_PER_OUTPUT_TOKEN,  # per request, per token (0.11+)
     "inter_token_latency_seconds": Key.INTER_TOKEN_LATENCY,  # per emitted chunk (0.11+)
@@ -79,6 +81,10 @@ VLLM_HISTOGRAM_NAMES: dict[str, Key] = {
     "request_generation_tokens": Key.REQUEST_GENERATION_TOKENS,  # output tokens per finished request
 }
 HISTOGRAM_PARTS = ("bucket", "sum", "count")
+# The selections of histograms a caller hands to parse(): every one (`check --baseline`), or the
+# two the sidecar serves (all five would cost its poll about a third more; parse.py).
+ALL_HISTOGRAMS = frozenset(VLLM_HISTOGRAM_NAMES.values())
+SERVED_HISTOGRAMS = frozenset((Key.TIME_PER_OUTPUT_TOKEN, Key.INTER_TOKEN_LATENCY))
 
 # The other engines' names: source metric name (without prefix, `_total` and `_created`) ->
 # canonical key, per family.

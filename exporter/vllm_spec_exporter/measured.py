@@ -14,7 +14,12 @@ Histograms are read as deltas over a window: `_sum` and `_count` give the mean, 
 `_bucket` counts a quantile, interpolated linearly within the bucket exactly as Prometheus'
 `histogram_quantile` does (the lowest bucket starts at 0, a rank in the `+Inf` bucket returns the
 highest finite bound). No observations, a missing or non-positive time: None, never 1 or 0.
-The PromQL side (the recording rules) defines the same ratio over the same series.
+The PromQL side (mixin/rules/measured.py's records) defines the same mean and ratio over the same
+series: quantities.histogram_mean and quantities.measured_speedup.
+
+Both servers should run comparable loads: a busy baseline beside an idle speculative server
+measures the batch, not speculation; `check --baseline` and the rules show each side's running
+batch beside the ratio.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from typing import NamedTuple
 __all__ = [
     "FAMILY_MIXED",
     "FAMILY_UNKNOWN",
+    "HISTOGRAM_LABELS",
     "POSITION_LABELS",
     "SCRAPE_ERROR_REASONS",
     "SERIES_LABELS",
@@ -71,10 +72,10 @@ class Family(StrEnum):
     DIFFUSION_STEPS = "diffusion_steps"
     DIFFUSION_CANVAS_POSITIONS = "diffusion_canvas_positions"
     DIFFUSION_COMMITTED_TOKENS = "diffusion_committed_tokens"
-    # vLLM's histograms `check --baseline` reads as deltas (_sum, _count and _bucket by `le`; never
-    # served): time per output token per request, inter-token latency per emitted chunk, tokens per
-    # engine step (its _count counts the engine's steps), end-to-end latency and output tokens per
-    # finished request.
+    # vLLM's histograms (_sum, _count and _bucket by `le`): time per output token per request and
+    # inter-token latency per emitted chunk (the sidecar serves both, MetricName.REQUEST_TPOT_SECONDS
+    # and INTER_TOKEN_LATENCY_SECONDS), end-to-end latency and output tokens per finished request
+    # (read only by `check --baseline`, as deltas, like the first two).
     TIME_PER_OUTPUT_TOKEN = "time_per_output_token"
     INTER_TOKEN_LATENCY = "inter_token_latency"
     E2E_LATENCY = "e2e_latency"  # per request, queueing and prefill included
@@ -156,6 +157,9 @@ class MetricName(StrEnum):
     REQUESTS_RUNNING = "vllm_server_requests_running"
     REQUESTS_WAITING = "vllm_server_requests_waiting"
     KV_CACHE_USAGE_RATIO = "vllm_kv_cache_usage_ratio"
+    # vLLM's latency histograms, re-exposed under stable colon-free names (buckets as vLLM set them).
+    REQUEST_TPOT_SECONDS = "vllm_server_request_time_per_output_token_seconds"
+    INTER_TOKEN_LATENCY_SECONDS = "vllm_server_inter_token_latency_seconds"
     # Exporter and target health.
     TARGET_UP = "vllm_spec_exporter_target_up"
     SPEC_DECODE_ENABLED = "vllm_spec_decode_enabled"
@@ -176,6 +180,7 @@ class MetricName(StrEnum):
 # those belong to Prometheus' scrape config.
 SERIES_LABELS = ("model_name", "engine")
 POSITION_LABELS = (*SERIES_LABELS, "position")
+HISTOGRAM_LABELS = (*SERIES_LABELS, "le")
 
 SCRAPE_ERROR_REASONS = (
     "timeout",  # connect or read took longer than --timeout (whole response, not per byte)

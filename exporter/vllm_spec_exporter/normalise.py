@@ -43,6 +43,9 @@ _COUNTERS, _GAUGES = frozenset(COUNTER_FAMILIES), frozenset(GAUGE_FAMILIES)
 _KEYS: dict[str, dict[tuple[Family, str, str], CounterKey]] = {}
 _KEYS_MAX = 16_384
 _KEYS_MODELS_MAX = 64
+# The same for histogram samples: (default model, family, part, label text) -> key (a bucket
+# without a numeric `le` has none: it is described every poll). Emptied past _KEYS_MAX entries.
+_HISTOGRAM_KEYS: dict[tuple[str, Family, str, str], HistogramKey] = {}
 # engines.detect()'s result per set of (engine family, key) pairs seen in a poll.
 _DETECTIONS: dict[frozenset[tuple[str, Family]], engines.Detection] = {}
 _DETECTIONS_MAX = 256
@@ -67,8 +70,9 @@ class Snapshot:
     gauges: dict[tuple[Family, SeriesKey], float] = field(default_factory=dict)
     # One message per rejected sample: the rest of the scrape is still used.
     invalid: list[str] = field(default_factory=list)
-    # vLLM's histograms (engines.VLLM_HISTOGRAM_NAMES): finite, non-negative, replicas summed. Read
-    # by `check --baseline` as deltas between two snapshots; never windowed, never served.
+    # vLLM's histograms the parser was asked for (engines.VLLM_HISTOGRAM_NAMES): finite,
+    # non-negative, buckets with a numeric `le`, replicas summed; never windowed. The sidecar serves
+    # its two as they are (collector), `check --baseline` reads deltas between two snapshots.
     histograms: dict[HistogramKey, float] = field(default_factory=dict)
 
     @property
@@ -160,6 +164,7 @@ def normalise(samples: list[RawSample], default_model: str = "") -> Snapshot:
         if len(_KEYS) >= _KEYS_MODELS_MAX:
             _KEYS.clear()
         keys = _KEYS[default_model] = {}
+    histograms = snap.histograms
     for s in latest.values():
         key = s.key
         is_counter = key in _COUNTERS
@@ -169,7 +174,14 @@ def normalise(samples: list[RawSample], default_model: str = "") -> Snapshot:
             continue
         if s.part:
             if not s.created:
-                _add_histogram(snap, s, default_model)
+                hkey = _HISTOGRAM_KEYS.get((default_model, key, s.part, s.label_text))
+                if hkey is None:
+                    hkey = _histogram_key(s, default_model)
+                value = s.value
+                if hkey is not None and 0 <= value < math.inf:
+                    histograms[hkey] = histograms.get(hkey, 0.0) + value
+                else:
+                    _describe_histogram(snap, s)
             continue
         cache_key = (key, s.engine_family, s.label_text)
         counter_key = keys.get(cache_key)
@@ -234,16 +246,34 @@ def _counter_key(family: Family, labels: dict[str, str], engine_family: str,
     return CounterKey(family, series, position, replica)
 
 
-def _add_histogram(snap: Snapshot, s: RawSample, default_model: str) -> None:
-    """One `_bucket`, `_sum` or `_count` sample, summed over replicas; a bad value is described."""
+def _histogram_key(s: RawSample, default_model: str) -> HistogramKey | None:
+    """The key of one `_bucket`, `_sum` or `_count` sample (replicas share it), cached; None for a
+    bucket without a numeric `le`."""
+    le = s.labels.get("le", "") if s.part == "bucket" else ""
+    if s.part == "bucket" and not _is_bound(le):
+        return None
+    hkey = HistogramKey(s.key, SeriesKey(s.labels.get("model_name", default_model), s.labels.get("engine", "")),
+                        s.part, le)
+    if len(_HISTOGRAM_KEYS) >= _KEYS_MAX:
+        _HISTOGRAM_KEYS.clear()
+    _HISTOGRAM_KEYS[(default_model, s.key, s.part, s.label_text)] = hkey
+    return hkey
+
+
+def _describe_histogram(snap: Snapshot, s: RawSample) -> None:
+    """Why a histogram sample was rejected: its value, or its bucket's `le`."""
     if not (0 <= s.value < math.inf):
         snap.invalid.append(f"{s.key}_{s.part}{{{s.label_text}}}: value {s.value} is not a finite "
                             "non-negative number")
-        return
-    le = s.labels.get("le", "") if s.part == "bucket" else ""
-    key = HistogramKey(s.key, SeriesKey(s.labels.get("model_name", default_model), s.labels.get("engine", "")),
-                       s.part, le)
-    snap.histograms[key] = snap.histograms.get(key, 0.0) + s.value
+    else:
+        snap.invalid.append(f"{s.key}_bucket{{{s.label_text}}}: le {s.labels.get('le')!r} is not a number")
+
+
+def _is_bound(le: str) -> bool:
+    try:
+        return not math.isnan(float(le))
+    except ValueError:
+        return False
 
 
 def _llamacpp_drafted(snap: Snapshot) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from . import derive as derive_mod
 from .engines import UNLABELLED_MODEL_FAMILIES
 from .fetch import Fetcher, FetchError
-from .names import FAMILY_MIXED, FAMILY_UNKNOWN, SCRAPE_ERROR_REASONS, EngineFamily, Schema
+from .names import FAMILY_MIXED, FAMILY_UNKNOWN, SCRAPE_ERROR_REASONS, EngineFamily, Family, Schema
 from .normalise import EngineError, Snapshot, normalise
 from .parse import ParseError, parse
 from .specconfig import SpecConfig
@@ -110,9 +110,11 @@ class Poller:
                  max_series: int = 10_000, draft_cost: float = derive_mod.DEFAULT_DRAFT_COST,
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time,
-                 spec_config: SpecConfigReader | None = None, histograms: bool = False) -> None:
+                 spec_config: SpecConfigReader | None = None,
+                 histograms: frozenset[Family] = frozenset()) -> None:
         self.fetcher = fetcher
-        self.histograms = histograms  # also parse vLLM's latency histograms (check --baseline)
+        # vLLM's histograms to parse too: the sidecar's served two, all for check --baseline.
+        self.histograms = histograms
         self.spec_config = spec_config
         self.interval = interval
         self.min_draft_tokens = min_draft_tokens

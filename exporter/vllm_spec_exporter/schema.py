@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .names import (
+    HISTOGRAM_LABELS,
     POSITION_LABELS,
     SCRAPE_ERROR_REASONS,
     SERIES_LABELS,
@@ -18,7 +19,8 @@ from .names import (
     MetricName,
 )
 
-__all__ = ["ALL", "BY_NAME", "CONFIG", "CONTEXT", "COUNTERS", "DERIVED", "ENGINE_GAUGES", "HEALTH", "Metric",
+__all__ = ["ALL", "BY_NAME", "CONFIG", "CONTEXT", "COUNTERS", "DERIVED", "ENGINE_GAUGES", "HEALTH", "HISTOGRAMS",
+           "Metric",
            "exposed_names"]
 
 
@@ -27,7 +29,7 @@ class Metric:
     """One served metric: its name (names.MetricName), type, label names in exposition order, help."""
 
     name: MetricName
-    type: str  # "gauge" | "counter" | "info"
+    type: str  # "gauge" | "counter" | "info" | "histogram"
     labels: tuple[str, ...]
     help: str
     formula: str = ""  # documentation only: how the value is computed (README table)
@@ -202,6 +204,19 @@ CONTEXT = (
            "KV-cache usage 0..1; vllm:kv_cache_usage_perc (vllm:gpu_cache_usage_perc before 0.12)."),
 )
 
+# vLLM's latency histograms as vLLM wrote them (cumulative, its own buckets), served whether or not
+# the server speculates: a baseline server without speculation serves them too. Bounded by vLLM's
+# fixed bucket layout (20 buckets a histogram with its defaults) and --max-series.
+HISTOGRAMS = (
+    Metric(MetricName.REQUEST_TPOT_SECONDS, "histogram", HISTOGRAM_LABELS,
+           "Time per output token of each finished request (decode time / (generated tokens - 1)), per token "
+           "whatever speculation emits in one step; vllm:request_time_per_output_token_seconds."),
+    Metric(MetricName.INTER_TOKEN_LATENCY_SECONDS, "histogram", HISTOGRAM_LABELS,
+           "Time between output events; with speculation one event carries every token of a step, so this is "
+           "not a time per token; vllm:inter_token_latency_seconds (vllm:time_per_output_token_seconds "
+           "before 0.11)."),
+)
+
 # What the target is configured to do, which decides what its acceptance means (specconfig.py).
 CONFIG = (
     Metric(MetricName.SPEC_CONFIG_INFO, "info", SPEC_CONFIG_LABELS,
@@ -244,10 +259,11 @@ HEALTH = (
            "Version of vllm-spec-exporter."),
 )
 
-ALL = DERIVED + COUNTERS + ENGINE_GAUGES + CONTEXT + CONFIG + HEALTH
+ALL = DERIVED + COUNTERS + ENGINE_GAUGES + CONTEXT + HISTOGRAMS + CONFIG + HEALTH
 BY_NAME = {m.name: m for m in ALL}
 
 
 def exposed_names() -> set[str]:
     """Every sample name a Prometheus scraping the exporter can see."""
-    return {m.name for m in ALL}
+    return {m.name for m in ALL if m.type != "histogram"} | {
+        f"{m.name}_{part}" for m in HISTOGRAMS for part in ("bucket", "sum", "count")}

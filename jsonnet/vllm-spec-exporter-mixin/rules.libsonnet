@@ -248,7 +248,7 @@
             record: 'instance_model_engine:vllm_requests_running:mean2m',
             expr: |||-
               (
-              clamp_min(instance_model_engine:vllm_generation_tokens:rate2m{%(exporterSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(exporterSelector)s}, 0)
+              clamp_min(instance_model_engine:vllm_generation_tokens:rate2m{%(exporterSelector)s} - (instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(exporterSelector)s} or 0 * instance_model_engine:vllm_generation_tokens:rate2m{%(exporterSelector)s}), 0)
               /
               (rate(vllm_server_engine_steps_total{%(exporterSelector)s}[2m]) > 0)
               )
@@ -266,6 +266,111 @@
               /
               (clamp_min(instance_model_engine:vllm_requests_running:mean2m{%(exporterSelector)s}, 256) > 0)
               + 0.05 * (instance_model_engine:vllm_spec_decode_draft_tokens:rate2m{%(exporterSelector)s} > 0) / ((instance_model_engine:vllm_generation_tokens:rate2m{%(exporterSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(exporterSelector)s}) > 0) > 0)
+            ||| % v,
+          },
+        ],
+      },
+      {
+        name: 'vllm-spec-decode.measured',
+        interval: '15s',
+        rules: [
+          {
+            record: 'instance_model:vllm_request_time_per_output_token_seconds:mean_rate2m',
+            expr: |||-
+              sum without (engine) (rate(vllm_server_request_time_per_output_token_seconds_sum{%(exporterSelector)s}[2m]))
+              /
+              (sum without (engine) (rate(vllm_server_request_time_per_output_token_seconds_count{%(exporterSelector)s}[2m])) > 0)
+            ||| % v,
+          },
+          {
+            record: 'instance_model:vllm_request_time_per_output_token_seconds:quantile_rate2m',
+            expr: 'histogram_quantile(0.5, sum without (engine) (rate(vllm_server_request_time_per_output_token_seconds_bucket{%(exporterSelector)s}[2m])))' % v,
+            labels: {
+              quantile: '0.5',
+            },
+          },
+          {
+            record: 'instance_model:vllm_request_time_per_output_token_seconds:quantile_rate2m',
+            expr: 'histogram_quantile(0.9, sum without (engine) (rate(vllm_server_request_time_per_output_token_seconds_bucket{%(exporterSelector)s}[2m])))' % v,
+            labels: {
+              quantile: '0.9',
+            },
+          },
+          {
+            record: 'instance_model:vllm_inter_token_latency_seconds:mean_rate2m',
+            expr: |||-
+              sum without (engine) (rate(vllm_server_inter_token_latency_seconds_sum{%(exporterSelector)s}[2m]))
+              /
+              (sum without (engine) (rate(vllm_server_inter_token_latency_seconds_count{%(exporterSelector)s}[2m])) > 0)
+            ||| % v,
+          },
+          {
+            record: 'instance_model:vllm_inter_token_latency_seconds:quantile_rate2m',
+            expr: 'histogram_quantile(0.5, sum without (engine) (rate(vllm_server_inter_token_latency_seconds_bucket{%(exporterSelector)s}[2m])))' % v,
+            labels: {
+              quantile: '0.5',
+            },
+          },
+          {
+            record: 'instance_model:vllm_inter_token_latency_seconds:quantile_rate2m',
+            expr: 'histogram_quantile(0.9, sum without (engine) (rate(vllm_server_inter_token_latency_seconds_bucket{%(exporterSelector)s}[2m])))' % v,
+            labels: {
+              quantile: '0.9',
+            },
+          },
+          {
+            record: '%(fleetLevel)s_model:vllm_request_time_per_output_token_seconds:baseline_mean_rate2m' % v,
+            expr: |||-
+              sum by (%(fleetKeptLabels)s, model_name) (
+              (sum without (engine) (rate(vllm_server_request_time_per_output_token_seconds_sum{%(exporterSelector)s}[2m])))
+              and on (%(fleetKeptLabels)s, instance)
+              (vllm_spec_decode_config_info{%(exporterSelector)s, method="none"}
+              or vllm_spec_decode_enabled{%(exporterSelector)s} == 0)
+              )
+              /
+              (sum by (%(fleetKeptLabels)s, model_name) (
+              (sum without (engine) (rate(vllm_server_request_time_per_output_token_seconds_count{%(exporterSelector)s}[2m])))
+              and on (%(fleetKeptLabels)s, instance)
+              (vllm_spec_decode_config_info{%(exporterSelector)s, method="none"}
+              or vllm_spec_decode_enabled{%(exporterSelector)s} == 0)
+              ) > 0)
+            ||| % v,
+          },
+          {
+            record: '%(fleetLevel)s_model:vllm_requests_running:baseline_mean2m' % v,
+            expr: |||-
+              avg by (%(fleetKeptLabels)s, model_name) (
+              (sum without (engine) (instance_model_engine:vllm_requests_running:mean2m{%(exporterSelector)s}))
+              and on (%(fleetKeptLabels)s, instance)
+              (vllm_spec_decode_config_info{%(exporterSelector)s, method="none"}
+              or vllm_spec_decode_enabled{%(exporterSelector)s} == 0)
+              )
+            ||| % v,
+          },
+          {
+            record: 'instance_model:vllm_spec_decode_speedup:measured_rate2m',
+            expr: |||-
+              (%(fleetLevel)s_model:vllm_request_time_per_output_token_seconds:baseline_mean_rate2m{%(exporterSelector)s} > 0)
+              / on (%(fleetKeptLabels)s, model_name) group_right ()
+              ((instance_model:vllm_request_time_per_output_token_seconds:mean_rate2m{%(exporterSelector)s}
+              and on (%(fleetKeptLabels)s, instance, model_name)
+              group without (engine) (last_over_time(vllm_spec_decode_drafts_total{%(exporterSelector)s}[30s]))) > 0)
+            ||| % v,
+          },
+          {
+            record: '%(fleetLevel)s_model_method:vllm_request_time_per_output_token_seconds:mean_rate2m' % v,
+            expr: |||-
+              sum by (%(fleetKeptLabels)s, model_name, method) (
+              sum without (engine) (rate(vllm_server_request_time_per_output_token_seconds_sum{%(exporterSelector)s}[2m]))
+              * on (%(fleetKeptLabels)s, instance) group_left (method)
+              vllm_spec_decode_config_info{%(exporterSelector)s}
+              )
+              /
+              (sum by (%(fleetKeptLabels)s, model_name, method) (
+              sum without (engine) (rate(vllm_server_request_time_per_output_token_seconds_count{%(exporterSelector)s}[2m]))
+              * on (%(fleetKeptLabels)s, instance) group_left (method)
+              vllm_spec_decode_config_info{%(exporterSelector)s}
+              ) > 0)
             ||| % v,
           },
         ],

@@ -24,6 +24,7 @@ from vllm_spec_exporter.mixin.rules import (
     fleet_counts,
     fleet_records,
     load,
+    measured,
     positions,
     recording_rules,
     rule_files,
@@ -41,7 +42,7 @@ RECORD_NAME = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
 PROMQL_KEYWORDS = {
     "sum", "rate", "increase", "absent", "and", "or", "unless", "by", "without", "ignoring", "on",
     "group_left", "group_right", "max", "min", "avg", "count", "time", "changes", "sqrt", "group",
-    "clamp_min", "clamp_max",
+    "clamp_min", "clamp_max", "histogram_quantile",
     "max_over_time", "min_over_time", "avg_over_time", "last_over_time", "resets",
 }
 
@@ -182,7 +183,8 @@ def test_recording_rule_names_and_inputs(root: str) -> None:
     dashboard_records = {r["record"] for r in (*recording_rules.recording_rules(DEFAULT),
                                                *sources.source_rules(DEFAULT), *fleet_records.fleet_rules(DEFAULT),
                                                *fleet_counts.scrape_error_rules(DEFAULT),
-                                               *load.load_group(DEFAULT)["rules"])}
+                                               *load.load_group(DEFAULT)["rules"],
+                                               *measured.measured_rules(DEFAULT))}
     windows = list(DEFAULT.windows.evidence)
     for name in recorded:
         assert RECORD_NAME.match(name), name
@@ -241,9 +243,10 @@ def _arguments(expr: str, function: str) -> list[str]:
 
 
 def _denominators(expr: str) -> list[str]:
-    """The parenthesised operand after each `/` (after an optional `ignoring (…) group_left ()`)."""
+    """The parenthesised operand after each `/` (after an optional `ignoring (…) group_left ()` or
+    `on (…) group_right ()`)."""
     found = []
-    for match in re.finditer(r"/\s*(?:ignoring \([^)]*\) group_left \(\)\s*)?", expr):
+    for match in re.finditer(r"/\s*(?:(?:ignoring|on) \([^)]*\) group_(?:left|right) \(\)\s*)?", expr):
         start = match.end()
         assert expr[start] == "(", f"an unparenthesised denominator: {expr[start:start + 60]!r}"
         inside = _parenthesised(expr, start)

@@ -403,7 +403,7 @@ def test_fleet_top_row_and_rows(fleet: dict) -> None:
     assert after_top[0]["type"] == "row" and after_top[1]["title"] == "Servers, worst acceptance first"
     rows = [p["title"] for p in fleet["panels"] if p["type"] == "row"]
     assert rows == ["Servers: which ones speculate badly?", "Models: fleet-wide acceptance per model",
-                    "Servers not speculating, and alerts"]
+                    "Methods: speculative against the baseline", "Servers not speculating, and alerts"]
 
 
 def test_shared_panels_are_identical_on_both_dashboards(overview: dict, fleet: dict) -> None:

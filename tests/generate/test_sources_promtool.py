@@ -42,9 +42,9 @@ pytestmark = pytest.mark.prometheus
 # Written for the sidecar, and about the sidecar or engines the direct rules do not read.
 # Not translatable: llama.cpp and SGLang's tier gauges reach Prometheus only through the sidecar;
 # both bundles at once; the speculative config series (the sidecar reads it, vLLM serves no such
-# series).
+# series); the measured speed-up's file (loads both bundles).
 SIDECAR_ONLY_FILES = ("mixed_engines_test.yaml", "sglang_tier_test.yaml", "both_bundles_test.yaml",
-                      "spec_config_test.yaml")
+                      "spec_config_test.yaml", "measured_speedup_test.yaml")
 SIDECAR_SCENARIOS = [p for p in promtool_scenarios(SIDECAR_BUNDLE) if p.name not in SIDECAR_ONLY_FILES]
 SIDECAR_ONLY_ALERTS = {alert_rules.METRICS_MISSING, alert_rules.VLLM_UNREACHABLE, alert_rules.VLLM_RESTARTING,
                        alert_rules.EXPORTER_DOWN, alert_rules.EXPORTER_ABSENT}

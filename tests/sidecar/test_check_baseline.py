@@ -25,6 +25,7 @@ from vllm_spec_exporter.baseline_compare import (
     compare,
     side_figures,
 )
+from vllm_spec_exporter.engines import ALL_HISTOGRAMS
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import ParseError, parse
 from vllm_spec_lab.exporter_process import SCRIPT
@@ -37,7 +38,7 @@ PLAIN = [CAPTURES / "spec_off" / f"scrape-00{i}.prom" for i in (0, 1)]  # 8 requ
 
 def snap(path, replace: tuple[str, str] = ("", "")):
     text = path.read_text()
-    return normalise(parse(text.replace(*replace) if replace[0] else text, histograms=True))
+    return normalise(parse(text.replace(*replace) if replace[0] else text, histograms=ALL_HISTOGRAMS))
 
 
 def reference(path) -> dict[str, float]:
@@ -177,7 +178,7 @@ def run_check(*args: str) -> subprocess.CompletedProcess:
 def test_check_baseline_against_two_simulated_servers() -> None:
     # The simulation records one TPOT observation per step of step_seconds / tokens-per-step: at
     # acceptance 0.8 and k = 4 a step emits 1 + 3.2 tokens, so the measured speed-up is 4.2.
-    with FakeVllm(k=4, latency_histograms=True) as spec, \
+    with FakeVllm(k=4, latency_histograms=ALL_HISTOGRAMS) as spec, \
             FakeVllm(k=4, latency_histograms=True, spec_enabled=False) as plain:
         target, baseline = spec.start(), plain.start()
         spec.drive(50, 0.8)
@@ -210,7 +211,7 @@ def test_baseline_option_is_documented_in_the_epilog() -> None:
 
 
 def test_companion_polls_both_servers_until_the_duration() -> None:
-    with FakeVllm(k=4, latency_histograms=True) as spec:
+    with FakeVllm(k=4, latency_histograms=ALL_HISTOGRAMS) as spec:
         url = spec.start()
         spec.drive(50, 0.8)
         parser = argparse.ArgumentParser()
@@ -235,7 +236,7 @@ def test_histograms_are_kept_only_when_asked_and_summed_over_replicas() -> None:
             'vllm:inter_token_latency_seconds_bucket{engine="0",le="+Inf",model_name="m"} 7\n'
             'vllm:time_per_output_token_seconds_count{engine="0",model_name="m"} 3\n'  # ITL's name before 0.11
             'vllm:iteration_tokens_total_count{engine="0",model_name="m"} -1\n')
-    found = normalise(parse(text, histograms=True))
+    found = normalise(parse(text, histograms=ALL_HISTOGRAMS))
     series = SeriesKey("m", "0")
     assert found.histograms == {HistogramKey(Family.TIME_PER_OUTPUT_TOKEN, series, "sum", ""): 2.0,
                                 HistogramKey(Family.INTER_TOKEN_LATENCY, series, "bucket", "+Inf"): 7.0,
@@ -243,4 +244,4 @@ def test_histograms_are_kept_only_when_asked_and_summed_over_replicas() -> None:
     assert len(found.invalid) == 1 and "engine_steps" in found.invalid[0]
     assert normalise(parse(text)).histograms == {}
     with pytest.raises(ParseError, match="malformed"):
-        parse('vllm:inter_token_latency_seconds_sum{engine="0" 1\n', histograms=True)
+        parse('vllm:inter_token_latency_seconds_sum{engine="0" 1\n', histograms=ALL_HISTOGRAMS)

@@ -21,8 +21,10 @@ SERIES = (("engine", "0"), ("model_name", "tiny-llama"))
 
 
 def test_serves_every_derived_and_health_metric_and_no_colons():
-    # (drafted_per_position: the per-position draft counter some builds export, re-exposed too)
-    with FakeVllm(k=3, drafted_per_position=True) as fake, ExporterProcess(fake.start()) as exporter:
+    # (drafted_per_position: the per-position draft counter some builds export, re-exposed too;
+    # latency_histograms: vLLM's latency histograms, re-exposed too)
+    with FakeVllm(k=3, drafted_per_position=True, latency_histograms=True) as fake, \
+            ExporterProcess(fake.start()) as exporter:
         fake.drive(40, 0.5)
         assert wait_until(lambda: "vllm_spec_decode_acceptance_ratio" in exporter.metrics(), 10)
         m = exporter.metrics()

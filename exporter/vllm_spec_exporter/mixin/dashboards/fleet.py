@@ -19,6 +19,7 @@ from .layout import Layout
 from .panels import (
     NUMBER,
     RATIO,
+    SECONDS,
     SPEEDUP,
     TOKENS_PER_SECOND,
     Column,
@@ -70,7 +71,7 @@ def build(cfg: MixinConfig) -> dict:
         "Many vLLM servers at once: which servers speculate badly (worst acceptance first), how "
         "acceptance is spread across the fleet, fleet-wide acceptance per model, and which "
         "servers are not speculating at all.",
-        (top_row, servers_row, models_row, not_speculating_row),
+        (top_row, servers_row, models_row, methods_row, not_speculating_row),
         [frame.dashboard_link(cfg, "Overview", links.overview_uid(cfg),
                               "One server or model in depth: per-position acceptance, token flow, latency, health")],
     )
@@ -217,6 +218,24 @@ def models_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     ).links(runbook_links(cfg, alert_rules.ACCEPTANCE_LOW,
                           alert_rules.ACCEPTANCE_CRITICAL)), 12, 8)  # 10: columns scrolled away
     layout.add(acceptance_by_model(cfg, q), 12, 8)
+    return []
+
+
+def methods_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
+    layout.row("Methods: speculative against the baseline")
+    baseline = (f"the servers matching `{cfg.baseline_selector}`" if cfg.baseline_selector else
+                "servers without spec-decode counters" if q.direct else "servers configured without speculation")
+    layout.add(timeseries_panel(
+        "Time per output token by model and method",
+        "Per model and speculative method, the mean time per output token of every selected server's finished "
+        "requests (sums over counts, busy servers weigh more), from vLLM's per-request histograms: per token, "
+        f"whatever a step emits. Method `none` is the baseline ({baseline}); "
+        + ("without the sidecar no series names the method, so servers read `speculative` or `none`. "
+           if q.direct else "the method is the sidecar's config series' label. ")
+        + "Good: each method below `none` of its model; above it speculation makes every token slower.",
+        SECONDS,
+        [Query(q.tpot_by_method(), "{{model_name}} {{method}}")],
+    ), 24, 8)
     return []
 
 

@@ -43,6 +43,9 @@ from .shared_panels import (
     speedup_thresholds,
 )
 
+# The per-server latency panel's two histograms: (inter-token latency?, legend name).
+LATENCIES = ((False, "TPOT"), (True, "ITL"))
+
 
 def token_flow_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     by_model = ("model_name",)
@@ -90,6 +93,7 @@ def token_flow_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
 
 def load_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     by_model = ("model_name",)
+    instance_legend = legend_label(cfg.instance_label)
     layout.row("Paying at this load?")
     layout.add(timeseries_panel(
         "Speed-up (est.) at the running batch",
@@ -106,7 +110,26 @@ def load_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
         [Query(q.speedup_at_load(by_model), "{{model_name}}")],
         thresholds_config=speedup_thresholds(),
         threshold_lines=True,
-    ).links(runbook_links(cfg, alert_rules.NOT_PAYING)), 12, 8)
+    ).links(runbook_links(cfg, alert_rules.NOT_PAYING)), 8, 8)
+    measured = q.crowd("measured_speedup", q.measured_speedup())
+    right_axis = [dashboard_models.DynamicConfigValue(id_val="unit", value=NUMBER),
+                  dashboard_models.DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
+                  dashboard_models.DynamicConfigValue(id_val="custom.axisLabel", value="running batch")]
+    layout.add(timeseries_panel(
+        "Speed-up measured against the baseline",
+        "Measured, not estimated: the baseline's time per output token (the same model served without "
+        "speculation: knob baseline_selector, by default the servers configured without it) over each "
+        "speculative server's, from vLLM's own per-request histograms. Beside it (right axis) the running batch "
+        "of the speculative server and of the baseline: compare only at comparable loads, a busy baseline beside "
+        "an idle speculative server measures the load, not speculation. Good: above the 1× line at equal "
+        "batches. No data: no baseline of that model, or no request finished in the rate window." + crowd_note(cfg),
+        SPEEDUP,
+        [Query(measured.read(q.measured_speedup(), several=True), f"{instance_legend} {{{{model_name}}}} measured"),
+         Query(measured.read(q.measured_server_batch(), several=True), f"{instance_legend} {{{{model_name}}}} batch"),
+         Query(q.baseline_batch(), "{{model_name}} baseline batch")],
+        thresholds_config=speedup_thresholds(),
+        threshold_lines=True,
+    ).override_by_regexp(".* batch$", right_axis), 8, 8)
     layout.add(timeseries_panel(
         "Running batch vs where verification stops being free",
         "Running requests per engine (the largest engine per model), averaged over the rate window, and the "
@@ -118,8 +141,8 @@ def load_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
         NUMBER,
         [Query(q.load_batch(by_model), "{{model_name}} running"),
          Query(q.compute_bound_batch(by_model), "{{model_name}} compute-bound from")],
-    ), 12, 8)
-    return []
+    ), 8, 8)
+    return [measured]
 
 
 def context_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
@@ -179,5 +202,21 @@ def context_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
         dashboard_models.DynamicConfigValue(id_val="custom.axisLabel", value="tokens per step"),
         dashboard_models.DynamicConfigValue(id_val="min", value=1),
     ]), 24, 8)
-    return [requests, kv_cache_ranking]
+    latency = q.crowd("server_latency", q.server_latency_quantiles(), high_is_bad=True)
+    layout.add(timeseries_panel(
+        "Time per output token and inter-token latency per server",
+        "Per server and model, p50, p90 and mean over the rate window (recorded from vLLM's histograms). Time per "
+        "output token (each request's decode time / its tokens) is per token whatever a step emits: the one the "
+        "measured speed-up divides. Inter-token latency (ITL, dashed) is per output event: with speculation one "
+        "event carries several tokens, so it grows with acceptance while tokens come sooner. Good: time per "
+        "token of the speculative servers below the baseline's." + crowd_note(cfg),
+        SECONDS,
+        [Query(latency.read(q.server_latency_quantiles(itl=itl), several=True),
+               f"{instance_legend} {{{{model_name}}}} {name} q{{{{quantile}}}}") for itl, name in LATENCIES] +
+        [Query(latency.read(q.server_latency_mean(itl=itl), several=True),
+               f"{instance_legend} {{{{model_name}}}} {name} mean") for itl, name in LATENCIES],
+    ).override_by_regexp(".* ITL .*", [
+        dashboard_models.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]}),
+    ]), 24, 8)
+    return [requests, kv_cache_ranking, latency]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from .queries.acceptance import AcceptanceQueries
 from .queries.health import HealthQueries
 from .queries.load import LoadQueries
+from .queries.measured import MeasuredQueries
 from .queries.positions import PositionQueries
 from .queries.selectors import (
     ACCEPTED,
@@ -64,6 +65,6 @@ __all__ = [
 ]
 
 
-class Queries(AcceptanceQueries, PositionQueries, LoadQueries, HealthQueries):
+class Queries(AcceptanceQueries, PositionQueries, LoadQueries, MeasuredQueries, HealthQueries):
     """The PromQL of the dashboards, parametrised by the config's selectors: every subject's
     queries (queries/*.py) on one object, built once per dashboard render."""

@@ -19,7 +19,8 @@ that batch; SpecDecodeNotPaying warns when it stays there for `not_paying_for`.
 
 Contract: the batch is the mean running batch of the engine's steps over `rate_window`, the
 engines kept apart (each data-parallel engine runs its own batch): request-steps (generated -
-accepted, the source records) per engine step (vLLM's `iteration_tokens_total_count`),
+accepted, the source records; generated alone for a server that accepts none, a baseline without
+speculation) per engine step (vLLM's `iteration_tokens_total_count`),
 quantities.batch_per_step, counted every step, which no sampling can miss. A gauge read at the
 scrapes can: vLLM's running gauge jumps between 0 and the concurrency when requests are short, and
 vLLM answers /metrics from the event loop that streams the tokens, so a read tends to land between

@@ -34,6 +34,8 @@ __all__ = [
     "QUANTITIES",
     "Quantity",
     "batch_per_step",
+    "histogram_mean",
+    "measured_speedup",
     "speedup_at_load",
     "speedup_bound",
 ]
@@ -100,8 +102,11 @@ QUANTITIES = {
 def batch_per_step(read: Callable[[SourceCounter], str], steps: str) -> str:
     """PromQL of advisor.batch_per_step: request-steps (generated - accepted) per engine step, the
     mean running batch of the steps taken. `steps` (engine steps per second, matching the counters'
-    labels one to one) is guarded with `> 0`: an idle engine takes no steps and gives no sample."""
-    return f"clamp_min({read(GENERATED)} - {read(ACCEPTED)}, 0)\n/\n({steps} > 0)"
+    labels one to one) is guarded with `> 0`: an idle engine takes no steps and gives no sample. A
+    server without an accepted-tokens counter (no speculation: a baseline) accepted none, as
+    `check --baseline` reads it: its request-steps are its generated tokens."""
+    generated = read(GENERATED)
+    return f"clamp_min({generated} - ({read(ACCEPTED)} or 0 * {generated}), 0)\n/\n({steps} > 0)"
 
 
 def speedup_at_load(read: Callable[[SourceCounter], str], batch: str, draft_cost: float,
@@ -120,3 +125,17 @@ def speedup_at_load(read: Callable[[SourceCounter], str], batch: str, draft_cost
     plain = f"(clamp_min({batch}, {compute_bound_tokens}) > 0)"
     cost = f"{verified}\n/\n{plain}" + (f"\n+ {draft_cost:.10g} * {draft_length}" if draft_cost else "")
     return f"({generated} / {per_step})\n/\n(\n{cost} > 0)"
+
+
+def histogram_mean(total: str, count: str) -> str:
+    """PromQL of measured.histogram_mean: a latency histogram's mean, the rate of its `_sum` over the
+    rate of its `_count` (each already aggregated alike); no sample where nothing was observed."""
+    return f"{total}\n/\n({count} > 0)"
+
+
+def measured_speedup(baseline_tpot: str, speculative_tpot: str, matching: str) -> str:
+    """PromQL of measured.measured_speedup: the baseline's time per output token over the
+    speculative server's, joined by `matching` (e.g. `on (job, model_name) group_right ()`, the
+    speculative side's labels kept). Absent without a baseline (never 1, never 0); a zero time,
+    which no histogram mean gives, is guarded all the same."""
+    return f"({baseline_tpot} > 0)\n/ {matching}\n(({speculative_tpot}) > 0)"

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import MixinConfig, once_per_config
-from . import fleet_counts, fleet_records, load, positions, sources
+from . import fleet_counts, fleet_records, load, measured, positions, sources
 from .drafting_state import drafting_state_rules
 from .fleet_records import FLEET_GROUP
 from .quantities import ACCEPTANCE, MEAN_ACCEPTANCE_LENGTH, POSITION_ACCEPTANCE
@@ -313,6 +313,7 @@ def recording_groups(cfg: MixinConfig) -> list[dict[str, Any]]:
             {"name": RECORDING_GROUP, "interval": interval, "rules": recording_rules(cfg)},
             counts_group(cfg),
             load.load_group(cfg),
+            measured.measured_group(cfg),
             *({"name": evidence_group_name(window), "interval": interval, "rules": evidence_rules(cfg, window)}
               for window in cfg.windows.evidence)]
 

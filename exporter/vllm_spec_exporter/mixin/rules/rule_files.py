@@ -15,7 +15,7 @@ from .. import config
 from ..config import MixinConfig
 from ..templates import fill
 from ..yaml_text import CONFIG_HEADER, dump_yaml
-from . import alert_rules, fleet_counts, fleet_records, load, positions, recording_rules
+from . import alert_rules, fleet_counts, fleet_records, load, measured, positions, recording_rules
 
 __all__ = ["ALERTS_FILE", "PROMETHEUS_RULE_FILE", "README_FILE", "RULES_FILE", "all_groups_text", "operator_labels",
            "prometheus_rule_text", "render"]
@@ -79,7 +79,8 @@ def readme_values(cfg: MixinConfig) -> dict[str, object]:
     source_rows = [f"| `{name}` | {meaning} |" for name, meaning in (recording_rules.source_meanings(cfg)
                                                                      | fleet_records.fleet_meanings(cfg)).items()]
     count_rows = [f"| `{name}` | {meaning} |" for name, meaning in (fleet_counts.fleet_count_meanings(cfg)
-                                                                    | load.load_meanings(cfg)).items()]
+                                                                    | load.load_meanings(cfg)
+                                                                    | measured.measured_meanings(cfg)).items()]
     record_rows = source_rows + [f"| `{r['record']}` | {recording_rules.record_meaning(r['record'], n)} |"
                                  for r in recording_rules.recording_rules(cfg)] + count_rows
     evidence_rows = [f"| `{name}` | {meaning} |" for name, meaning in recording_rules.evidence_meanings(cfg).items()]

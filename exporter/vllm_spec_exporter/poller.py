@@ -99,7 +99,7 @@ class Poller:
 
     Invariants: the poll thread alone fetches, parses, normalises, observes the WindowStore and
     derives, so the store needs no lock; all of a target's series are sampled at the same instant
-    (the poll's start), which keeps numerators and denominators on one interval; each poll
+    (when the target's answer arrived), which keeps numerators and denominators on one interval; each poll
     replaces `result` with a new immutable PollResult in one assignment, so a scrape thread sees
     the previous poll or the next, never half of one; a failed poll always publishes a down
     result (a previous success is never served as current), and `current()` reports down when
@@ -172,13 +172,16 @@ class Poller:
     def _poll(self, started: float) -> PollResult:
         try:
             text = self.fetcher.get_metrics()
+            # The server reads its counters as it answers: a poll that waited seconds for a busy
+            # server stamped at its start would stretch one interval and shrink the next.
+            answered = self.clock()
             samples = parse(text, histograms=self.histograms)
             snap = normalise(samples, default_model=self.model_name)
             # Asked when the target comes (back) up, like the version: never on every poll.
             if snap.engine_family in UNLABELLED_MODEL_FAMILIES and not self._was_up:
                 self.model_name = self.fetcher.get_model_name()
                 snap = normalise(samples, default_model=self.model_name)
-            resets = self.store.observe(started, snap)
+            resets = self.store.observe(answered, snap)
         except EngineError as error:
             family = FAMILY_MIXED if error.schema == Schema.MIXED else FAMILY_UNKNOWN
             return self._publish_failure(error.reason, str(error), started, error.schema, family)

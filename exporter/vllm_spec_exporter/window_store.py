@@ -36,7 +36,7 @@ class WindowStore:
     """The trailing window of every counter series of one target.
 
     Invariants: every series is appended to at the same poll instants (one `observe` per poll,
-    with that poll's start time), so any two series share their sample times and a ratio of two
+    with the time that poll's answer arrived), so any two series share their sample times and a ratio of two
     deltas covers exactly the same interval; values are reset-adjusted, so they never decrease;
     no sample older than `window_seconds` before the latest poll is kept, nor more than
     `max_samples_per_series`; a series absent from a poll is forgotten. Owned by the poller's

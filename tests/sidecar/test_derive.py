@@ -11,8 +11,10 @@ from prometheus_client import generate_latest
 
 from support.paths import FIXTURES
 from vllm_spec_exporter.derive import derive
+from vllm_spec_exporter.names import MetricName
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
+from vllm_spec_exporter.poller import Poller
 from vllm_spec_exporter.window_store import WindowStore
 from vllm_spec_lab.fakes.vllm import FakeVllm
 
@@ -339,3 +341,32 @@ def test_the_rate_limited_log_forgets_expired_keys_past_its_bound(caplog):
         limited.warn("new", "new")
         limited.warn("new", "new")  # within its minute: not again
     assert len(limited._last) == 1 and len(caplog.records) == RateLimitedLog.MAX_KEYS + 1
+
+
+def test_a_slow_answer_is_stamped_when_it_arrived():
+    # Generation runs at 10 tokens/s. The first poll starts at 0 and the busy server answers at 9 s
+    # (90 tokens); the next starts at 10 and answers at 11 (110). Stamped at the polls' starts the
+    # window would read 20 tokens over 10 s, 2 tokens/s; stamped at the answers it reads 10.
+    now, delays = [0.0], [9.0, 1.0]
+
+    class SlowFetcher:  # stands in for Fetcher: the server answers `delays[i]` seconds after asked
+        url = "http://127.0.0.1:1/metrics"
+        timeout = 10.0
+
+        def get_metrics(self) -> str:
+            now[0] += delays.pop(0)
+            tokens = 10 * now[0]
+            return ("# TYPE vllm:generation_tokens counter\n"
+                    f'vllm:generation_tokens_total{{model_name="m",engine="0"}} {tokens}\n'
+                    "# TYPE vllm:spec_decode_num_drafts counter\n"
+                    f'vllm:spec_decode_num_drafts_total{{model_name="m",engine="0"}} {tokens / 4}\n')
+
+        def get_version(self) -> str:
+            return ""
+
+    poller = Poller(SlowFetcher(), interval=1, window=60, min_draft_tokens=0, clock=lambda: now[0])
+    assert poller.poll_once().target_up
+    now[0] = 10.0
+    result = poller.poll_once()
+    rates = {name: value for name, _, value in result.derived}
+    assert rates[MetricName.GENERATION_TOKENS_PER_SECOND] == pytest.approx(10.0)

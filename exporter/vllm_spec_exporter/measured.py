@@ -101,6 +101,6 @@ def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> floa
     lower = ordered[index - 1][0] if index > 0 else 0.0
     below = counts[index - 1] if index > 0 else 0.0
     within = counts[index] - below
-    if within <= 0:
-        return upper
+    if within <= 0:  # only at q = 0 over an empty first bucket: Prometheus divides 0 by 0 (NaN)
+        return None
     return lower + (upper - lower) * (rank - below) / within

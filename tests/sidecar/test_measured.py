@@ -65,6 +65,8 @@ def test_quantile_without_observations_or_inf_bucket_is_none() -> None:
     assert histogram_quantile(0.5, [(0.01, 0.0), (INF, 0.0)]) is None
     assert histogram_quantile(0.5, [(0.01, 3.0), (0.1, 4.0)]) is None  # no +Inf bucket
     assert histogram_quantile(0.5, [(INF, 4.0)]) is None  # one bucket
+    # q = 0 over an empty first bucket: Prometheus divides 0 by 0 and answers NaN, not a bound.
+    assert histogram_quantile(0.0, [(0.01, 0.0), (0.1, 4.0), (INF, 4.0)]) is None
     with pytest.raises(ValueError):
         histogram_quantile(1.5, BUCKETS)
 

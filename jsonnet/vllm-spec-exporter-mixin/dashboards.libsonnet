@@ -2417,6 +2417,7 @@
                 },
               },
               min: 0,
+              noValue: 'No baseline of this model (knob baseline_selector), or no request finished',
               thresholds: {
                 mode: 'absolute',
                 steps: [

@@ -129,6 +129,7 @@ def load_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
          Query(q.baseline_batch(), "{{model_name}} baseline batch")],
         thresholds_config=speedup_thresholds(),
         threshold_lines=True,
+        no_value="No baseline of this model (knob baseline_selector), or no request finished",
     ).override_by_regexp(".* batch$", right_axis), 8, 8)
     layout.add(timeseries_panel(
         "Running batch vs where verification stops being free",

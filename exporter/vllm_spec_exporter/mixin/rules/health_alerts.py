@@ -1,12 +1,15 @@
 """The health alerts: with the sidecar, vLLM unreachable or restarting, exporter down or absent;
 without it (source=vllm), vLLM's own scrape job down, restarting or absent; and metrics missing
-(speculation off, or renamed by an upgrade). alert_rules.py groups them with the acceptance alerts.
+(speculation off, or renamed by an upgrade), never for a declared baseline (a server configured
+`method="none"`, or matched by `baseline_selector`): it runs without speculation on purpose.
+alert_rules.py groups them with the acceptance alerts.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ...specconfig import OFF
 from ..config import MixinConfig
 from . import sources
 from .alert_parts import (
@@ -21,8 +24,20 @@ from .alert_parts import (
     alert,
     label_template,
 )
+from .fleet_counts import server_labels
 from .recording_rules import record_names
 from .sources import SERVED
+
+
+def declared_baselines(cfg: MixinConfig, missing: str) -> str:
+    """`missing` less the servers declared to run without speculation: configured `method="none"`
+    (the sidecar reads the config) and those `baseline_selector` matches."""
+    on = ", ".join(dict.fromkeys(server_labels(cfg)))
+    declared = [] if cfg.direct else [sources.config_info(cfg, 'method="' + OFF + '"')]
+    if cfg.baseline_selector:
+        any_series = record_names(cfg).generation_rate if cfg.direct else SERVED.SPEC_DECODE_ENABLED
+        declared.append(sources.own(cfg, any_series, cfg.baseline_selector))
+    return "".join([f"({missing})", *(f"\nunless on ({on})\n{d}" for d in declared)]) if declared else missing
 
 
 def metrics_missing(cfg: MixinConfig) -> dict[str, Any]:
@@ -34,8 +49,8 @@ def metrics_missing(cfg: MixinConfig) -> dict[str, Any]:
         n = record_names(cfg)
         return alert(
             cfg, METRICS_MISSING,
-            expr=(f"{sources.own(cfg, n.generation_rate)} >= {cfg.min_generation_tokens_per_second:g}\nunless\n"
-                  f"{sources.drafts_present(cfg)}"),
+            expr=declared_baselines(cfg, f"{sources.own(cfg, n.generation_rate)} >= "
+                                         f"{cfg.min_generation_tokens_per_second:g}\nunless\n{sources.drafts_present(cfg)}"),
             severity=cfg.warning_severity,
             summary="The vLLM server exposes no speculative-decoding metrics.",
             description=(
@@ -50,7 +65,7 @@ def metrics_missing(cfg: MixinConfig) -> dict[str, Any]:
         )
     return alert(
         cfg, METRICS_MISSING,
-        expr=f"{sources.series(SERVED.SPEC_DECODE_ENABLED, cfg.exporter_selector)} == 0",
+        expr=declared_baselines(cfg, f"{sources.series(SERVED.SPEC_DECODE_ENABLED, cfg.exporter_selector)} == 0"),
         severity=cfg.warning_severity,
         summary="The vLLM server exposes no speculative-decoding metrics.",
         description=(

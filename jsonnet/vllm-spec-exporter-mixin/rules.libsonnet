@@ -284,14 +284,14 @@
           },
           {
             record: 'instance_model:vllm_request_time_per_output_token_seconds:quantile_rate2m',
-            expr: 'histogram_quantile(0.5, sum without (engine) (rate(vllm_server_request_time_per_output_token_seconds_bucket{%(exporterSelector)s}[2m])))' % v,
+            expr: 'histogram_quantile(0.5, sum without (engine) (rate(vllm_server_request_time_per_output_token_seconds_bucket{%(exporterSelector)s}[2m]))) >= 0' % v,
             labels: {
               quantile: '0.5',
             },
           },
           {
             record: 'instance_model:vllm_request_time_per_output_token_seconds:quantile_rate2m',
-            expr: 'histogram_quantile(0.9, sum without (engine) (rate(vllm_server_request_time_per_output_token_seconds_bucket{%(exporterSelector)s}[2m])))' % v,
+            expr: 'histogram_quantile(0.9, sum without (engine) (rate(vllm_server_request_time_per_output_token_seconds_bucket{%(exporterSelector)s}[2m]))) >= 0' % v,
             labels: {
               quantile: '0.9',
             },
@@ -306,14 +306,14 @@
           },
           {
             record: 'instance_model:vllm_inter_token_latency_seconds:quantile_rate2m',
-            expr: 'histogram_quantile(0.5, sum without (engine) (rate(vllm_server_inter_token_latency_seconds_bucket{%(exporterSelector)s}[2m])))' % v,
+            expr: 'histogram_quantile(0.5, sum without (engine) (rate(vllm_server_inter_token_latency_seconds_bucket{%(exporterSelector)s}[2m]))) >= 0' % v,
             labels: {
               quantile: '0.5',
             },
           },
           {
             record: 'instance_model:vllm_inter_token_latency_seconds:quantile_rate2m',
-            expr: 'histogram_quantile(0.9, sum without (engine) (rate(vllm_server_inter_token_latency_seconds_bucket{%(exporterSelector)s}[2m])))' % v,
+            expr: 'histogram_quantile(0.9, sum without (engine) (rate(vllm_server_inter_token_latency_seconds_bucket{%(exporterSelector)s}[2m]))) >= 0' % v,
             labels: {
               quantile: '0.9',
             },
@@ -340,7 +340,9 @@
             record: '%(fleetLevel)s_model:vllm_requests_running:baseline_mean2m' % v,
             expr: |||-
               avg by (%(fleetKeptLabels)s, model_name) (
-              (sum without (engine) (instance_model_engine:vllm_requests_running:mean2m{%(exporterSelector)s}))
+              (sum without (engine) (instance_model_engine:vllm_requests_running:mean2m{%(exporterSelector)s})
+              and on (%(fleetKeptLabels)s, instance, model_name)
+              (sum without (engine) (rate(vllm_server_request_time_per_output_token_seconds_count{%(exporterSelector)s}[2m])) > 0))
               and on (%(fleetKeptLabels)s, instance)
               (vllm_spec_decode_config_info{%(exporterSelector)s, method="none"}
               or vllm_spec_decode_enabled{%(exporterSelector)s} == 0)

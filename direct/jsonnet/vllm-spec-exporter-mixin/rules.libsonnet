@@ -463,7 +463,7 @@
               rate({__name__="ray_vllm:request_time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m])
               or (
               rate({__name__="ray_vllm_request_time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m]))))
-              ))
+              )) >= 0
             ||| % v,
             labels: {
               quantile: '0.5',
@@ -480,7 +480,7 @@
               rate({__name__="ray_vllm:request_time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m])
               or (
               rate({__name__="ray_vllm_request_time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m]))))
-              ))
+              )) >= 0
             ||| % v,
             labels: {
               quantile: '0.9',
@@ -545,7 +545,7 @@
               rate({__name__="ray_vllm:time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m])
               or (
               rate({__name__="ray_vllm_time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m]))))))))
-              ))
+              )) >= 0
             ||| % v,
             labels: {
               quantile: '0.5',
@@ -570,7 +570,7 @@
               rate({__name__="ray_vllm:time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m])
               or (
               rate({__name__="ray_vllm_time_per_output_token_seconds_bucket", %(vllmSelector)s}[2m]))))))))
-              ))
+              )) >= 0
             ||| % v,
             labels: {
               quantile: '0.9',
@@ -632,7 +632,17 @@
             record: '%(fleetLevel)s_model:vllm_requests_running:baseline_mean2m' % v,
             expr: |||-
               avg by (%(fleetKeptLabels)s, model_name) (
-              (sum without (engine) (instance_model_engine:vllm_requests_running:mean2m{%(vllmSelector)s}))
+              (sum without (engine) (instance_model_engine:vllm_requests_running:mean2m{%(vllmSelector)s})
+              and on (%(fleetKeptLabels)s, instance, model_name)
+              (sum without (engine) (
+              rate({__name__="vllm:request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m]))))
+              ) > 0))
               unless on (%(fleetKeptLabels)s, instance, model_name)
               group without (engine) (
               last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])

@@ -21,8 +21,9 @@ with speculation one event carries every accepted token of a step, its mean grow
 and it is recorded only to be shown, labelled. Means are rate(_sum) / rate(_count), engines summed;
 quantiles histogram_quantile over the engines' summed bucket rates; each per (server, model), absent
 while no request finished in `rate_window`. The baseline's TPOT is one mean over every baseline
-server of a model (their sums over their counts), its batch the mean over those servers of each
-server's running batch (load.py's batch record, engines summed), recorded beside the ratio so a
+server of a model (their sums over their counts), its batch the mean over those same servers
+(the baseline servers where a request finished in the window) of each server's running batch
+(load.py's batch record, engines summed), recorded beside the ratio so a
 panel can show whether the two sides ran comparable loads. The measured speed-up exists only for
 a server that drafts (its spec-decode counters are scraped), is not itself a baseline, and whose
 model has a baseline under the same fleet labels: otherwise absent, never 1 and never 0. By method:
@@ -103,7 +104,8 @@ def speculative(cfg: MixinConfig, record: str) -> str:
 
 def _quantile_rules(cfg: MixinConfig, record: str, histogram: sources.SourceHistogram) -> list[dict[str, Any]]:
     buckets = f"sum without (engine) ({sources.spelled_out(cfg, sources.histogram_rate(cfg, histogram, 'bucket'))})"
-    return [{"record": record, "expr": f"histogram_quantile({q:g}, {buckets})", "labels": {"quantile": f"{q:g}"}}
+    # `>= 0` drops the NaN histogram_quantile gives where no request finished: absent, as the means.
+    return [{"record": record, "expr": f"histogram_quantile({q:g}, {buckets}) >= 0", "labels": {"quantile": f"{q:g}"}}
             for q in QUANTILES]
 
 
@@ -128,7 +130,12 @@ def measured_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
 
     rules.append({"record": n.baseline_tpot, "expr": histogram_mean(baseline_sum("sum"), baseline_sum("count"))})
     def batch(matchers: str) -> str:
-        return f"sum without (engine) ({sources.own(cfg, load.load_names(cfg).batch, matchers)})"
+        # Only servers whose requests finished in the window: the same ones the baseline's TPOT
+        # covers (an idle baseline, or another engine's, would pull the batch towards 0).
+        served = f"{_summed(cfg, sources.TPOT, 'count', matchers)} > 0"
+        on = _on((*server_labels(cfg), "model_name"))
+        return (f"sum without (engine) ({sources.own(cfg, load.load_names(cfg).batch, matchers)})\n"
+                f"and on ({on})\n({served})")
 
     rules.append({"record": n.baseline_batch, "expr": f"avg by ({fleet}) (\n{baseline(cfg, batch)}\n)"})
     rules.append({"record": n.speedup, "expr": measured_speedup(

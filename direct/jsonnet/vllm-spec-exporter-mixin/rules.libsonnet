@@ -591,15 +591,15 @@
               ))
               unless on (%(fleetKeptLabels)s, instance, model_name)
               group without (engine) (
-              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
               or (
-              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
               or (
-              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
               or (
-              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
               or (
-              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
+              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[2m]) > 0))))
               )
               )
               /
@@ -615,15 +615,15 @@
               ))
               unless on (%(fleetKeptLabels)s, instance, model_name)
               group without (engine) (
-              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
               or (
-              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
               or (
-              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
               or (
-              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
               or (
-              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
+              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[2m]) > 0))))
               )
               ) > 0)
             ||| % v,
@@ -645,15 +645,15 @@
               ) > 0))
               unless on (%(fleetKeptLabels)s, instance, model_name)
               group without (engine) (
-              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
               or (
-              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
               or (
-              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
               or (
-              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
               or (
-              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
+              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[2m]) > 0))))
               )
               )
             ||| % v,

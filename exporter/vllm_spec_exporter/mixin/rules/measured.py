@@ -87,7 +87,10 @@ def baseline(cfg: MixinConfig, read: Callable[[str], str]) -> str:
     if cfg.baseline_selector:
         return read(cfg.baseline_selector)
     if cfg.direct:
-        return f"({read('')})\nunless on ({_on((*server_labels(cfg), 'model_name'))})\n{sources.drafts_present(cfg)}"
+        # Drafted at any time in the rate window, not only now: a speculative server whose scrapes
+        # failed for a while (a busy vLLM) keeps its window's latency out of the baseline.
+        drafted = sources.drafts_present(cfg, cfg.windows.rate_window)
+        return f"({read('')})\nunless on ({_on((*server_labels(cfg), 'model_name'))})\n{drafted}"
     configured_off = sources.config_info(cfg, 'method="' + OFF + '"')
     off = f"({configured_off}\nor {sources.spec_off(cfg)})"
     return f"({read('')})\nand on ({_on(server_labels(cfg))})\n{off}"

@@ -316,7 +316,7 @@ def rate_sum(cfg: MixinConfig, counter: SourceCounter, matchers: str) -> str:
     return f"sum without (engine) ({spelled_out(cfg, raw_rate(cfg, counter, matchers))})"
 
 
-def drafts_present(cfg: MixinConfig) -> str:
+def drafts_present(cfg: MixinConfig, within: str = "") -> str:
     """One sample per (server, model) whose drafts counter is scraped *now*: its last sample within
     `presence` (two scrape intervals, windows.py), which ends two scrapes after the series go stale
     (pod deleted), unlike an evidence window; one missed scrape (a poll of a busy vLLM that timed
@@ -324,8 +324,8 @@ def drafts_present(cfg: MixinConfig) -> str:
 
     llama-server serves its spec counters at 0 even when started without speculation, so its
     counter counts as present only once it has drafted (the sidecar reads a llama.cpp whose counters
-    are all 0 as "no spec decoding" too): without speculation it is SpecDecodeMetricsMissing's."""
-    held = cfg.windows.presence
+    are all 0 as "no spec decoding" too): without speculation it is MetricsMissing's. `within`: a window instead."""
+    held = within or cfg.windows.presence
     if not cfg.direct:
         return f"group without (engine) (last_over_time({series(DRAFTS.exporter, source_matchers(cfg))}[{held}]))"
     # Each spelling on its own: last_over_time drops the name, and a spelling switch inside `held`

@@ -120,8 +120,9 @@ def test_the_measured_panel_agrees_with_the_load_generator(real_vllm: VllmServer
             thread.start()
         for thread in threads:
             thread.join()
-        # The last record evaluated while both were loaded: one evaluation before the later end.
-        at = min(r.started_unix + r.elapsed_s for r in results.values()) - 1
+        # The last record evaluated while both ran the full concurrency: before the earlier deadline
+        # (after it a side stops sending and drains, its last requests running at a lower batch).
+        at = min(r.started_unix for r in results.values()) + LOAD_SECONDS - 1
         time.sleep(3)  # that evaluation is written
         # The load generator's tokens/s over the records' window (every request emits MAX_TOKENS).
         window = (at - WINDOW_SECONDS, at)

@@ -77,13 +77,12 @@ class Companion:
         side = self.sides[name]
         try:
             while not self._stop.is_set():
-                started = time.monotonic()
                 result = poller.poll_once()
                 if result.target_up and result.snapshot is not None:
-                    snap = result.snapshot
+                    snap, answered = result.snapshot, poller.answered_at  # when the server read its counters
                     if side.first is None:
-                        side.first, side.first_at = snap, started
-                    side.last, side.last_at = snap, started
+                        side.first, side.first_at = snap, answered
+                    side.last, side.last_at = snap, answered
                     for model, batch in self._batch_of(snap).items():
                         side.batches.setdefault(model, []).append(batch)
                 elif not side.error:

@@ -129,6 +129,7 @@ class Poller:
         # server's /v1/models: without it a fleet mixing engines could not sum per model.
         self.model_name = ""
         self.last_success = 0.0
+        self.answered_at = 0.0  # clock() when the target's last /metrics answer arrived
         self.result = PollResult(target_up=False, errors=dict(self.errors))
         self._last_poll_clock: float | None = None
         self._was_up: bool | None = None
@@ -174,7 +175,7 @@ class Poller:
             text = self.fetcher.get_metrics()
             # The server reads its counters as it answers: a poll that waited seconds for a busy
             # server stamped at its start would stretch one interval and shrink the next.
-            answered = self.clock()
+            answered = self.answered_at = self.clock()
             samples = parse(text, histograms=self.histograms)
             snap = normalise(samples, default_model=self.model_name)
             # Asked when the target comes (back) up, like the version: never on every poll.

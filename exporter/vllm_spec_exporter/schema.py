@@ -20,8 +20,7 @@ from .names import (
 )
 
 __all__ = ["ALL", "BY_NAME", "CONFIG", "CONTEXT", "COUNTERS", "DERIVED", "ENGINE_GAUGES", "HEALTH", "HISTOGRAMS",
-           "Metric",
-           "exposed_names"]
+           "Metric", "exposed_names"]
 
 
 @dataclass(frozen=True)

@@ -5935,7 +5935,7 @@
             type: 'prometheus',
             uid: '${datasource}',
           },
-          description: 'Per model and speculative method, the mean time per output token of every selected server\'s finished requests (sums over counts, busy servers weigh more), from vLLM\'s per-request histograms: per token, whatever a step emits. Method `none` is the baseline (servers configured without speculation); the method is the sidecar\'s config series\' label. Good: each method below `none` of its model; above it speculation makes every token slower.',
+          description: 'Per model and speculative method, the mean time per output token of every selected server\'s finished requests (sums over counts, busy servers weigh more), from vLLM\'s per-request histograms: per token, whatever a step emits. Method `none` is the baseline (servers configured without speculation or serving no spec-decode metrics); the method is the sidecar\'s config series\' label. Good: each method below `none` of its model; above it speculation makes every token slower.',
           fieldConfig: {
             defaults: {
               custom: {

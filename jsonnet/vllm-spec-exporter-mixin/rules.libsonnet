@@ -365,17 +365,28 @@
             record: '%(fleetLevel)s_model_method:vllm_request_time_per_output_token_seconds:mean_rate2m' % v,
             expr: |||-
               sum by (%(fleetKeptLabels)s, model_name, method) (
-              sum without (engine) (rate(vllm_server_request_time_per_output_token_seconds_sum{%(exporterSelector)s}[2m]))
+              (sum without (engine) (rate(vllm_server_request_time_per_output_token_seconds_sum{%(exporterSelector)s}[2m]))
+              and on (%(fleetKeptLabels)s, instance, model_name)
+              group without (engine) (last_over_time(vllm_spec_decode_drafts_total{%(exporterSelector)s}[30s])))
               * on (%(fleetKeptLabels)s, instance) group_left (method)
               vllm_spec_decode_config_info{%(exporterSelector)s}
               )
               /
               (sum by (%(fleetKeptLabels)s, model_name, method) (
-              sum without (engine) (rate(vllm_server_request_time_per_output_token_seconds_count{%(exporterSelector)s}[2m]))
+              (sum without (engine) (rate(vllm_server_request_time_per_output_token_seconds_count{%(exporterSelector)s}[2m]))
+              and on (%(fleetKeptLabels)s, instance, model_name)
+              group without (engine) (last_over_time(vllm_spec_decode_drafts_total{%(exporterSelector)s}[30s])))
               * on (%(fleetKeptLabels)s, instance) group_left (method)
               vllm_spec_decode_config_info{%(exporterSelector)s}
               ) > 0)
             ||| % v,
+          },
+          {
+            record: '%(fleetLevel)s_model_method:vllm_request_time_per_output_token_seconds:mean_rate2m' % v,
+            expr: '%(fleetLevel)s_model:vllm_request_time_per_output_token_seconds:baseline_mean_rate2m{%(exporterSelector)s}' % v,
+            labels: {
+              method: 'none',
+            },
           },
         ],
       },

@@ -747,55 +747,7 @@
           },
           {
             record: '%(fleetLevel)s_model_method:vllm_request_time_per_output_token_seconds:mean_rate2m' % v,
-            expr: |||-
-              sum by (%(fleetKeptLabels)s, model_name) (
-              sum without (engine) (
-              rate({__name__="vllm:request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m])
-              or (
-              rate({__name__="vllm_request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m])
-              or (
-              rate({__name__="ray_vllm:request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m])
-              or (
-              rate({__name__="ray_vllm_request_time_per_output_token_seconds_sum", %(vllmSelector)s}[2m]))))
-              )
-              unless on (%(fleetKeptLabels)s, instance, model_name)
-              group without (engine) (
-              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
-              or (
-              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
-              or (
-              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
-              or (
-              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
-              or (
-              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
-              )
-              )
-              /
-              (sum by (%(fleetKeptLabels)s, model_name) (
-              sum without (engine) (
-              rate({__name__="vllm:request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
-              or (
-              rate({__name__="vllm_request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
-              or (
-              rate({__name__="ray_vllm:request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m])
-              or (
-              rate({__name__="ray_vllm_request_time_per_output_token_seconds_count", %(vllmSelector)s}[2m]))))
-              )
-              unless on (%(fleetKeptLabels)s, instance, model_name)
-              group without (engine) (
-              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
-              or (
-              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
-              or (
-              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
-              or (
-              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
-              or (
-              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
-              )
-              ) > 0)
-            ||| % v,
+            expr: '%(fleetLevel)s_model:vllm_request_time_per_output_token_seconds:baseline_mean_rate2m{%(vllmSelector)s}' % v,
             labels: {
               method: 'none',
             },

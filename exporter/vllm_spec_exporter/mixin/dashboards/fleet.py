@@ -224,7 +224,8 @@ def models_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
 def methods_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
     layout.row("Methods: speculative against the baseline")
     baseline = (f"the servers matching `{cfg.baseline_selector}`" if cfg.baseline_selector else
-                "servers without spec-decode counters" if q.direct else "servers configured without speculation")
+                "servers without spec-decode counters" if q.direct else
+                "servers configured without speculation or serving no spec-decode metrics")
     layout.add(timeseries_panel(
         "Time per output token by model and method",
         "Per model and speculative method, the mean time per output token of every selected server's finished "

@@ -27,8 +27,8 @@ server of a model (their sums over their counts), its batch the mean over those 
 panel can show whether the two sides ran comparable loads. The measured speed-up exists only for
 a server that drafts (its spec-decode counters are scraped), is not itself a baseline, and whose
 model has a baseline under the same fleet labels: otherwise absent, never 1 and never 0. By method:
-the sidecar's config series' `method` label; without the sidecar, `speculative` or `none` by
-whether the server serves spec-decode counters.
+`none` is the baseline's TPOT, every other method the drafting servers that are no baseline, by the
+sidecar's config series' `method` label (without the sidecar, `speculative`).
 """
 
 from __future__ import annotations
@@ -147,20 +147,30 @@ def measured_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
 
 
 def _by_method_rules(cfg: MixinConfig, record: str, fleet: str) -> list[dict[str, Any]]:
-    """TPOT per model and method: the speculative servers' and the baseline's side by side."""
-    if not cfg.direct:
-        def by_method(part: str) -> str:
-            info = sources.config_info(cfg, "")
-            return (f"sum by ({fleet}, method) (\n{_summed(cfg, sources.TPOT, part)}\n"
-                    f"* on ({_on(server_labels(cfg))}) group_left (method)\n{info}\n)")
-        return [{"record": record, "expr": histogram_mean(by_method("sum"), by_method("count"))}]
+    """TPOT per model and method, on the baseline's own definition: `none` is the baseline's TPOT
+    (baseline()), every other method the servers that draft and are no baseline, by the sidecar's
+    config `method` (without the sidecar, `speculative`). A server neither (idle drafter, unknown
+    config without drafts) is in no method."""
     on = _on((*server_labels(cfg), "model_name"))
 
-    def split(part: str, operator: str) -> str:
-        return (f"sum by ({fleet}) (\n{_summed(cfg, sources.TPOT, part)}\n{operator} on ({on})\n"
-                f"{sources.drafts_present(cfg)}\n)")
-    return [{"record": record, "expr": histogram_mean(split("sum", op), split("count", op)), "labels": {"method": m}}
-            for op, m in (("and", DIRECT_SPECULATIVE), ("unless", DIRECT_OFF))]
+    def drafting(part: str) -> str:
+        found = f"{_summed(cfg, sources.TPOT, part)}\nand on ({on})\n{sources.drafts_present(cfg)}"
+        if cfg.baseline_selector:
+            found = f"({found})\nunless on ({on})\n{_summed(cfg, sources.TPOT, part, cfg.baseline_selector)}"
+        return found
+
+    if cfg.direct:
+        def by_method(part: str) -> str:
+            return f"sum by ({fleet}) (\n{drafting(part)}\n)"
+        labels = {"labels": {"method": DIRECT_SPECULATIVE}}
+    else:
+        def by_method(part: str) -> str:
+            return (f"sum by ({fleet}, method) (\n({drafting(part)})\n"
+                    f"* on ({_on(server_labels(cfg))}) group_left (method)\n{sources.config_info(cfg, '')}\n)")
+        labels = {}
+    baseline_tpot = sources.own(cfg, measured_names(cfg).baseline_tpot)
+    return [{"record": record, "expr": histogram_mean(by_method("sum"), by_method("count")), **labels},
+            {"record": record, "expr": baseline_tpot, "labels": {"method": OFF}}]
 
 
 def measured_group(cfg: MixinConfig) -> dict[str, Any]:

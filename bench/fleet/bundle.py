@@ -138,6 +138,8 @@ def record_exprs(bundle: Bundle) -> dict[str, str]:
 def _key(rule: dict[str, Any], rules: list[dict[str, Any]]) -> str:
     if sum(r["record"] == rule["record"] for r in rules) == 1:
         return rule["record"]
+    if not rule.get("labels"):  # its labels come from its expression (TPOT by method's drafting side)
+        return f'{rule["record"]}{{}}'
     (label, value), = rule["labels"].items()  # one static label tells the rules of one name apart
     return f'{rule["record"]}{{{label}="{value}"}}'
 

@@ -78,8 +78,6 @@
             expr: |||-
               sum by (%(fleetKeptLabels)s, model_name, engine) (
               rate(vllm_server_generation_tokens_total{%(exporterSelector)s}[2m])
-              and on (%(fleetKeptLabels)s, instance, model_name)
-              group without (engine) (last_over_time(vllm_spec_decode_drafts_total{%(exporterSelector)s}[30s]))
               )
             ||| % v,
           },

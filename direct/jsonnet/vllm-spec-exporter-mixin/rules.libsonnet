@@ -193,7 +193,7 @@
             record: '%(fleetLevel)s_model_engine:vllm_generation_tokens:rate2m' % v,
             expr: |||-
               sum by (%(fleetKeptLabels)s, model_name, engine) (
-              (rate({__name__="vllm:generation_tokens_total", %(vllmSelector)s}[2m])
+              rate({__name__="vllm:generation_tokens_total", %(vllmSelector)s}[2m])
               or (
               rate({__name__="vllm_generation_tokens_total", %(vllmSelector)s}[2m])
               or (
@@ -201,19 +201,7 @@
               or (
               rate({__name__="ray_vllm_generation_tokens_total", %(vllmSelector)s}[2m])
               or (
-              rate({__name__="llamacpp:tokens_predicted_total", %(vllmSelector)s}[2m]))))))
-              and on (%(fleetKeptLabels)s, instance, model_name)
-              group without (engine) (
-              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
-              or (
-              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
-              or (
-              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
-              or (
-              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
-              or (
-              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
-              )
+              rate({__name__="llamacpp:tokens_predicted_total", %(vllmSelector)s}[2m])))))
               )
             ||| % v,
           },

@@ -10,8 +10,6 @@ milliseconds from these records.
     <fleet labels>_model_engine:vllm_spec_decode_emittable_tokens:rate<w> efficiency's denominator
 
 Contract:
-- Generated tokens are summed over servers that draft only (sources.drafts_present): the fleet
-  records feed per-model shares of the drafts, which a baseline without speculation would dilute.
 - The records sum `by (kept_labels(cfg), model_name, engine[, position])`: the fleet labels, `job`
   (the dashboards' job variable) and every label the source's selector matches on (an
   `exporter_selector` on namespace and container must still find them). They carry no instance
@@ -53,7 +51,7 @@ from typing import Any
 
 from ..config import MixinConfig
 from . import positions, sources
-from .sources import ACCEPTED, COUNTER_MEANINGS, COUNTERS, DRAFTS, GENERATED, SourceCounter
+from .sources import ACCEPTED, COUNTER_MEANINGS, COUNTERS, DRAFTS, SourceCounter
 
 __all__ = [
     "EFFICIENCY_TERMS",
@@ -113,16 +111,7 @@ def fleet_rules(cfg: MixinConfig) -> list[dict[str, str]]:
     def raw(counter: SourceCounter) -> str:
         return sources.operand(cfg, sources.spelled_out(cfg, sources.raw_rate(cfg, counter)))
 
-    def drafting_only(counter: SourceCounter) -> str:
-        """The counter's rates, generated tokens only from servers that draft: a baseline (the same
-        model without speculation) would dilute every per-model share of the drafts in them."""
-        rate = sources.raw_rate(cfg, counter)
-        if counter is not GENERATED:
-            return rate
-        on = ", ".join(dict.fromkeys((*kept_labels(cfg), cfg.instance_label, "model_name")))
-        return f"{sources.operand(cfg, rate)}\nand on ({on})\n{sources.drafts_present(cfg)}"
-
-    rules = [{"record": fleet_rate_record(cfg, c), "expr": fleet_sum(drafting_only(c), c.position)}
+    rules = [{"record": fleet_rate_record(cfg, c), "expr": fleet_sum(sources.raw_rate(cfg, c), c.position)}
              for c in COUNTERS]
     terms = efficiency_terms(raw(DRAFTS), raw(ACCEPTED), positions.k_series(cfg, sources.source_matchers(cfg)))
     rules += [{"record": efficiency_record(cfg, name), "expr": fleet_sum(term)}
@@ -137,8 +126,7 @@ def fleet_group(cfg: MixinConfig) -> dict[str, Any]:
 def fleet_meanings(cfg: MixinConfig) -> dict[str, str]:
     """Fleet record name -> one-line meaning (alerts/README.md)."""
     scope = f"Per model and engine across the fleet (labels {', '.join(kept_labels(cfg))}), for the dashboards at All"
-    meanings = {fleet_rate_record(cfg, c): f"{scope}: {COUNTER_MEANINGS[c]} per second"
-                + (" (servers that draft only)." if c is GENERATED else ".") for c in COUNTERS}
+    meanings = {fleet_rate_record(cfg, c): f"{scope}: {COUNTER_MEANINGS[c]} per second." for c in COUNTERS}
     emitted, emittable = (efficiency_record(cfg, term) for term in EFFICIENCY_TERMS)
     meanings[emitted] = (f"{scope}: tokens emitted per second by verification steps with a draft (each step's "
                          "bonus token plus its accepted drafts), efficiency's numerator.")

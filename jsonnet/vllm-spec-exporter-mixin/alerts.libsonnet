@@ -125,11 +125,7 @@
           },
           {
             alert: 'SpecDecodeMetricsMissing',
-            expr: |||-
-              (vllm_spec_decode_enabled{%(exporterSelector)s} == 0)
-              unless on (%(fleetKeptLabels)s, instance)
-              vllm_spec_decode_config_info{%(exporterSelector)s, method="none"}
-            ||| % v,
+            expr: 'vllm_spec_decode_enabled{%(exporterSelector)s} == 0' % v,
             'for': '10m',
             labels: {
               severity: '%(warningSeverity)s' % v,

@@ -367,7 +367,7 @@
               and on (%(fleetKeptLabels)s, instance, model_name)
               group without (engine) (last_over_time(vllm_spec_decode_drafts_total{%(exporterSelector)s}[30s])))
               * on (%(fleetKeptLabels)s, instance) group_left (method)
-              vllm_spec_decode_config_info{%(exporterSelector)s}
+              vllm_spec_decode_config_info{%(exporterSelector)s, method!="none"}
               )
               /
               (sum by (%(fleetKeptLabels)s, model_name, method) (
@@ -375,7 +375,7 @@
               and on (%(fleetKeptLabels)s, instance, model_name)
               group without (engine) (last_over_time(vllm_spec_decode_drafts_total{%(exporterSelector)s}[30s])))
               * on (%(fleetKeptLabels)s, instance) group_left (method)
-              vllm_spec_decode_config_info{%(exporterSelector)s}
+              vllm_spec_decode_config_info{%(exporterSelector)s, method!="none"}
               ) > 0)
             ||| % v,
           },

@@ -1,7 +1,7 @@
 """The health alerts: with the sidecar, vLLM unreachable or restarting, exporter down or absent;
 without it (source=vllm), vLLM's own scrape job down, restarting or absent; and metrics missing
-(speculation off, or renamed by an upgrade), never for a declared baseline (a server configured
-`method="none"`, or matched by `baseline_selector`): it runs without speculation on purpose.
+(speculation off, or renamed by an upgrade), never for a server `baseline_selector` names: a
+baseline runs without speculation on purpose.
 alert_rules.py groups them with the acceptance alerts.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...specconfig import OFF
 from ..config import MixinConfig
 from . import sources
 from .alert_parts import (
@@ -30,14 +29,14 @@ from .sources import SERVED
 
 
 def declared_baselines(cfg: MixinConfig, missing: str) -> str:
-    """`missing` less the servers declared to run without speculation: configured `method="none"`
-    (the sidecar reads the config) and those `baseline_selector` matches."""
+    """`missing` less the servers `baseline_selector` names: run without speculation on purpose.
+    Only the knob declares: a config read as `method="none"` is just as likely a dropped
+    --speculative-config, the very finding this alert is for."""
+    if not cfg.baseline_selector:
+        return missing
     on = ", ".join(dict.fromkeys(server_labels(cfg)))
-    declared = [] if cfg.direct else [sources.config_info(cfg, 'method="' + OFF + '"')]
-    if cfg.baseline_selector:
-        any_series = record_names(cfg).generation_rate if cfg.direct else SERVED.SPEC_DECODE_ENABLED
-        declared.append(sources.own(cfg, any_series, cfg.baseline_selector))
-    return "".join([f"({missing})", *(f"\nunless on ({on})\n{d}" for d in declared)]) if declared else missing
+    any_series = record_names(cfg).generation_rate if cfg.direct else SERVED.SPEC_DECODE_ENABLED
+    return f"({missing})\nunless on ({on})\n{sources.own(cfg, any_series, cfg.baseline_selector)}"
 
 
 def metrics_missing(cfg: MixinConfig) -> dict[str, Any]:

@@ -164,9 +164,13 @@ def _by_method_rules(cfg: MixinConfig, record: str, fleet: str) -> list[dict[str
             return f"sum by ({fleet}) (\n{drafting(part)}\n)"
         labels = {"labels": {"method": DIRECT_SPECULATIVE}}
     else:
+        # Never the config's `none` here: that side is the baseline's rule below, and a drafting
+        # server whose config reads `none` would write the same series twice.
+        speculating = sources.config_info(cfg, 'method!="' + OFF + '"')
+
         def by_method(part: str) -> str:
             return (f"sum by ({fleet}, method) (\n({drafting(part)})\n"
-                    f"* on ({_on(server_labels(cfg))}) group_left (method)\n{sources.config_info(cfg, '')}\n)")
+                    f"* on ({_on(server_labels(cfg))}) group_left (method)\n{speculating}\n)")
         labels = {}
     baseline_tpot = sources.own(cfg, measured_names(cfg).baseline_tpot)
     return [{"record": record, "expr": histogram_mean(by_method("sum"), by_method("count")), **labels},

@@ -60,6 +60,9 @@ def spec_log_lines(vllm: VllmServer, start_offset: int, end_offset: int):
 # Panels that list only problems: the one vLLM here speculates and is scraped, so they must be
 # empty (the direct overview's table of servers generating tokens without spec-decode series).
 EMPTY_WHILE_SPECULATING = ("Servers not speculating",)
+# Panels that measure against a baseline (the same model without speculation), which this stack
+# has not: every target empty, never a ratio of 1.
+EMPTY_WITHOUT_BASELINE = ("Speed-up measured against the baseline",)
 
 
 def dashboard_sweep(stack: LocalStack, cfg: MixinConfig | None = None) -> list[str]:
@@ -72,6 +75,10 @@ def dashboard_sweep(stack: LocalStack, cfg: MixinConfig | None = None) -> list[s
             if panel["title"] in EMPTY_WHILE_SPECULATING:
                 if result:
                     problems.append(f"{panel['title']}: lists a speculating server: {result}")
+                continue
+            if panel["title"] in EMPTY_WITHOUT_BASELINE:
+                if result:
+                    problems.append(f"{panel['title']}: data without a baseline: {result}")
                 continue
             if not result:
                 problems.append(f"{panel['title']} / {target.get('legendFormat') or target['refId']}: no data")

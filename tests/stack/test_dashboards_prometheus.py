@@ -842,6 +842,13 @@ def fleet_exact(stack: dict, model: dict) -> list[str]:
         expect(f"Acceptance rate by model / {model_name}", float(sample["value"][1]),
                BY_MODEL[(model_name,)].acceptance, FLEET_SUM_TOLERANCE)
 
+    # Time per output token by method: the spec-off server (tiny-llama) is that model's baseline
+    # (`none`); every value a time per token, never 0.
+    by_method = {(s["metric"]["model_name"], s["metric"]["method"]): float(s["value"][1]) for s in fleet_run(
+        stack, fleet_panel(model, "Time per output token by model and method")["targets"][0]["expr"])}
+    if ("tiny-llama", "none") not in by_method or not all(0 < v < math.inf for v in by_method.values()):
+        problems.append(f"Time per output token by model and method: {by_method}")
+
     # Servers not speculating, and the firing alerts.
     rows = {(servers[s["metric"]["instance"]], s["metric"][promql.PROBLEM_LABEL])
             for s in fleet_run(stack, fleet_panel(model, "Servers not speculating")["targets"][0]["expr"])}

@@ -96,13 +96,14 @@ def baseline(cfg: MixinConfig, read: Callable[[str], str]) -> str:
     return f"({read('')})\nand on ({_on(server_labels(cfg))})\n{off}"
 
 
-def speculative(cfg: MixinConfig, record: str) -> str:
-    """Per-server `record`'s series of servers that draft and are no baseline."""
+def speculative(cfg: MixinConfig, read: Callable[[str], str]) -> str:
+    """`read(matchers)` (per server and model) for servers that draft and are no baseline: the
+    baseline_selector's servers (passed into the read) are taken out."""
     on = _on((*server_labels(cfg), "model_name"))
-    drafting = f"{sources.own(cfg, record)}\nand on ({on})\n{sources.drafts_present(cfg)}"
+    drafting = f"{read('')}\nand on ({on})\n{sources.drafts_present(cfg)}"
     if not cfg.baseline_selector:
         return drafting
-    return f"({drafting})\nunless on ({on})\n{sources.own(cfg, record, cfg.baseline_selector)}"
+    return f"({drafting})\nunless on ({on})\n{read(cfg.baseline_selector)}"
 
 
 def _quantile_rules(cfg: MixinConfig, record: str, histogram: sources.SourceHistogram) -> list[dict[str, Any]]:
@@ -141,8 +142,9 @@ def measured_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
                 f"and on ({on})\n({served})")
 
     rules.append({"record": n.baseline_batch, "expr": f"avg by ({fleet}) (\n{baseline(cfg, batch)}\n)"})
+    speculating_tpot = speculative(cfg, lambda matchers: sources.own(cfg, n.tpot_mean, matchers))
     rules.append({"record": n.speedup, "expr": measured_speedup(
-        sources.own(cfg, n.baseline_tpot), speculative(cfg, n.tpot_mean), f"on ({fleet}) group_right ()")})
+        sources.own(cfg, n.baseline_tpot), speculating_tpot, f"on ({fleet}) group_right ()")})
     return rules + _by_method_rules(cfg, n.tpot_by_method, fleet)
 
 
@@ -151,13 +153,8 @@ def _by_method_rules(cfg: MixinConfig, record: str, fleet: str) -> list[dict[str
     (baseline()), every other method the servers that draft and are no baseline, by the sidecar's
     config `method` (without the sidecar, `speculative`). A server neither (idle drafter, unknown
     config without drafts) is in no method."""
-    on = _on((*server_labels(cfg), "model_name"))
-
     def drafting(part: str) -> str:
-        found = f"{_summed(cfg, sources.TPOT, part)}\nand on ({on})\n{sources.drafts_present(cfg)}"
-        if cfg.baseline_selector:
-            found = f"({found})\nunless on ({on})\n{_summed(cfg, sources.TPOT, part, cfg.baseline_selector)}"
-        return found
+        return speculative(cfg, lambda matchers: _summed(cfg, sources.TPOT, part, matchers))
 
     if cfg.direct:
         def by_method(part: str) -> str:

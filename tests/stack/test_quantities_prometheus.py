@@ -40,7 +40,7 @@ from vllm_spec_exporter.derive import derive_series, figures
 from vllm_spec_exporter.engines import VLLM_PREFIXES
 from vllm_spec_exporter.mixin.config import MixinConfig
 from vllm_spec_exporter.mixin.dashboards import promql
-from vllm_spec_exporter.mixin.rules import fleet_records, load, positions, recording_rules
+from vllm_spec_exporter.mixin.rules import fleet_records, load, measured, positions, recording_rules
 from vllm_spec_exporter.names import MetricName, SeriesKey
 from vllm_spec_exporter.normalise import normalise
 from vllm_spec_exporter.parse import parse
@@ -178,16 +178,26 @@ class Record(NamedTuple):
 
 # The groups whose records a query is inlined with (not the band counts: several rules share a name).
 INLINED_GROUPS = (recording_rules.SOURCE_GROUP, positions.K_GROUP, fleet_records.FLEET_GROUP,
-                  recording_rules.RECORDING_GROUP, load.LOAD_GROUP)
+                  recording_rules.RECORDING_GROUP, load.LOAD_GROUP, measured.MEASURED_GROUP)
 
 
 def records(*, evidence: bool = False) -> dict[str, Record]:
     """Every record of INLINED_GROUPS (and of the evidence groups with `evidence`), at its group's
-    interval as generated."""
+    interval as generated. A record written by several rules (TPOT by method: the drafting side and
+    the baseline's) is their `or`, without the rules' static labels (what the sweeps read is
+    whether a query has data, and for which instances)."""
     names = {*INLINED_GROUPS, *(recording_rules.evidence_group_name(w) for w in CFG.windows.evidence
                                 if evidence)}
-    return {r["record"]: Record(r["expr"], group["interval"])
-            for group in recording_rules.recording_groups(CFG) if group["name"] in names for r in group["rules"]}
+    found: dict[str, Record] = {}
+    for group in recording_rules.recording_groups(CFG):
+        if group["name"] not in names:
+            continue
+        for rule in group["rules"]:
+            if (earlier := found.get(rule["record"])) is not None:
+                found[rule["record"]] = Record(f"({earlier.expr})\nor\n({rule['expr']})", group["interval"])
+            else:
+                found[rule["record"]] = Record(rule["expr"], group["interval"])
+    return found
 
 
 def python_figures(body_before: str, body_after: str):

@@ -5,7 +5,10 @@ Most tests wait on real servers' clocks (scrape, evaluation, `for:`), so several
 shares something costly stays on one worker, one test after the other (its *group*):
 
 - `shared-vllm`: every module that uses the run's one real vLLM (`real_vllm`), so it is started once
-  per run, not once per worker;
+  per run, not once per worker, and every test that starts vLLMs of its own (`vllm` marker): a
+  vLLM on the CPU takes the machine's cores, and the tests that compare two vLLMs' tokens/s must
+  not share them with a third (a speculative server starved next to another test's pair finished
+  no request in 30 s);
 - `docker`, `browser`, `llamacpp`: the tiers whose tests share one private dockerd and image, one
   renderer stack, one llama-server (test_containers also uses the shared vLLM, so it is in
   `shared-vllm`: the data-root lock of its dockerd allows one at a time anyway);
@@ -52,7 +55,7 @@ _GROUP_FILES = "vllm_spec_test_group_files"  # workerinput key: the folder the w
 
 def group_of(item: pytest.Item, markers: set[str], vllm_modules: set) -> str | None:
     """The group `item` runs in (see the module docstring); None when any worker may run it."""
-    if getattr(item, "module", None) in vllm_modules:
+    if getattr(item, "module", None) in vllm_modules or "vllm" in markers:
         return "shared-vllm"
     for group in SHARED_GROUPS:
         if group in markers:

@@ -56,3 +56,15 @@ def test_a_module_fixtures_tests_share_one_worker_in_order(tmp_path: Path, dist:
     assert [what for _, what in grouped] == ["setup", *(f"grouped{i}" for i in range(6)), "teardown"], rows
     assert sorted(what for _, what in rows if what.startswith("single")) == [f"single{i}" for i in range(6)]
     assert "workers: seconds busy, by group" in done.stdout
+
+
+def test_a_test_starting_its_own_vllm_shares_the_shared_vllms_worker() -> None:
+    """Two vLLMs' tokens/s are compared within one run: no other test's vLLM may run meanwhile."""
+    from types import SimpleNamespace
+
+    from support.workers import group_of
+
+    own_pair, plain = SimpleNamespace(module="test_own_pair"), SimpleNamespace(module="test_plain")
+    assert group_of(own_pair, {"vllm", "server"}, vllm_modules=set()) == "shared-vllm"
+    assert group_of(plain, {"server"}, vllm_modules={"test_plain"}) == "shared-vllm"
+    assert group_of(plain, {"server", "prometheus"}, vllm_modules=set()) is None

@@ -10,7 +10,7 @@ Payloads:
   server with several models): the same real body with its series replicated under every
   (model, engine) label pair, as such a server exposes them.
 
-A poll parses what the sidecar's poller parses: vLLM's counters and gauges and the two latency
+A poll parses what the sidecar's poller parses: vLLM's counters and gauges and the latency
 histograms it serves (engines.SERVED_HISTOGRAMS), not the others.
 
 `--against REV` also times the pipeline of an older commit (its exporter package, from `git

@@ -36,6 +36,7 @@ _CONTEXT_NAMES = {
 _HISTOGRAM_NAMES = {
     Family.TIME_PER_OUTPUT_TOKEN: MetricName.REQUEST_TPOT_SECONDS,
     Family.INTER_TOKEN_LATENCY: MetricName.INTER_TOKEN_LATENCY_SECONDS,
+    Family.E2E_LATENCY: MetricName.E2E_REQUEST_LATENCY_SECONDS,
 }
 # The engine's own gauges (SGLang, TensorRT-LLM), served as they are: not windowed.
 _ENGINE_GAUGE_NAMES = {

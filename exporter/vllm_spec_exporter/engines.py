@@ -69,10 +69,11 @@ VLLM_NAMES: dict[str, Key] = {
 }
 # vLLM's latency histograms by today's names (the direct rules and the dashboards read them
 # straight from vLLM; the sidecar re-exposes them, schema.HISTOGRAMS).
-VLLM_HISTOGRAMS = ("inter_token_latency_seconds", "request_time_per_output_token_seconds")
+VLLM_HISTOGRAMS = ("inter_token_latency_seconds", "request_time_per_output_token_seconds",
+                   "e2e_request_latency_seconds")
 # vLLM's histograms the parser can keep (their `_bucket`, `_sum` and `_count` samples): family name
 # -> canonical key. `check --baseline` reads all of them as deltas; the sidecar parses and serves
-# only the time per output token and the inter-token latency (SERVED_HISTOGRAMS).
+# only the time per output token, the inter-token latency and the end-to-end latency (SERVED_HISTOGRAMS).
 VLLM_HISTOGRAM_NAMES: dict[str, Key] = {
     "request_time_per_output_token_seconds": Key.TIME_PER_OUTPUT_TOKEN,  # per request, per token (0.11+)
     "inter_token_latency_seconds": Key.INTER_TOKEN_LATENCY,  # per emitted chunk (0.11+)
@@ -82,9 +83,10 @@ VLLM_HISTOGRAM_NAMES: dict[str, Key] = {
 }
 HISTOGRAM_PARTS = ("bucket", "sum", "count")
 # The selections of histograms a caller hands to parse(): every one (`check --baseline`), or the
-# two the sidecar serves (all five would cost its poll about a third more; parse.py).
+# three the sidecar serves (the output tokens per request, whose end-to-end ratio reads the generated
+# tokens counter instead, would cost its poll more for no figure; parse.py).
 ALL_HISTOGRAMS = frozenset(VLLM_HISTOGRAM_NAMES.values())
-SERVED_HISTOGRAMS = frozenset((Key.TIME_PER_OUTPUT_TOKEN, Key.INTER_TOKEN_LATENCY))
+SERVED_HISTOGRAMS = frozenset((Key.TIME_PER_OUTPUT_TOKEN, Key.INTER_TOKEN_LATENCY, Key.E2E_LATENCY))
 
 # The other engines' names: source metric name (without prefix, `_total` and `_created`) ->
 # canonical key, per family.

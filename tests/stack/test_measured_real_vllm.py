@@ -7,13 +7,16 @@ greedy looping prompts, the same concurrency, the same fixed output length), eac
 sidecar, and Prometheus scrapes the sidecars (the sidecar bundle's rules) and the two vLLMs
 themselves (the direct bundle's). At the end of the load the overview's "Speed-up measured against
 the baseline" panel, queried as Grafana would, must agree within 15 % with the ratio of the tokens/s
-the load generator received from each over the records' window (the same two minutes), in both bundles,
-and every target of every new panel must return data. Each server first gets a few warm-up
-requests: a fresh vLLM compiles on its first ones.
+the load generator received from each over the records' window (the same two minutes), in both bundles:
+its end-to-end series (the ratio of the end-to-end latency per output token, what a client of a fixed
+concurrency receives), with the per-token series (the ratio of the time per output token, decoding
+alone) printed beside. Every target of every new panel must return data. Each server first gets a
+few warm-up requests: a fresh vLLM compiles on its first ones.
 
-Throughput and time per output token tell the same story only while each request's first token is a
-small part of its time; 128 output tokens a request keep it so. Compare ratios within one run: the
-two servers share this machine's cores with each other and with everything else running.
+The per-token ratio is not what the load generator sees: it leaves out the time before each request's
+first token, which differs between the two (measured here: per token 1.845 and 1.724, sidecar and
+direct bundle, against 1.248 received). Compare ratios within one run: the two servers share this
+machine's cores with each other and with everything else running.
 """
 
 from __future__ import annotations
@@ -39,9 +42,11 @@ from vllm_spec_lab.traffic import Phase, PhaseResult, high_acceptance_phase, run
 
 pytestmark = [pytest.mark.vllm, pytest.mark.prometheus, pytest.mark.server]
 
-LOAD_SECONDS = 150.0
+LOAD_SECONDS = 180.0
 # The records' window covers the load's last two minutes; they are read at its end, and the load
-# generator's tokens/s is counted over the same two minutes.
+# generator's tokens/s is counted over the same two minutes. The load's first minute, while the two
+# servers start contending for the cores (one of them nearly stalled for 25 s, measured), stays out
+# of every window, the sidecar's too: its copies of the counters lag vLLM's by up to a poll.
 WINDOW_SECONDS = 120
 RATE_WINDOW = f"{WINDOW_SECONDS}s"
 MAX_TOKENS = 128
@@ -140,15 +145,18 @@ def test_the_measured_panel_agrees_with_the_load_generator(real_vllm: VllmServer
                 if not result:
                     problems.append(f"{where}: no data\n  {target['expr']}")
                     continue
-                if title == MEASURED_PANEL and target.get("legendFormat", "").endswith(" measured"):
+                legend = target.get("legendFormat", "")
+                if title == MEASURED_PANEL and legend.endswith((" measured", " end to end")):
                     (measured,) = [float(sample["value"][1]) for sample in result]
-                    figures.append(f"{name}: panel {measured:.3f}, load generator {generator:.3f}")
-                    if abs(measured / generator - 1) > TOLERANCE:
+                    series = legend.rsplit("}} ", 1)[-1]
+                    figures.append(f"{name}: panel {series} {measured:.3f}, load generator {generator:.3f}")
+                    if series == "end to end" and abs(measured / generator - 1) > TOLERANCE:
                         problems.append(f"{where}: measured {measured:.3f} vs the load generator's {generator:.3f}")
         print("\n".join([f"{name}: {r.requests_ok} requests, {r.completion_tokens} tokens in {r.elapsed_s:.1f} s, "
                           f"{tokens_per_second(r):.0f} tokens/s, {in_window[name]:.0f} in the last {WINDOW_SECONDS} s"
                           for name, r in results.items()] + figures))
         for expr in (f"instance_model:vllm_request_time_per_output_token_seconds:mean_rate{RATE_WINDOW}",
+                     f"instance_model:vllm_e2e_request_latency_seconds_per_generation_tokens:ratio_rate{RATE_WINDOW}",
                      f"increase(vllm_server_request_time_per_output_token_seconds_count[{RATE_WINDOW}])",
                      f'increase({{__name__="vllm:request_time_per_output_token_seconds_count"}}[{RATE_WINDOW}])',
                      f'increase({{__name__="vllm:request_time_per_output_token_seconds_sum"}}[{RATE_WINDOW}])',
@@ -163,4 +171,4 @@ def test_the_measured_panel_agrees_with_the_load_generator(real_vllm: VllmServer
             problems += [f"rule {rule.get('name')}: {rule['lastError']}" for group in prom.rule_groups()
                          for rule in group.get("rules", []) if rule.get("lastError")]
         assert not problems, "\n".join(problems)
-        assert len(figures) == len(BUNDLES), figures
+        assert len(figures) == 2 * len(BUNDLES), figures

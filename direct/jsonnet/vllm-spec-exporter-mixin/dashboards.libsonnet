@@ -2248,7 +2248,7 @@
             type: 'prometheus',
             uid: '${datasource}',
           },
-          description: 'Measured, not estimated: the baseline\'s time per output token (the same model served without speculation: knob baseline_selector, by default the servers configured without it) over each speculative server\'s, from vLLM\'s own per-request histograms. Beside it (right axis) the running batch of the speculative server and of the baseline: compare only at comparable loads, a busy baseline beside an idle speculative server measures the load, not speculation. Good: above the 1× line at equal batches. No data: no baseline of that model, or no request finished in the rate window. Over more than 24 servers (All over a fleet) it draws those of the worst 5 and the best 3 series at the end of the range (ranked once when the dashboard loads), and at most 24 series; pick servers in the instance variable to see all of them.',
+          description: 'Measured, not estimated: the baseline\'s time per output token (the same model served without speculation: knob baseline_selector, by default the servers configured without it) over each speculative server\'s, from vLLM\'s own per-request histograms (measured: decoding alone), and the same ratio of the end-to-end latency per output token (end to end: queueing and prefill included, what clients of a fixed concurrency receive in tokens/s; the two part where time before the first token differs). Beside them (right axis) the running batch of the speculative server and of the baseline: compare only at comparable loads, a busy baseline beside an idle speculative server measures the load, not speculation. Good: above the 1× line at equal batches. No data: no baseline of that model, or no request finished in the rate window. Over more than 24 servers (All over a fleet) it draws those of the worst 5 and the best 3 series at the end of the range (ranked once when the dashboard loads), and at most 24 series; pick servers in the instance variable to see all of them.',
           fieldConfig: {
             defaults: {
               custom: {
@@ -2339,6 +2339,17 @@
                 type: 'prometheus',
                 uid: '${datasource}',
               },
+              expr: '(min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_end_to_end_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})) and on () (count(last_over_time((min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_end_to_end_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())) <= 24 or absent(last_over_time((min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_end_to_end_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end()))) or (min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_end_to_end_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})) and (bottomk(5, last_over_time((min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_end_to_end_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())) or topk(3, last_over_time((min by (instance, model_name) (instance_model:vllm_spec_decode_speedup:measured_end_to_end_rate2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"}))[1m:15s] @ end())))' % v,
+              instant: false,
+              legendFormat: '{{instance}} {{model_name}} end to end',
+              range: true,
+              refId: 'B',
+            },
+            {
+              datasource: {
+                type: 'prometheus',
+                uid: '${datasource}',
+              },
               expr: |||-
                 (sum by (instance, model_name) (instance_model_engine:vllm_requests_running:mean2m{%(vllmSelector)s, job=~"$job", instance=~"$instance", instance=~"${crowd_measured_speedup}|${crowd_seen}", model_name=~"$model_name", engine=~"$engine"})
                 and on (instance, model_name)
@@ -2357,7 +2368,7 @@
               instant: false,
               legendFormat: '{{instance}} {{model_name}} batch',
               range: true,
-              refId: 'B',
+              refId: 'C',
             },
             {
               datasource: {
@@ -2368,7 +2379,7 @@
               instant: false,
               legendFormat: '{{model_name}} baseline batch',
               range: true,
-              refId: 'C',
+              refId: 'D',
             },
           ],
           title: 'Speed-up measured against the baseline',

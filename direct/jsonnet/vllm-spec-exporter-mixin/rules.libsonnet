@@ -679,6 +679,126 @@
             ||| % v,
           },
           {
+            record: 'instance_model:vllm_e2e_request_latency_seconds_per_generation_tokens:ratio_rate2m',
+            expr: |||-
+              sum without (engine) (
+              rate({__name__="vllm:e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m]))))
+              )
+              /
+              ((sum without (engine) (
+              rate({__name__="vllm:generation_tokens_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_generation_tokens_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:generation_tokens_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_generation_tokens_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="llamacpp:tokens_predicted_total", %(vllmSelector)s}[2m])))))
+              )
+              and on (%(fleetKeptLabels)s, instance, model_name)
+              sum without (engine) (
+              rate({__name__="vllm:e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m]))))
+              )) > 0)
+            ||| % v,
+          },
+          {
+            record: '%(fleetLevel)s_model:vllm_e2e_request_latency_seconds_per_generation_tokens:baseline_ratio_rate2m' % v,
+            expr: |||-
+              sum by (%(fleetKeptLabels)s, model_name) (
+              (sum without (engine) (
+              rate({__name__="vllm:e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m]))))
+              ))
+              unless on (%(fleetKeptLabels)s, instance, model_name)
+              group without (engine) (
+              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
+              or (
+              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
+              or (
+              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
+              or (
+              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
+              or (
+              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[2m]) > 0))))
+              )
+              )
+              /
+              (sum by (%(fleetKeptLabels)s, model_name) (
+              (sum without (engine) (
+              rate({__name__="vllm:generation_tokens_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_generation_tokens_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:generation_tokens_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_generation_tokens_total", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="llamacpp:tokens_predicted_total", %(vllmSelector)s}[2m])))))
+              )
+              and on (%(fleetKeptLabels)s, instance, model_name)
+              sum without (engine) (
+              rate({__name__="vllm:e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m]))))
+              ))
+              unless on (%(fleetKeptLabels)s, instance, model_name)
+              group without (engine) (
+              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
+              or (
+              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
+              or (
+              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
+              or (
+              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[2m])
+              or (
+              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[2m]) > 0))))
+              )
+              ) > 0)
+            ||| % v,
+          },
+          {
+            record: 'instance_model:vllm_spec_decode_speedup:measured_end_to_end_rate2m',
+            expr: |||-
+              (%(fleetLevel)s_model:vllm_e2e_request_latency_seconds_per_generation_tokens:baseline_ratio_rate2m{%(vllmSelector)s} > 0)
+              / on (%(fleetKeptLabels)s, model_name) group_right ()
+              ((instance_model:vllm_e2e_request_latency_seconds_per_generation_tokens:ratio_rate2m{%(vllmSelector)s}
+              and on (%(fleetKeptLabels)s, instance, model_name)
+              group without (engine) (
+              last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="ray_vllm_spec_decode_num_drafts_total", %(vllmSelector)s}[30s])
+              or (
+              last_over_time({__name__="llamacpp:spec_decode_num_drafts_total", %(vllmSelector)s}[30s]) > 0))))
+              )) > 0)
+            ||| % v,
+          },
+          {
             record: '%(fleetLevel)s_model_method:vllm_request_time_per_output_token_seconds:mean_rate2m' % v,
             expr: |||-
               sum by (%(fleetKeptLabels)s, model_name) (

@@ -11,6 +11,9 @@ knob names) these records measure it from what users feel, vLLM's own latency hi
     <fleet>_model:vllm_request_time_per_output_token_seconds:baseline_mean_rate<w>   the baseline's TPOT
     <fleet>_model:vllm_requests_running:baseline_mean<w>                             its running batch
     instance_model:vllm_spec_decode_speedup:measured_rate<w>                      per speculative server
+    instance_model:vllm_e2e_request_latency_seconds_per_generation_tokens:ratio_rate<w>   per server
+    <fleet>_model:vllm_e2e_request_latency_seconds_per_generation_tokens:baseline_ratio_rate<w>
+    instance_model:vllm_spec_decode_speedup:measured_end_to_end_rate<w>           per speculative server
     <fleet>_model_method:vllm_request_time_per_output_token_seconds:mean_rate<w>  by method (fleet view)
 
 Contract. Time per output token (TPOT, `vllm:request_time_per_output_token_seconds`: decode time /
@@ -29,6 +32,12 @@ a server that drafts (its spec-decode counters are scraped), is not itself a bas
 model has a baseline under the same fleet labels: otherwise absent, never 1 and never 0. By method:
 `none` is the baseline's TPOT, every other method the drafting servers that are no baseline, by the
 sidecar's config series' `method` label (without the sidecar, `speculative`).
+
+TPOT leaves out the time before a request's first token (queueing, prefill), which speculation
+can lengthen: the end-to-end speed-up is the same ratio of the end-to-end latency per output token
+(the end-to-end latency histogram's sum over the generated tokens, per server and over the same
+baseline servers; quantities.end_to_end_seconds_per_token), what a client of a fixed concurrency
+receives in tokens/s. Both are recorded; they disagree where time outside decoding differs.
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ from ...specconfig import OFF
 from ..config import MixinConfig, once_per_config
 from . import load, sources
 from .fleet_counts import kept_labels, server_labels
-from .quantities import histogram_mean, measured_speedup
+from .quantities import end_to_end_seconds_per_token, histogram_mean, measured_speedup
 
 __all__ = ["MEASURED_GROUP", "QUANTILES", "MeasuredNames", "measured_group", "measured_meanings", "measured_names"]
 
@@ -61,19 +70,26 @@ class MeasuredNames(NamedTuple):
     baseline_batch: str
     speedup: str
     tpot_by_method: str
+    e2e_per_token: str
+    baseline_e2e_per_token: str
+    speedup_end_to_end: str
 
 
 @once_per_config
 def measured_names(cfg: MixinConfig) -> MeasuredNames:
     w, model = cfg.windows.rate_window, "_".join((*cfg.fleet_labels, "model"))
     tpot, itl = sources.TPOT.metric, sources.ITL.metric
+    e2e_per_token = f"{sources.E2E.metric}_per_{sources.GENERATED.metric.removeprefix('vllm_')}"
     return MeasuredNames(
         tpot_mean=f"instance_model:{tpot}:mean_rate{w}", tpot_quantile=f"instance_model:{tpot}:quantile_rate{w}",
         itl_mean=f"instance_model:{itl}:mean_rate{w}", itl_quantile=f"instance_model:{itl}:quantile_rate{w}",
         baseline_tpot=f"{model}:{tpot}:baseline_mean_rate{w}",
         baseline_batch=f"{model}:vllm_requests_running:baseline_mean{w}",
         speedup=f"instance_model:vllm_spec_decode_speedup:measured_rate{w}",
-        tpot_by_method=f"{model}_method:{tpot}:mean_rate{w}")
+        tpot_by_method=f"{model}_method:{tpot}:mean_rate{w}",
+        e2e_per_token=f"instance_model:{e2e_per_token}:ratio_rate{w}",
+        baseline_e2e_per_token=f"{model}:{e2e_per_token}:baseline_ratio_rate{w}",
+        speedup_end_to_end=f"instance_model:vllm_spec_decode_speedup:measured_end_to_end_rate{w}")
 
 
 def _on(labels: tuple[str, ...]) -> str:
@@ -145,7 +161,31 @@ def measured_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
     speculating_tpot = speculative(cfg, lambda matchers: sources.own(cfg, n.tpot_mean, matchers))
     rules.append({"record": n.speedup, "expr": measured_speedup(
         sources.own(cfg, n.baseline_tpot), speculating_tpot, f"on ({fleet}) group_right ()")})
-    return rules + _by_method_rules(cfg, n.tpot_by_method, fleet)
+    return rules + _end_to_end_rules(cfg, n, fleet) + _by_method_rules(cfg, n.tpot_by_method, fleet)
+
+
+def _end_to_end_rules(cfg: MixinConfig, n: MeasuredNames, fleet: str) -> list[dict[str, Any]]:
+    """The end-to-end latency per output token per server and of the baseline, and its speed-up."""
+    on = _on((*server_labels(cfg), "model_name"))
+
+    def latency(matchers: str) -> str:
+        return _summed(cfg, sources.E2E, "sum", matchers)
+
+    def tokens(matchers: str) -> str:
+        # Only where the latency is served: a server without the histogram adds no tokens to a sum.
+        return f"{sources.rate_sum(cfg, sources.GENERATED, matchers)}\nand on ({on})\n{latency(matchers)}"
+
+    def baseline_sum(read: Callable[[str], str]) -> str:
+        return f"sum by ({fleet}) (\n{baseline(cfg, read)}\n)"
+
+    speculating = speculative(cfg, lambda matchers: sources.own(cfg, n.e2e_per_token, matchers))
+    return [
+        {"record": n.e2e_per_token, "expr": end_to_end_seconds_per_token(latency(""), f"({tokens('')})")},
+        {"record": n.baseline_e2e_per_token,
+         "expr": end_to_end_seconds_per_token(baseline_sum(latency), baseline_sum(tokens))},
+        {"record": n.speedup_end_to_end, "expr": measured_speedup(
+            sources.own(cfg, n.baseline_e2e_per_token), speculating, f"on ({fleet}) group_right ()")},
+    ]
 
 
 def _by_method_rules(cfg: MixinConfig, record: str, fleet: str) -> list[dict[str, Any]]:
@@ -195,4 +235,10 @@ def measured_meanings(cfg: MixinConfig) -> dict[str, str]:
         n.speedup: "Per speculative server and model: **measured** speed-up, the baseline's time per output token "
                    "over this server's; absent without a baseline (never 1).",
         n.tpot_by_method: "Per model and speculative method (`none` for the baseline): mean time per output token.",
+        n.e2e_per_token: f"Per server and model: end-to-end request latency per output token over `{w}` (queueing "
+                         "and prefill included: the latency histogram's sum over the generated tokens).",
+        n.baseline_e2e_per_token: "Per model: the baseline servers' end-to-end latency per output token.",
+        n.speedup_end_to_end: "Per speculative server and model: **measured** end-to-end speed-up, the baseline's "
+                              "end-to-end latency per output token over this server's (what clients of a fixed "
+                              "concurrency receive in tokens/s); absent without a baseline.",
     }

@@ -34,6 +34,7 @@ __all__ = [
     "QUANTITIES",
     "Quantity",
     "batch_per_step",
+    "end_to_end_seconds_per_token",
     "histogram_mean",
     "measured_speedup",
     "speedup_at_load",
@@ -131,6 +132,14 @@ def histogram_mean(total: str, count: str) -> str:
     """PromQL of measured.histogram_mean: a latency histogram's mean, the rate of its `_sum` over the
     rate of its `_count` (each already aggregated alike); no sample where nothing was observed."""
     return f"{total}\n/\n({count} > 0)"
+
+
+def end_to_end_seconds_per_token(latency_sum: str, tokens: str) -> str:
+    """PromQL of measured.end_to_end_seconds_per_token: request latency per output token, the rate of
+    the end-to-end latency's `_sum` over the rate of the output tokens (each already aggregated alike;
+    the rules count the tokens with the generated-tokens counter, which differs from the finished
+    requests' own count only by the requests running at the window's edges)."""
+    return histogram_mean(latency_sum, tokens)
 
 
 def measured_speedup(baseline_tpot: str, speculative_tpot: str, matching: str) -> str:

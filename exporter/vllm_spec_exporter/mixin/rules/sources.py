@@ -164,6 +164,8 @@ TPOT = SourceHistogram("vllm_request_time_per_output_token_seconds", MetricName.
 # Inter-token latency: per output event, several tokens a step with speculation.
 ITL = SourceHistogram("vllm_inter_token_latency_seconds", MetricName.INTER_TOKEN_LATENCY_SECONDS,
                       Family.INTER_TOKEN_LATENCY)
+# End-to-end latency per finished request: queueing and prefill included (what a client waits).
+E2E = SourceHistogram("vllm_e2e_request_latency_seconds", MetricName.E2E_REQUEST_LATENCY_SECONDS, Family.E2E_LATENCY)
 ALERTS = "ALERTS"
 
 

@@ -28,6 +28,11 @@ class MeasuredQueries(Reads):
         by = (self.cfg.instance_label, "model_name")
         return sum_by(by, series(measured.measured_names(self.cfg).speedup, self._per_server()), op="min")
 
+    def measured_speedup_end_to_end(self) -> str:
+        """Per speculative server and model: the baseline's end-to-end latency per output token / its own."""
+        by = (self.cfg.instance_label, "model_name")
+        return sum_by(by, series(measured.measured_names(self.cfg).speedup_end_to_end, self._per_server()), op="min")
+
     def measured_server_batch(self) -> str:
         """The running batch (engines summed) of each server that has a measured speed-up."""
         by = (self.cfg.instance_label, "model_name")

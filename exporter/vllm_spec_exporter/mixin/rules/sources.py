@@ -21,26 +21,25 @@ target label kept and the metric name replaced:
     instance_model_engine:<metric>:rate<rate_window>                 every counter but the per-position
                                                                      one (RECORDED; dashboards, alerts)
 
-(k, without the sidecar, is positions.py's record), and gives the evidence records
-(recording_rules.evidence_rules) their terms, `increase_sum`: a counter's increase over an alert
-window, summed over the data-parallel engines in the same expression, not one layer later: the
-Wilson bounds the alerts read are then one record away from the counters, as they were before this
-layer existed. vmalert writes records back asynchronously, so a record read by the next rule of its
-own group is the previous evaluation's (its docs: do not rely on chaining); every extra layer
-between counters and bounds would page one evaluation later on vmalert. Per-engine increases would
-only be summed again (and cost series at fleet scale).
+(k, without the sidecar, is positions.py's record), and gives the evidence records (recording_rules.evidence_rules)
+their terms, `increase_sum`: a counter's increase over an alert window, summed over the data-parallel engines in the
+same expression, not one layer later: the Wilson bounds the alerts read are then one record away from the counters, as
+they were before this layer existed. vmalert writes records back asynchronously, so a record read by the next rule of
+its own group is the previous evaluation's (its docs: do not rely on chaining); every extra layer between counters and
+bounds would page one evaluation later on vmalert. Per-engine increases would only be summed again (and cost series at
+fleet scale).
 
-Everything downstream (recording_rules, alert_rules, promql) reads those records or, where a record
-must not be read (the fleet records, the evidence, k) or none exists (per position, for the servers
-a panel or runbook selects), the same counters through raw_rate, panel_rate and increase_sum; so
-both sources give the same evidence, pages and panels. The few raw series that are not counters
-of a quantity (`up`, restarts, "are the spec-decode counters there at all", vLLM's load gauges and
-latency histograms) are also named only here, as expressions the alerts, records and dashboards embed.
+Everything downstream (recording_rules, alert_rules, promql) reads those records or, where a record must not be read
+(the fleet records, the evidence, k) or none exists (per position, for the servers a panel or runbook selects), the
+same counters through raw_rate, panel_rate and increase_sum; so both sources give the same evidence, pages and panels.
+The few raw series that are not counters of a quantity (`up`, restarts, "are the spec-decode counters there at all",
+vLLM's load gauges and latency histograms) are also named only here, as expressions the alerts, records and dashboards
+embed.
 
-Direct mode reads each spelling with its own range selector joined by `or` (left operand wins), not
-one `__name__=~` regex: while a scrape job switches spelling, both names hold samples inside the
-range, and one rate() over both would fail with "vector cannot contain metrics with the same
-labelset" (until Prometheus' delayed name removal is the default).
+Direct mode reads each spelling with its own range selector joined by `or` (left operand wins), not one `__name__=~`
+regex: while a scrape job switches spelling, both names hold samples inside the range, and one rate() over both would
+fail with "vector cannot contain metrics with the same labelset" (until Prometheus' delayed name removal is the
+default).
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ from ..config import MixinConfig
 
 __all__ = [
     "ACCEPTED", "ACCEPTED_BY_POSITION", "ALERTS", "COUNTERS", "COUNTER_MEANINGS", "DRAFTED_AT_POSITION", "DRAFTS",
-    "DRAFT_TOKENS", "GENERATED", "ITL", "LLAMACPP_GAUGES", "RECORDED", "SERVED", "TPOT", "UP", "VLLM_GAUGES",
+    "DRAFT_TOKENS", "E2E", "GENERATED", "ITL", "LLAMACPP_GAUGES", "RECORDED", "SERVED", "TPOT", "UP", "VLLM_GAUGES",
     "SourceCounter", "SourceHistogram", "by_name", "config_info", "direct_names", "drafts_present",
     "engine_steps_rate", "histogram_rate", "increase_record", "increase_sum", "operand", "own", "panel_rate",
     "rate_record", "rate_sum", "raw_gauge", "raw_rate", "restarts", "scrape_up", "selector_labels", "series",
@@ -145,8 +144,7 @@ UP = "up"
 
 @dataclass(frozen=True)
 class SourceHistogram:
-    """One latency histogram of the source layer: `metric` is the metric part of its record names,
-    `exporter` the sidecar's served name, `key` its canonical key."""
+    """A latency histogram of the source layer: its records' `metric`, the sidecar's `exporter` name, its `key`."""
 
     metric: str
     exporter: MetricName
@@ -158,13 +156,13 @@ class SourceHistogram:
         return tuple(name for name, key in VLLM_HISTOGRAM_NAMES.items() if key == self.key)
 
 
-# Time per output token, per request: per token whatever a step emits (the measured speed-up's).
+# Time per output token, per request: per token whatever a step emits (the measured speed-up's);
+# inter-token latency: per output event, several tokens a step with speculation; end-to-end latency
+# per finished request: queueing and prefill included (what a client waits).
 TPOT = SourceHistogram("vllm_request_time_per_output_token_seconds", MetricName.REQUEST_TPOT_SECONDS,
                        Family.TIME_PER_OUTPUT_TOKEN)
-# Inter-token latency: per output event, several tokens a step with speculation.
 ITL = SourceHistogram("vllm_inter_token_latency_seconds", MetricName.INTER_TOKEN_LATENCY_SECONDS,
                       Family.INTER_TOKEN_LATENCY)
-# End-to-end latency per finished request: queueing and prefill included (what a client waits).
 E2E = SourceHistogram("vllm_e2e_request_latency_seconds", MetricName.E2E_REQUEST_LATENCY_SECONDS, Family.E2E_LATENCY)
 ALERTS = "ALERTS"
 

@@ -32,11 +32,12 @@ _CONTEXT_NAMES = {
     Family.KV_CACHE_USAGE: MetricName.KV_CACHE_USAGE_RATIO,
 }
 # The latency histograms served (engines.SERVED_HISTOGRAMS, the ones the poller parses): vLLM's
-# histogram key -> served histogram. Others in a snapshot (check --baseline's) are not served.
+# histogram key -> served histogram (a summary of the totals-only ones: schema.HISTOGRAMS).
 _HISTOGRAM_NAMES = {
     Family.TIME_PER_OUTPUT_TOKEN: MetricName.REQUEST_TPOT_SECONDS,
     Family.INTER_TOKEN_LATENCY: MetricName.INTER_TOKEN_LATENCY_SECONDS,
     Family.E2E_LATENCY: MetricName.E2E_REQUEST_LATENCY_SECONDS,
+    Family.REQUEST_GENERATION_TOKENS: MetricName.REQUEST_GENERATION_TOKENS,
 }
 # The engine's own gauges (SGLang, TensorRT-LLM), served as they are: not windowed.
 _ENGINE_GAUGE_NAMES = {
@@ -151,8 +152,9 @@ class SpecDecodeCollector(Collector):
 
 
 def _histograms(samples: dict[HistogramKey, float]) -> Iterator[Metric]:
-    """The served latency histograms as vLLM wrote them, buckets in `le` order (the text format's)."""
-    families = {m.name: Metric(m.name, m.help, "histogram") for m in HISTOGRAMS}
+    """The served latency histograms as vLLM wrote them, buckets in `le` order (the text format's);
+    the totals-only ones as summaries of their sum and count."""
+    families = {m.name: Metric(m.name, m.help, m.type) for m in HISTOGRAMS}
     served = [(key, value) for key, value in samples.items() if key.family in _HISTOGRAM_NAMES]
     for key, value in sorted(served, key=lambda item: (
             item[0].family, item[0].series, item[0].part, float(item[0].le) if item[0].le else 0.0)):

@@ -29,7 +29,7 @@ from .names import Family as Key
 
 __all__ = [
     "ALL_HISTOGRAMS", "COUNTER_SCHEMAS", "ENGINE_GAUGE_KEYS", "ENGINE_LABEL", "FAMILY_MIXED", "FAMILY_UNKNOWN",
-    "FOREIGN_KEY", "HISTOGRAM_PARTS", "NAMES", "PREFIXES", "SCHEMAS", "SERVED_HISTOGRAMS", "SPEC_KEYS",
+    "FOREIGN_KEY", "HISTOGRAM_PARTS", "NAMES", "PREFIXES", "SCHEMAS", "SERVED_HISTOGRAMS", "SPEC_KEYS", "TOTALS_ONLY",
     "UNLABELLED_MODEL_FAMILIES", "VLLM_HISTOGRAMS", "VLLM_HISTOGRAM_NAMES", "VLLM_NAMES", "VLLM_PREFIXES",
     "Detection", "EngineError", "EngineSchema", "Family", "detect", "sample_name",
 ]
@@ -70,10 +70,10 @@ VLLM_NAMES: dict[str, Key] = {
 # vLLM's latency histograms by today's names (the direct rules and the dashboards read them
 # straight from vLLM; the sidecar re-exposes them, schema.HISTOGRAMS).
 VLLM_HISTOGRAMS = ("inter_token_latency_seconds", "request_time_per_output_token_seconds",
-                   "e2e_request_latency_seconds")
-# vLLM's histograms the parser can keep (their `_bucket`, `_sum` and `_count` samples): family name
-# -> canonical key. `check --baseline` reads all of them as deltas; the sidecar parses and serves
-# only the time per output token, the inter-token latency and the end-to-end latency (SERVED_HISTOGRAMS).
+                   "e2e_request_latency_seconds", "request_generation_tokens")
+# vLLM's histograms the parser can keep (their `_bucket`, `_sum` and `_count` samples; only `_sum`
+# and `_count` of TOTALS_ONLY): family name -> canonical key. `check --baseline` and the sidecar
+# read all of them.
 VLLM_HISTOGRAM_NAMES: dict[str, Key] = {
     "request_time_per_output_token_seconds": Key.TIME_PER_OUTPUT_TOKEN,  # per request, per token (0.11+)
     "inter_token_latency_seconds": Key.INTER_TOKEN_LATENCY,  # per emitted chunk (0.11+)
@@ -82,11 +82,14 @@ VLLM_HISTOGRAM_NAMES: dict[str, Key] = {
     "request_generation_tokens": Key.REQUEST_GENERATION_TOKENS,  # output tokens per finished request
 }
 HISTOGRAM_PARTS = ("bucket", "sum", "count")
-# The selections of histograms a caller hands to parse(): every one (`check --baseline`), or the
-# three the sidecar serves (the output tokens per request, whose end-to-end ratio reads the generated
-# tokens counter instead, would cost its poll more for no figure; parse.py).
+# Histograms read as their totals alone: only the end-to-end latency per output token (their two
+# sums' ratio) reads them, never a quantile, so their buckets are skipped like any unwanted line
+# (the sidecar serves them as summaries: 2 series a (model, engine), not 24 and 21).
+TOTALS_ONLY = frozenset((Key.E2E_LATENCY, Key.REQUEST_GENERATION_TOKENS))
+# The selections of histograms a caller hands to parse(): none, or every one (`check --baseline`
+# and the sidecar, which serves them all: SERVED_HISTOGRAMS).
 ALL_HISTOGRAMS = frozenset(VLLM_HISTOGRAM_NAMES.values())
-SERVED_HISTOGRAMS = frozenset((Key.TIME_PER_OUTPUT_TOKEN, Key.INTER_TOKEN_LATENCY, Key.E2E_LATENCY))
+SERVED_HISTOGRAMS = ALL_HISTOGRAMS
 
 # The other engines' names: source metric name (without prefix, `_total` and `_created`) ->
 # canonical key, per family.

@@ -72,11 +72,11 @@ class Family(StrEnum):
     DIFFUSION_STEPS = "diffusion_steps"
     DIFFUSION_CANVAS_POSITIONS = "diffusion_canvas_positions"
     DIFFUSION_COMMITTED_TOKENS = "diffusion_committed_tokens"
-    # vLLM's histograms (_sum, _count and _bucket by `le`): time per output token per request,
-    # inter-token latency per emitted chunk and end-to-end latency per finished request (the sidecar
-    # serves the three, MetricName.REQUEST_TPOT_SECONDS, INTER_TOKEN_LATENCY_SECONDS and
-    # E2E_REQUEST_LATENCY_SECONDS), output tokens per finished request (read only by `check
-    # --baseline`, as deltas, like the others).
+    # vLLM's histograms (_sum, _count and _bucket by `le`): time per output token per request and
+    # inter-token latency per emitted chunk (the sidecar serves both, MetricName.REQUEST_TPOT_SECONDS
+    # and INTER_TOKEN_LATENCY_SECONDS), end-to-end latency and output tokens per finished request
+    # (their _sum and _count only, engines.TOTALS_ONLY: served as E2E_REQUEST_LATENCY_SECONDS and
+    # REQUEST_GENERATION_TOKENS summaries).
     TIME_PER_OUTPUT_TOKEN = "time_per_output_token"
     INTER_TOKEN_LATENCY = "inter_token_latency"
     E2E_LATENCY = "e2e_latency"  # per request, queueing and prefill included
@@ -162,6 +162,7 @@ class MetricName(StrEnum):
     REQUEST_TPOT_SECONDS = "vllm_server_request_time_per_output_token_seconds"
     INTER_TOKEN_LATENCY_SECONDS = "vllm_server_inter_token_latency_seconds"
     E2E_REQUEST_LATENCY_SECONDS = "vllm_server_e2e_request_latency_seconds"
+    REQUEST_GENERATION_TOKENS = "vllm_server_request_generation_tokens"
     # Exporter and target health.
     TARGET_UP = "vllm_spec_exporter_target_up"
     SPEC_DECODE_ENABLED = "vllm_spec_decode_enabled"

@@ -72,7 +72,7 @@ class Snapshot:
     invalid: list[str] = field(default_factory=list)
     # vLLM's histograms the parser was asked for (engines.VLLM_HISTOGRAM_NAMES): finite,
     # non-negative, buckets with a numeric `le`, replicas summed; never windowed. The sidecar serves
-    # its two as they are (collector), `check --baseline` reads deltas between two snapshots.
+    # them as they are (collector), `check --baseline` reads deltas between two snapshots.
     histograms: dict[HistogramKey, float] = field(default_factory=dict)
 
     @property

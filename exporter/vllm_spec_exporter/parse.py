@@ -22,7 +22,16 @@ from collections.abc import Iterable
 from operator import itemgetter
 from typing import NamedTuple
 
-from .engines import HISTOGRAM_PARTS, NAMES, PREFIXES, SPEC_KEYS, VLLM_HISTOGRAM_NAMES, VLLM_NAMES, VLLM_PREFIXES
+from .engines import (
+    HISTOGRAM_PARTS,
+    NAMES,
+    PREFIXES,
+    SPEC_KEYS,
+    TOTALS_ONLY,
+    VLLM_HISTOGRAM_NAMES,
+    VLLM_NAMES,
+    VLLM_PREFIXES,
+)
 from .names import EngineFamily, Family
 
 __all__ = ["ParseError", "RawSample", "parse"]
@@ -52,10 +61,12 @@ def _trie(words: Iterable[str]) -> str:
 # before other engines were known (a second alternative for every line cost ~15 %; one trie of all
 # names ~30 %, since vLLM's many unwanted `request_*` lines then match TGI's `request_` prefix).
 # vLLM's histograms (engines.VLLM_HISTOGRAM_NAMES) join as their samples' names, `<name>_bucket`,
-# `_sum` and `_count`: each word maps to the histogram's key, and _PARTS says which part it is.
-_PARTS: dict[str, str] = {f"{name}_{part}": part for name in VLLM_HISTOGRAM_NAMES for part in HISTOGRAM_PARTS}
-_VLLM_WORDS: dict[str, Family] = {**VLLM_NAMES, **{f"{name}_{part}": key for name, key in VLLM_HISTOGRAM_NAMES.items()
-                                                   for part in HISTOGRAM_PARTS}}
+# `_sum` and `_count` (no `_bucket` for engines.TOTALS_ONLY): each word maps to the histogram's key,
+# and _PARTS says which part it is.
+_PARTS: dict[str, str] = {f"{name}_{part}": part for name, key in VLLM_HISTOGRAM_NAMES.items()
+                          for part in HISTOGRAM_PARTS if part != "bucket" or key not in TOTALS_ONLY}
+_VLLM_WORDS: dict[str, Family] = {**VLLM_NAMES, **{word: VLLM_HISTOGRAM_NAMES[word.rsplit("_", 1)[0]]
+                                                   for word in _PARTS}}
 _ENGINE_TRIE = _trie({name for names in NAMES.values() for name in names})
 # prefix on the wire -> (engine family, its names -> canonical key)
 _TABLES: dict[str, tuple[str, dict[str, Family]]] = {
@@ -83,8 +94,9 @@ def _line_pattern(vllm_words: Iterable[str]) -> re.Pattern[str]:
 # One pattern per selection of histograms: VLLM_NAMES plus the samples of the selected histograms
 # only (a line of another histogram is skipped after a few characters). A pattern per selection,
 # not a filter after matching: on a real one-engine scrape a poll (parse to derive) took ~0.14 ms
-# without histograms, ~0.24 ms with the sidecar's two, ~0.32 ms with all five. Callers pass a few
-# fixed selections, so the cache stays small.
+# without histograms, ~0.24 ms with the time per output token and the inter-token latency, ~0.32 ms
+# with every histogram's buckets; the two totals-only ones, without theirs, add ~7 % to the second
+# (bench/bench_pipeline.py). Callers pass a few fixed selections, so the cache stays small.
 _FAMILY_TRIE = _trie(VLLM_NAMES)  # accepts exactly VLLM_NAMES' names
 
 

@@ -113,7 +113,7 @@ class Poller:
                  spec_config: SpecConfigReader | None = None,
                  histograms: frozenset[Family] = frozenset()) -> None:
         self.fetcher = fetcher
-        # vLLM's histograms to parse too: the sidecar's served two, all for check --baseline.
+        # vLLM's histograms to parse too (engines.SERVED_HISTOGRAMS: the sidecar and check --baseline).
         self.histograms = histograms
         self.spec_config = spec_config
         self.interval = interval

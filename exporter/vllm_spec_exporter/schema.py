@@ -28,7 +28,7 @@ class Metric:
     """One served metric: its name (names.MetricName), type, label names in exposition order, help."""
 
     name: MetricName
-    type: str  # "gauge" | "counter" | "info" | "histogram"
+    type: str  # "gauge" | "counter" | "info" | "histogram" | "summary"
     labels: tuple[str, ...]
     help: str
     formula: str = ""  # documentation only: how the value is computed (README table)
@@ -205,7 +205,9 @@ CONTEXT = (
 
 # vLLM's latency histograms as vLLM wrote them (cumulative, its own buckets), served whether or not
 # the server speculates: a baseline server without speculation serves them too. Bounded by vLLM's
-# fixed bucket layout (20 buckets a histogram with its defaults) and --max-series.
+# fixed bucket layout (20 buckets a histogram with its defaults) and --max-series. The end-to-end
+# latency and output tokens per request are read only as totals (engines.TOTALS_ONLY): summaries
+# of their _sum and _count, without quantiles.
 HISTOGRAMS = (
     Metric(MetricName.REQUEST_TPOT_SECONDS, "histogram", HISTOGRAM_LABELS,
            "Time per output token of each finished request (decode time / (generated tokens - 1)), per token "
@@ -214,9 +216,11 @@ HISTOGRAMS = (
            "Time between output events; with speculation one event carries every token of a step, so this is "
            "not a time per token; vllm:inter_token_latency_seconds (vllm:time_per_output_token_seconds "
            "before 0.11)."),
-    Metric(MetricName.E2E_REQUEST_LATENCY_SECONDS, "histogram", HISTOGRAM_LABELS,
-           "End-to-end latency of each finished request, from its arrival to its last token (queueing and "
-           "prefill included); vllm:e2e_request_latency_seconds."),
+    Metric(MetricName.E2E_REQUEST_LATENCY_SECONDS, "summary", SERIES_LABELS,
+           "End-to-end latency of the finished requests, from arrival to last token (queueing and prefill "
+           "included): the _sum and _count of vllm:e2e_request_latency_seconds."),
+    Metric(MetricName.REQUEST_GENERATION_TOKENS, "summary", SERIES_LABELS,
+           "Output tokens of the finished requests: the _sum and _count of vllm:request_generation_tokens."),
 )
 
 # What the target is configured to do, which decides what its acceptance means (specconfig.py).
@@ -267,5 +271,6 @@ BY_NAME = {m.name: m for m in ALL}
 
 def exposed_names() -> set[str]:
     """Every sample name a Prometheus scraping the exporter can see."""
-    return {m.name for m in ALL if m.type != "histogram"} | {
-        f"{m.name}_{part}" for m in HISTOGRAMS for part in ("bucket", "sum", "count")}
+    return {m.name for m in ALL if m.type not in ("histogram", "summary")} | {
+        f"{m.name}_{part}" for m in HISTOGRAMS for part in ("bucket", "sum", "count")
+        if part != "bucket" or m.type == "histogram"}

@@ -360,17 +360,15 @@
             ||| % v,
           },
           {
-            record: 'instance_model:vllm_e2e_request_latency_seconds_per_generation_tokens:ratio_rate2m',
+            record: 'instance_model:vllm_e2e_request_latency_seconds_per_request_generation_tokens:ratio_rate2m',
             expr: |||-
               sum without (engine) (rate(vllm_server_e2e_request_latency_seconds_sum{%(exporterSelector)s}[2m]))
               /
-              ((sum without (engine) (rate(vllm_server_generation_tokens_total{%(exporterSelector)s}[2m]))
-              and on (%(fleetKeptLabels)s, instance, model_name)
-              sum without (engine) (rate(vllm_server_e2e_request_latency_seconds_sum{%(exporterSelector)s}[2m]))) > 0)
+              (sum without (engine) (rate(vllm_server_request_generation_tokens_sum{%(exporterSelector)s}[2m])) > 0)
             ||| % v,
           },
           {
-            record: '%(fleetLevel)s_model:vllm_e2e_request_latency_seconds_per_generation_tokens:baseline_ratio_rate2m' % v,
+            record: '%(fleetLevel)s_model:vllm_e2e_request_latency_seconds_per_request_generation_tokens:baseline_ratio_rate2m' % v,
             expr: |||-
               sum by (%(fleetKeptLabels)s, model_name) (
               (sum without (engine) (rate(vllm_server_e2e_request_latency_seconds_sum{%(exporterSelector)s}[2m])))
@@ -380,9 +378,7 @@
               )
               /
               (sum by (%(fleetKeptLabels)s, model_name) (
-              (sum without (engine) (rate(vllm_server_generation_tokens_total{%(exporterSelector)s}[2m]))
-              and on (%(fleetKeptLabels)s, instance, model_name)
-              sum without (engine) (rate(vllm_server_e2e_request_latency_seconds_sum{%(exporterSelector)s}[2m])))
+              (sum without (engine) (rate(vllm_server_request_generation_tokens_sum{%(exporterSelector)s}[2m])))
               and on (%(fleetKeptLabels)s, instance)
               (vllm_spec_decode_config_info{%(exporterSelector)s, method="none"}
               or vllm_spec_decode_enabled{%(exporterSelector)s} == 0)
@@ -392,9 +388,9 @@
           {
             record: 'instance_model:vllm_spec_decode_speedup:measured_end_to_end_rate2m',
             expr: |||-
-              (%(fleetLevel)s_model:vllm_e2e_request_latency_seconds_per_generation_tokens:baseline_ratio_rate2m{%(exporterSelector)s} > 0)
+              (%(fleetLevel)s_model:vllm_e2e_request_latency_seconds_per_request_generation_tokens:baseline_ratio_rate2m{%(exporterSelector)s} > 0)
               / on (%(fleetKeptLabels)s, model_name) group_right ()
-              ((instance_model:vllm_e2e_request_latency_seconds_per_generation_tokens:ratio_rate2m{%(exporterSelector)s}
+              ((instance_model:vllm_e2e_request_latency_seconds_per_request_generation_tokens:ratio_rate2m{%(exporterSelector)s}
               and on (%(fleetKeptLabels)s, instance, model_name)
               group without (engine) (last_over_time(vllm_spec_decode_drafts_total{%(exporterSelector)s}[30s]))) > 0)
             ||| % v,

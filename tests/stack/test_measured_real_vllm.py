@@ -146,7 +146,7 @@ def test_the_measured_panel_agrees_with_the_load_generator(real_vllm: VllmServer
                     problems.append(f"{where}: no data\n  {target['expr']}")
                     continue
                 legend = target.get("legendFormat", "")
-                if title == MEASURED_PANEL and legend.endswith((" measured", " end to end")):
+                if title == MEASURED_PANEL and legend.endswith((" per token", " end to end")):
                     (measured,) = [float(sample["value"][1]) for sample in result]
                     series = legend.rsplit("}} ", 1)[-1]
                     figures.append(f"{name}: panel {series} {measured:.3f}, load generator {generator:.3f}")

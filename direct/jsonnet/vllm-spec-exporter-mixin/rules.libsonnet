@@ -679,7 +679,7 @@
             ||| % v,
           },
           {
-            record: 'instance_model:vllm_e2e_request_latency_seconds_per_generation_tokens:ratio_rate2m',
+            record: 'instance_model:vllm_e2e_request_latency_seconds_per_request_generation_tokens:ratio_rate2m',
             expr: |||-
               sum without (engine) (
               rate({__name__="vllm:e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
@@ -691,31 +691,19 @@
               rate({__name__="ray_vllm_e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m]))))
               )
               /
-              ((sum without (engine) (
-              rate({__name__="vllm:generation_tokens_total", %(vllmSelector)s}[2m])
+              (sum without (engine) (
+              rate({__name__="vllm:request_generation_tokens_sum", %(vllmSelector)s}[2m])
               or (
-              rate({__name__="vllm_generation_tokens_total", %(vllmSelector)s}[2m])
+              rate({__name__="vllm_request_generation_tokens_sum", %(vllmSelector)s}[2m])
               or (
-              rate({__name__="ray_vllm:generation_tokens_total", %(vllmSelector)s}[2m])
+              rate({__name__="ray_vllm:request_generation_tokens_sum", %(vllmSelector)s}[2m])
               or (
-              rate({__name__="ray_vllm_generation_tokens_total", %(vllmSelector)s}[2m])
-              or (
-              rate({__name__="llamacpp:tokens_predicted_total", %(vllmSelector)s}[2m])))))
-              )
-              and on (%(fleetKeptLabels)s, instance, model_name)
-              sum without (engine) (
-              rate({__name__="vllm:e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
-              or (
-              rate({__name__="vllm_e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
-              or (
-              rate({__name__="ray_vllm:e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
-              or (
-              rate({__name__="ray_vllm_e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m]))))
-              )) > 0)
+              rate({__name__="ray_vllm_request_generation_tokens_sum", %(vllmSelector)s}[2m]))))
+              ) > 0)
             ||| % v,
           },
           {
-            record: '%(fleetLevel)s_model:vllm_e2e_request_latency_seconds_per_generation_tokens:baseline_ratio_rate2m' % v,
+            record: '%(fleetLevel)s_model:vllm_e2e_request_latency_seconds_per_request_generation_tokens:baseline_ratio_rate2m' % v,
             expr: |||-
               sum by (%(fleetKeptLabels)s, model_name) (
               (sum without (engine) (
@@ -743,25 +731,13 @@
               /
               (sum by (%(fleetKeptLabels)s, model_name) (
               (sum without (engine) (
-              rate({__name__="vllm:generation_tokens_total", %(vllmSelector)s}[2m])
+              rate({__name__="vllm:request_generation_tokens_sum", %(vllmSelector)s}[2m])
               or (
-              rate({__name__="vllm_generation_tokens_total", %(vllmSelector)s}[2m])
+              rate({__name__="vllm_request_generation_tokens_sum", %(vllmSelector)s}[2m])
               or (
-              rate({__name__="ray_vllm:generation_tokens_total", %(vllmSelector)s}[2m])
+              rate({__name__="ray_vllm:request_generation_tokens_sum", %(vllmSelector)s}[2m])
               or (
-              rate({__name__="ray_vllm_generation_tokens_total", %(vllmSelector)s}[2m])
-              or (
-              rate({__name__="llamacpp:tokens_predicted_total", %(vllmSelector)s}[2m])))))
-              )
-              and on (%(fleetKeptLabels)s, instance, model_name)
-              sum without (engine) (
-              rate({__name__="vllm:e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
-              or (
-              rate({__name__="vllm_e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
-              or (
-              rate({__name__="ray_vllm:e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
-              or (
-              rate({__name__="ray_vllm_e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m]))))
+              rate({__name__="ray_vllm_request_generation_tokens_sum", %(vllmSelector)s}[2m]))))
               ))
               unless on (%(fleetKeptLabels)s, instance, model_name)
               group without (engine) (
@@ -781,9 +757,9 @@
           {
             record: 'instance_model:vllm_spec_decode_speedup:measured_end_to_end_rate2m',
             expr: |||-
-              (%(fleetLevel)s_model:vllm_e2e_request_latency_seconds_per_generation_tokens:baseline_ratio_rate2m{%(vllmSelector)s} > 0)
+              (%(fleetLevel)s_model:vllm_e2e_request_latency_seconds_per_request_generation_tokens:baseline_ratio_rate2m{%(vllmSelector)s} > 0)
               / on (%(fleetKeptLabels)s, model_name) group_right ()
-              ((instance_model:vllm_e2e_request_latency_seconds_per_generation_tokens:ratio_rate2m{%(vllmSelector)s}
+              ((instance_model:vllm_e2e_request_latency_seconds_per_request_generation_tokens:ratio_rate2m{%(vllmSelector)s}
               and on (%(fleetKeptLabels)s, instance, model_name)
               group without (engine) (
               last_over_time({__name__="vllm:spec_decode_num_drafts_total", %(vllmSelector)s}[30s])

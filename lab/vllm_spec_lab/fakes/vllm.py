@@ -21,6 +21,8 @@ INTER_TOKEN_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.
 # vLLM's e2e_request_latency_seconds buckets (its request_latency_buckets).
 E2E_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                        240.0, 480.0, 960.0, 1920.0, 7680.0)
+# vLLM's request_generation_tokens buckets at a 2,048-token context (1-2-5 steps up to it).
+REQUEST_TOKENS_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
 # vLLM's iteration_tokens_total buckets (reference: 1 … 16384).
 ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
@@ -31,8 +33,9 @@ class FakeVllm:
     def __init__(self, models: Iterable[str] = ("tiny-llama",), engines: Iterable[str] = ("0",),
                  k: int = 4, spec_enabled: bool = True, latency_histograms: bool = False,
                  step_seconds: float = 0.03, prefix: str = "vllm:", drafted_per_position: bool = False) -> None:
-        # latency_histograms: also serve vLLM's inter-token latency, time-per-output-token and
-        # end-to-end latency histograms (the dashboards' context and measured panels). Off by
+        # latency_histograms: also serve vLLM's inter-token latency, time-per-output-token,
+        # end-to-end latency and output-tokens-per-request histograms (the dashboards' context and
+        # measured panels). Off by
         # default: other tests see the exact exposition they were written against. step_seconds is
         # the simulated verification step.
         # prefix: "vllm:" as vLLM serves its names, "ray_vllm:" as Ray Serve's stat logger does.
@@ -94,6 +97,9 @@ class FakeVllm:
             self.e2e_latency = Histogram(
                 f"{self.prefix}e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
                 labels, buckets=E2E_LATENCY_BUCKETS, registry=reg)
+            self.request_tokens = Histogram(
+                f"{self.prefix}request_generation_tokens", "Number of generation tokens processed.",
+                labels, buckets=REQUEST_TOKENS_BUCKETS, registry=reg)
         for m in self.models:
             for e in self.engines:
                 # vLLM pre-creates every series at start-up, so they exist with value 0.
@@ -144,6 +150,7 @@ class FakeVllm:
                         # One request of this call's tokens: a step to its first token, then decoding.
                         tokens = drafts + accepted
                         self.e2e_latency.labels(m, e).observe(self.step_seconds * (1 + tokens / tokens_per_step))
+                        self.request_tokens.labels(m, e).observe(tokens)
                     if not self.spec_enabled:
                         continue
                     self.drafts.labels(m, e).inc(drafts)

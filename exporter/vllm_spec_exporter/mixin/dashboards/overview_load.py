@@ -119,15 +119,15 @@ def load_row(layout: Layout, cfg: MixinConfig, q: Queries) -> list[Crowd]:
         "Speed-up measured against the baseline",
         "Measured, not estimated: the baseline's time per output token (the same model served without "
         "speculation: knob baseline_selector, by default the servers configured without it) over each "
-        "speculative server's, from vLLM's own per-request histograms (measured: decoding alone), and the same "
+        "speculative server's, from vLLM's own per-request histograms (per token: decoding alone), and the same "
         "ratio of the end-to-end latency per output token (end to end: queueing and prefill included, what "
-        "clients of a fixed concurrency receive in tokens/s; the two part where time before the first token "
-        "differs). Beside them (right axis) the running batch "
+        "clients of a fixed concurrency receive in tokens/s; the two differ where the time before the first "
+        "token does). Beside them (right axis) the running batch "
         "of the speculative server and of the baseline: compare only at comparable loads, a busy baseline beside "
         "an idle speculative server measures the load, not speculation. Good: above the 1× line at equal "
         "batches. No data: no baseline of that model, or no request finished in the rate window." + crowd_note(cfg),
         SPEEDUP,
-        [Query(measured.read(q.measured_speedup(), several=True), f"{instance_legend} {{{{model_name}}}} measured"),
+        [Query(measured.read(q.measured_speedup(), several=True), f"{instance_legend} {{{{model_name}}}} per token"),
          Query(measured.read(q.measured_speedup_end_to_end(), several=True),
                f"{instance_legend} {{{{model_name}}}} end to end"),
          Query(measured.read(q.measured_server_batch(), several=True), f"{instance_legend} {{{{model_name}}}} batch"),

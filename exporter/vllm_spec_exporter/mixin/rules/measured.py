@@ -11,8 +11,8 @@ knob names) these records measure it from what users feel, vLLM's own latency hi
     <fleet>_model:vllm_request_time_per_output_token_seconds:baseline_mean_rate<w>   the baseline's TPOT
     <fleet>_model:vllm_requests_running:baseline_mean<w>                             its running batch
     instance_model:vllm_spec_decode_speedup:measured_rate<w>                      per speculative server
-    instance_model:vllm_e2e_request_latency_seconds_per_generation_tokens:ratio_rate<w>   per server
-    <fleet>_model:vllm_e2e_request_latency_seconds_per_generation_tokens:baseline_ratio_rate<w>
+    instance_model:vllm_e2e_request_latency_seconds_per_request_generation_tokens:ratio_rate<w>
+    <fleet>_model:vllm_e2e_request_latency_seconds_per_request_generation_tokens:baseline_ratio_rate<w>
     instance_model:vllm_spec_decode_speedup:measured_end_to_end_rate<w>           per speculative server
     <fleet>_model_method:vllm_request_time_per_output_token_seconds:mean_rate<w>  by method (fleet view)
 
@@ -35,9 +35,10 @@ sidecar's config series' `method` label (without the sidecar, `speculative`).
 
 TPOT leaves out the time before a request's first token (queueing, prefill), which speculation
 can lengthen: the end-to-end speed-up is the same ratio of the end-to-end latency per output token
-(the end-to-end latency histogram's sum over the generated tokens, per server and over the same
-baseline servers; quantities.end_to_end_seconds_per_token), what a client of a fixed concurrency
-receives in tokens/s. Both are recorded; they disagree where time outside decoding differs.
+(the end-to-end latency histogram's sum over the output-tokens histogram's, the same finished
+requests, per server and over the same baseline servers; quantities.end_to_end_seconds_per_token),
+what a client of a fixed concurrency receives in tokens/s. Both are recorded; they disagree where
+time outside decoding differs.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class MeasuredNames(NamedTuple):
 def measured_names(cfg: MixinConfig) -> MeasuredNames:
     w, model = cfg.windows.rate_window, "_".join((*cfg.fleet_labels, "model"))
     tpot, itl = sources.TPOT.metric, sources.ITL.metric
-    e2e_per_token = f"{sources.E2E.metric}_per_{sources.GENERATED.metric.removeprefix('vllm_')}"
+    e2e_per_token = f"{sources.E2E.metric}_per_{sources.OUTPUT.metric.removeprefix('vllm_')}"
     return MeasuredNames(
         tpot_mean=f"instance_model:{tpot}:mean_rate{w}", tpot_quantile=f"instance_model:{tpot}:quantile_rate{w}",
         itl_mean=f"instance_model:{itl}:mean_rate{w}", itl_quantile=f"instance_model:{itl}:quantile_rate{w}",
@@ -165,22 +166,21 @@ def measured_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
 
 
 def _end_to_end_rules(cfg: MixinConfig, n: MeasuredNames, fleet: str) -> list[dict[str, Any]]:
-    """The end-to-end latency per output token per server and of the baseline, and its speed-up."""
-    on = _on((*server_labels(cfg), "model_name"))
-
+    """The end-to-end latency per output token per server and of the baseline, and its speed-up: both
+    histograms' sums cover the same finished requests (a server that finished none has no value,
+    and adds nothing to the baseline's)."""
     def latency(matchers: str) -> str:
         return _summed(cfg, sources.E2E, "sum", matchers)
 
     def tokens(matchers: str) -> str:
-        # Only where the latency is served: a server without the histogram adds no tokens to a sum.
-        return f"{sources.rate_sum(cfg, sources.GENERATED, matchers)}\nand on ({on})\n{latency(matchers)}"
+        return _summed(cfg, sources.OUTPUT, "sum", matchers)
 
     def baseline_sum(read: Callable[[str], str]) -> str:
         return f"sum by ({fleet}) (\n{baseline(cfg, read)}\n)"
 
     speculating = speculative(cfg, lambda matchers: sources.own(cfg, n.e2e_per_token, matchers))
     return [
-        {"record": n.e2e_per_token, "expr": end_to_end_seconds_per_token(latency(""), f"({tokens('')})")},
+        {"record": n.e2e_per_token, "expr": end_to_end_seconds_per_token(latency(""), tokens(""))},
         {"record": n.baseline_e2e_per_token,
          "expr": end_to_end_seconds_per_token(baseline_sum(latency), baseline_sum(tokens))},
         {"record": n.speedup_end_to_end, "expr": measured_speedup(
@@ -235,8 +235,8 @@ def measured_meanings(cfg: MixinConfig) -> dict[str, str]:
         n.speedup: "Per speculative server and model: **measured** speed-up, the baseline's time per output token "
                    "over this server's; absent without a baseline (never 1).",
         n.tpot_by_method: "Per model and speculative method (`none` for the baseline): mean time per output token.",
-        n.e2e_per_token: f"Per server and model: end-to-end request latency per output token over `{w}` (queueing "
-                         "and prefill included: the latency histogram's sum over the generated tokens).",
+        n.e2e_per_token: f"Per server and model: end-to-end latency per output token of the requests finished in "
+                         f"`{w}` (queueing and prefill included: the latency's sum over their output tokens).",
         n.baseline_e2e_per_token: "Per model: the baseline servers' end-to-end latency per output token.",
         n.speedup_end_to_end: "Per speculative server and model: **measured** end-to-end speed-up, the baseline's "
                               "end-to-end latency per output token over this server's (what clients of a fixed "

@@ -136,9 +136,9 @@ def histogram_mean(total: str, count: str) -> str:
 
 def end_to_end_seconds_per_token(latency_sum: str, tokens: str) -> str:
     """PromQL of measured.end_to_end_seconds_per_token: request latency per output token, the rate of
-    the end-to-end latency's `_sum` over the rate of the output tokens (each already aggregated alike;
-    the rules count the tokens with the generated-tokens counter, which differs from the finished
-    requests' own count only by the requests running at the window's edges)."""
+    the end-to-end latency's `_sum` over the rate of the output tokens' `_sum` (vLLM's
+    `request_generation_tokens`: the same finished requests), each already aggregated alike; no
+    sample where no token was counted."""
     return histogram_mean(latency_sum, tokens)
 
 

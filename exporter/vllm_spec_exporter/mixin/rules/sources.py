@@ -54,8 +54,8 @@ from ..config import MixinConfig
 
 __all__ = [
     "ACCEPTED", "ACCEPTED_BY_POSITION", "ALERTS", "COUNTERS", "COUNTER_MEANINGS", "DRAFTED_AT_POSITION", "DRAFTS",
-    "DRAFT_TOKENS", "E2E", "GENERATED", "ITL", "LLAMACPP_GAUGES", "RECORDED", "SERVED", "TPOT", "UP", "VLLM_GAUGES",
-    "SourceCounter", "SourceHistogram", "by_name", "config_info", "direct_names", "drafts_present",
+    "DRAFT_TOKENS", "E2E", "GENERATED", "ITL", "LLAMACPP_GAUGES", "OUTPUT", "RECORDED", "SERVED", "TPOT", "UP",
+    "VLLM_GAUGES", "SourceCounter", "SourceHistogram", "by_name", "config_info", "direct_names", "drafts_present",
     "engine_steps_rate", "histogram_rate", "increase_record", "increase_sum", "operand", "own", "panel_rate",
     "rate_record", "rate_sum", "raw_gauge", "raw_rate", "restarts", "scrape_up", "selector_labels", "series",
     "source_matchers", "source_rules", "spec_off", "spelled_out", "vllm_spellings",
@@ -97,22 +97,21 @@ ACCEPTED = _source_counter("vllm_spec_decode_accepted_tokens", MetricName.ACCEPT
 ACCEPTED_BY_POSITION = _source_counter("vllm_spec_decode_accepted_tokens_by_position",
                                 MetricName.ACCEPTED_TOKENS_BY_POSITION_TOTAL, Family.ACCEPTED_PER_POS, position=True)
 GENERATED = _source_counter("vllm_generation_tokens", MetricName.GENERATION_TOKENS_TOTAL, Family.GENERATION_TOKENS)
-# Draft tokens proposed at each position, per-position acceptance's denominator. vLLM upstream does not export
-# them (some builds do: engines.VLLM_NAMES); every read of this counter (_drafted_at_position) is therefore its
-# rate where the series has it, and otherwise the drafts' rate copied to each position of the
-# accepted-per-position series: per-position acceptance is exact where the server counts drafts per position and
-# the lower bound vLLM's own docs compute (accepted at p / drafts) where not. Summed over servers (fleet records,
-# panels at All) it is exact when all of them count it, and a lower bound otherwise (drafts >= drafts reaching the
-# position).
+# Draft tokens proposed at each position, per-position acceptance's denominator. vLLM upstream does not export them
+# (some builds do: engines.VLLM_NAMES); every read of this counter (_drafted_at_position) is therefore its rate where
+# the series has it, and otherwise the drafts' rate copied to each position of the accepted-per-position series:
+# per-position acceptance is exact where the server counts drafts per position and the lower bound vLLM's own docs
+# compute (accepted at p / drafts) where not. Summed over servers (fleet records, panels at All) it is exact when all
+# of them count it, and a lower bound otherwise (drafts >= drafts reaching the position).
 DRAFTED_AT_POSITION = _source_counter("vllm_spec_decode_draft_tokens_by_position",
                                       MetricName.DRAFT_TOKENS_BY_POSITION_TOTAL, Family.DRAFTED_PER_POS, position=True)
 
 COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_BY_POSITION, DRAFTED_AT_POSITION, GENERATED)
-# The counters with a source record: all but the per-position one. Per server its records were k times the
-# series of any other counter's and the source group's costliest rule, read only by panels with servers selected
-# and a runbook's server: those read the scraped counters, k series a server (at All the panels read the fleet's
-# per-position sum, a fleet record: fleet_records.py). A config whose selector matches on the instance label has
-# no fleet scope (promql.Queries.fleet_scope): its per-position panels read every server's.
+# The counters with a source record: all but the per-position one. Per server its records were k times the series of
+# any other counter's and the source group's costliest rule, read only by panels with servers selected and a runbook's
+# server: those read the scraped counters, k series a server (at All the panels read the fleet's per-position sum, a
+# fleet record: fleet_records.py). A config whose selector matches on the instance label has no fleet scope
+# (promql.Queries.fleet_scope): its per-position panels read every server's.
 RECORDED = (DRAFTS, DRAFT_TOKENS, ACCEPTED, GENERATED)
 # What each counter counts, for the record tables of alerts/README.md.
 COUNTER_MEANINGS = {
@@ -134,10 +133,9 @@ VLLM_GAUGES = {gauge: _vllm_name(key) for gauge, key in _GAUGE_KEYS.items()}
 LLAMACPP_GAUGES = {gauge: engines.sample_name(EngineFamily.LLAMACPP, key) for gauge, key in _GAUGE_KEYS.items()
                    if key in engines.NAMES[EngineFamily.LLAMACPP].values()}
 
-# The sidecar's own series besides the counters of a quantity (its health and info series, the
-# advisor's and the engines' gauges, k, the load gauges): alerts, dashboards and runbooks name them
-# as `sources.SERVED.<NAME>`, never by names.MetricName, so this module stays the one that names
-# raw series. Prometheus' own series: UP, ALERTS.
+# The sidecar's own series besides the counters of a quantity (its health and info series, the advisor's and the
+# engines' gauges, k, the load gauges): alerts, dashboards and runbooks name them as `sources.SERVED.<NAME>`, never by
+# names.MetricName, so this module stays the one that names raw series. Prometheus' own series: UP, ALERTS.
 SERVED = MetricName
 UP = "up"
 
@@ -158,12 +156,14 @@ class SourceHistogram:
 
 # Time per output token, per request: per token whatever a step emits (the measured speed-up's);
 # inter-token latency: per output event, several tokens a step with speculation; end-to-end latency
-# per finished request: queueing and prefill included (what a client waits).
+# (queueing and prefill included: what a client waits) and output tokens per finished request.
 TPOT = SourceHistogram("vllm_request_time_per_output_token_seconds", MetricName.REQUEST_TPOT_SECONDS,
                        Family.TIME_PER_OUTPUT_TOKEN)
 ITL = SourceHistogram("vllm_inter_token_latency_seconds", MetricName.INTER_TOKEN_LATENCY_SECONDS,
                       Family.INTER_TOKEN_LATENCY)
 E2E = SourceHistogram("vllm_e2e_request_latency_seconds", MetricName.E2E_REQUEST_LATENCY_SECONDS, Family.E2E_LATENCY)
+OUTPUT = SourceHistogram("vllm_request_generation_tokens", SERVED.REQUEST_GENERATION_TOKENS,
+                         Family.REQUEST_GENERATION_TOKENS)
 ALERTS = "ALERTS"
 
 

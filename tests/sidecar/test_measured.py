@@ -102,7 +102,7 @@ def test_the_sidecar_keeps_vllm_latency_histograms_whether_or_not_it_speculates(
     assert {key.family for key in snap.histograms} == SERVED_HISTOGRAMS
 
 
-def test_served_histograms_read_back_as_histograms_under_the_sidecar_names() -> None:
+def test_served_histograms_read_back_as_histograms_or_summaries_under_the_sidecar_names() -> None:
     snap = normalise(parse(SPEC_OFF.read_text(), histograms=ALL_HISTOGRAMS))
     text = "".join(_exposition(family) for family in _histograms(snap.histograms))
     families = {f.name: f for f in text_string_to_metric_families(text)}

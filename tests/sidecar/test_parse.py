@@ -71,7 +71,7 @@ def test_agrees_with_prometheus_client_on_real_vllm_output():
     assert parts == {(key, part) for key in set(VLLM_HISTOGRAM_NAMES.values()) for part in HISTOGRAM_PARTS
                      if part != "bucket" or key not in TOTALS_ONLY}
     # The default keeps no histogram sample: the same set less the parts; the sidecar's selection
-    # keeps the ones it serves, and no other histogram's samples.
+    # (every histogram: engines.SERVED_HISTOGRAMS) keeps them all.
     assert ours(text, histograms=frozenset()) == {sample for sample in expected if not sample[4]}
     assert ours(text, histograms=SERVED_HISTOGRAMS) == {
         sample for sample in expected if not sample[4] or sample[0] in SERVED_HISTOGRAMS}

@@ -714,6 +714,16 @@
               rate({__name__="ray_vllm:e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
               or (
               rate({__name__="ray_vllm_e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m]))))
+              )
+              and on (%(fleetKeptLabels)s, instance, model_name)
+              sum without (engine) (
+              rate({__name__="vllm:request_generation_tokens_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_request_generation_tokens_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:request_generation_tokens_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_request_generation_tokens_sum", %(vllmSelector)s}[2m]))))
               ))
               unless on (%(fleetKeptLabels)s, instance, model_name)
               group without (engine) (
@@ -738,6 +748,16 @@
               rate({__name__="ray_vllm:request_generation_tokens_sum", %(vllmSelector)s}[2m])
               or (
               rate({__name__="ray_vllm_request_generation_tokens_sum", %(vllmSelector)s}[2m]))))
+              )
+              and on (%(fleetKeptLabels)s, instance, model_name)
+              sum without (engine) (
+              rate({__name__="vllm:e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="vllm_e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm:e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m])
+              or (
+              rate({__name__="ray_vllm_e2e_request_latency_seconds_sum", %(vllmSelector)s}[2m]))))
               ))
               unless on (%(fleetKeptLabels)s, instance, model_name)
               group without (engine) (

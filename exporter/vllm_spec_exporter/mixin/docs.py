@@ -10,7 +10,8 @@ _SECTIONS = (
     ("Normalised counters (same names for every vLLM version and prefix)", schema.COUNTERS),
     ("Engine gauges (served as the engine set them, not windowed)", schema.ENGINE_GAUGES),
     ("Context gauges", schema.CONTEXT),
-    ("Latency histograms (vLLM's, re-exposed with its buckets; the totals-only ones as summaries)", schema.HISTOGRAMS),
+    ("Latency and output-token histograms (vLLM's, re-exposed with its buckets; the totals-only ones as summaries)",
+     schema.HISTOGRAMS),
     ("Speculative config", schema.CONFIG),
     ("Exporter and target health", schema.HEALTH),
 )

@@ -80,7 +80,7 @@ class MeasuredNames(NamedTuple):
 def measured_names(cfg: MixinConfig) -> MeasuredNames:
     w, model = cfg.windows.rate_window, "_".join((*cfg.fleet_labels, "model"))
     tpot, itl = sources.TPOT.metric, sources.ITL.metric
-    e2e_per_token = f"{sources.E2E.metric}_per_{sources.OUTPUT.metric.removeprefix('vllm_')}"
+    e2e_per_token = f"{sources.E2E.metric}_per_{sources.OUTPUT_TOKENS.metric.removeprefix('vllm_')}"
     return MeasuredNames(
         tpot_mean=f"instance_model:{tpot}:mean_rate{w}", tpot_quantile=f"instance_model:{tpot}:quantile_rate{w}",
         itl_mean=f"instance_model:{itl}:mean_rate{w}", itl_quantile=f"instance_model:{itl}:quantile_rate{w}",
@@ -169,20 +169,25 @@ def _end_to_end_rules(cfg: MixinConfig, n: MeasuredNames, fleet: str) -> list[di
     """The end-to-end latency per output token per server and of the baseline, and its speed-up: both
     histograms' sums cover the same finished requests (a server that finished none has no value,
     and adds nothing to the baseline's)."""
+    on = _on((*server_labels(cfg), "model_name"))
+
     def latency(matchers: str) -> str:
         return _summed(cfg, sources.E2E, "sum", matchers)
 
     def tokens(matchers: str) -> str:
-        return _summed(cfg, sources.OUTPUT, "sum", matchers)
+        return _summed(cfg, sources.OUTPUT_TOKENS, "sum", matchers)
 
-    def baseline_sum(read: Callable[[str], str]) -> str:
-        return f"sum by ({fleet}) (\n{baseline(cfg, read)}\n)"
+    def baseline_sum(read: Callable[[str], str], other: Callable[[str], str]) -> str:
+        # Only servers serving both: one serving the latency alone would weigh in the numerator only.
+        def paired(matchers: str) -> str:
+            return f"{read(matchers)}\nand on ({on})\n{other(matchers)}"
+        return f"sum by ({fleet}) (\n{baseline(cfg, paired)}\n)"
 
     speculating = speculative(cfg, lambda matchers: sources.own(cfg, n.e2e_per_token, matchers))
     return [
         {"record": n.e2e_per_token, "expr": end_to_end_seconds_per_token(latency(""), tokens(""))},
         {"record": n.baseline_e2e_per_token,
-         "expr": end_to_end_seconds_per_token(baseline_sum(latency), baseline_sum(tokens))},
+         "expr": end_to_end_seconds_per_token(baseline_sum(latency, tokens), baseline_sum(tokens, latency))},
         {"record": n.speedup_end_to_end, "expr": measured_speedup(
             sources.own(cfg, n.baseline_e2e_per_token), speculating, f"on ({fleet}) group_right ()")},
     ]

@@ -54,7 +54,7 @@ from ..config import MixinConfig
 
 __all__ = [
     "ACCEPTED", "ACCEPTED_BY_POSITION", "ALERTS", "COUNTERS", "COUNTER_MEANINGS", "DRAFTED_AT_POSITION", "DRAFTS",
-    "DRAFT_TOKENS", "E2E", "GENERATED", "ITL", "LLAMACPP_GAUGES", "OUTPUT", "RECORDED", "SERVED", "TPOT", "UP",
+    "DRAFT_TOKENS", "E2E", "GENERATED", "ITL", "LLAMACPP_GAUGES", "OUTPUT_TOKENS", "RECORDED", "SERVED", "TPOT", "UP",
     "VLLM_GAUGES", "SourceCounter", "SourceHistogram", "by_name", "config_info", "direct_names", "drafts_present",
     "engine_steps_rate", "histogram_rate", "increase_record", "increase_sum", "operand", "own", "panel_rate",
     "rate_record", "rate_sum", "raw_gauge", "raw_rate", "restarts", "scrape_up", "selector_labels", "series",
@@ -162,8 +162,8 @@ TPOT = SourceHistogram("vllm_request_time_per_output_token_seconds", MetricName.
 ITL = SourceHistogram("vllm_inter_token_latency_seconds", MetricName.INTER_TOKEN_LATENCY_SECONDS,
                       Family.INTER_TOKEN_LATENCY)
 E2E = SourceHistogram("vllm_e2e_request_latency_seconds", MetricName.E2E_REQUEST_LATENCY_SECONDS, Family.E2E_LATENCY)
-OUTPUT = SourceHistogram("vllm_request_generation_tokens", SERVED.REQUEST_GENERATION_TOKENS,
-                         Family.REQUEST_GENERATION_TOKENS)
+OUTPUT_TOKENS = SourceHistogram("vllm_request_generation_tokens", MetricName.REQUEST_GENERATION_TOKENS,
+                                Family.REQUEST_GENERATION_TOKENS)
 ALERTS = "ALERTS"
 
 

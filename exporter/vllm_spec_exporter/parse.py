@@ -96,7 +96,7 @@ def _line_pattern(vllm_words: Iterable[str]) -> re.Pattern[str]:
 # not a filter after matching: on a real one-engine scrape a poll (parse to derive) took ~0.14 ms
 # without histograms, ~0.24 ms with the time per output token and the inter-token latency, ~0.32 ms
 # with every histogram's buckets; the two totals-only ones, without theirs, add ~7 % to the second
-# (bench/bench_pipeline.py). Callers pass a few fixed selections, so the cache stays small.
+# (the pipeline bench). Callers pass a few fixed selections, so the cache stays small.
 _FAMILY_TRIE = _trie(VLLM_NAMES)  # accepts exactly VLLM_NAMES' names
 
 

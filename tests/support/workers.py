@@ -47,8 +47,9 @@ from xdist.scheduler import LoadScopeScheduling
 from vllm_spec_lab.ports import RANGE_VARIABLE, worker_range
 
 # The groups that hold a costly shared thing, in the order they are queued: longest first (worker
-# seconds in a full run: shared-vllm ≈ 455 — test_containers, test_e2e, test_real_vllm
-# and the vLLM's start —, browser ≈ 220, llamacpp ≈ 5; the worker summary prints them).
+# seconds in a full run: shared-vllm ≈ 940 — test_measured_real_vllm, test_e2e, test_baseline_real_vllm,
+# test_containers, test_real_vllm and the vLLMs' starts —, browser ≈ 150, llamacpp ≈ 5; the worker
+# summary prints them).
 SHARED_GROUPS = ("docker", "shared-vllm", "browser", "llamacpp")
 _GROUP_FILES = "vllm_spec_test_group_files"  # workerinput key: the folder the workers write to
 

@@ -14,7 +14,7 @@ token, decoding alone) and end to end (end-to-end latency over output tokens, wh
 fixed concurrency receives); vLLM's count of the finished requests' output tokens in the window,
 the end-to-end figure's denominator, must be the clients' within 10 %. Beside them the ratio of the
 tokens/s the load generator received over the same window: the end-to-end series must agree with it
-within 15 %, or at least say the same server is faster, within 1.5x.
+within 15 %, or at least say the same server is faster, within 2x.
 
 The clients' ratio also holds what vLLM cannot see: time outside its engine (HTTP, detokenising,
 a front end waiting for a core). On two shared cores with two vLLMs it is large and uneven:
@@ -69,9 +69,10 @@ TOLERANCE = 0.15
 # The measured panel against vLLM's own figures over the same window (increases, not rates: the
 # extrapolation cancels in the ratio either way).
 OWN_TOLERANCE = 0.02
-# How far the clients' ratio and vLLM's end to end were apart at most on two shared cores (1.44x: 0.44
-# against 0.64), beyond the 15 % where they agree: the same side of 1 within this factor.
-SPREAD = 1.5
+# How far the clients' ratio and vLLM's end to end may be apart beyond the 15 % where they agree:
+# the same side of 1 within this factor (at most 1.44x on two shared cores, 0.44 against 0.64,
+# measured; a busier machine starves the front ends more).
+SPREAD = 2.0
 # vLLM's output tokens of the requests finished in the window against the clients' count of them
 # (requests straddling an edge, rate()'s extrapolation): the pair the end-to-end figure divides.
 TOKENS_TOLERANCE = 0.1

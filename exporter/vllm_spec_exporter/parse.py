@@ -63,10 +63,11 @@ def _trie(words: Iterable[str]) -> str:
 # vLLM's histograms (engines.VLLM_HISTOGRAM_NAMES) join as their samples' names, `<name>_bucket`,
 # `_sum` and `_count` (no `_bucket` for engines.TOTALS_ONLY): each word maps to the histogram's key,
 # and _PARTS says which part it is.
-_PARTS: dict[str, str] = {f"{name}_{part}": part for name, key in VLLM_HISTOGRAM_NAMES.items()
-                          for part in HISTOGRAM_PARTS if part != "bucket" or key not in TOTALS_ONLY}
-_VLLM_WORDS: dict[str, Family] = {**VLLM_NAMES, **{word: VLLM_HISTOGRAM_NAMES[word.rsplit("_", 1)[0]]
-                                                   for word in _PARTS}}
+_HISTOGRAM_WORDS: dict[str, tuple[Family, str]] = {
+    f"{name}_{part}": (key, part) for name, key in VLLM_HISTOGRAM_NAMES.items()
+    for part in HISTOGRAM_PARTS if part != "bucket" or key not in TOTALS_ONLY}
+_PARTS: dict[str, str] = {word: part for word, (_, part) in _HISTOGRAM_WORDS.items()}
+_VLLM_WORDS: dict[str, Family] = {**VLLM_NAMES, **{word: key for word, (key, _) in _HISTOGRAM_WORDS.items()}}
 _ENGINE_TRIE = _trie({name for names in NAMES.values() for name in names})
 # prefix on the wire -> (engine family, its names -> canonical key)
 _TABLES: dict[str, tuple[str, dict[str, Family]]] = {

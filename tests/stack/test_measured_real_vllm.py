@@ -117,17 +117,19 @@ def host(url: str) -> str:
     return url.removeprefix("http://")
 
 
+def increase(prom: Prometheus, name: str, instance: str, at: float) -> float:
+    """The raw series `name`'s increase over the records' window on `instance`, engines summed."""
+    (sample,) = prom.query(f'sum(increase({{__name__="{name}", instance="{instance}"}}[{RATE_WINDOW}]))', at=at)
+    return float(sample["value"][1])
+
+
 def own_ratio(prom: Prometheus, bundle: str, series: str, speculative: str, baseline: str, at: float) -> float:
     """vLLM's own figure over the records' window, from the raw series the bundle reads (its job):
     the baseline's seconds per token over the speculative server's, increases of sums, no rule."""
     numerator, denominator = OWN_FIGURES[series][bundle]
-    per_server = {}
-    for instance in (speculative, baseline):
-        def total(name: str, instance: str = instance) -> float:
-            (sample,) = prom.query(f'sum(increase({{__name__="{name}", instance="{instance}"}}[{RATE_WINDOW}]))', at=at)
-            return float(sample["value"][1])
-        per_server[instance] = total(numerator) / total(denominator)
-    return per_server[baseline] / per_server[speculative]
+    per_token = {instance: increase(prom, numerator, instance, at) / increase(prom, denominator, instance, at)
+                 for instance in (speculative, baseline)}
+    return per_token[baseline] / per_token[speculative]
 
 
 def tokens_per_second(result: PhaseResult) -> float:
@@ -222,9 +224,8 @@ def test_the_measured_panel_is_vllms_own_ratio_beside_the_load_generators(real_v
         # The end-to-end figure's denominator counts the finished requests' tokens, as the clients do.
         counts = []
         for side, instance in (("speculative", host(real_vllm.url)), ("baseline", host(baseline.url))):
-            (sample,) = prom.query(f'increase({{__name__="vllm:request_generation_tokens_sum", instance="{instance}"}}'
-                                   f"[{RATE_WINDOW}])", at=at)
-            counted, received = float(sample["value"][1]), in_window[side] * WINDOW_SECONDS
+            counted = increase(prom, OWN_FIGURES["end to end"]["direct"][1], instance, at)
+            received = in_window[side] * WINDOW_SECONDS
             counts.append(f"{side}: vLLM counted {counted:.0f} output tokens in the window, "
                           f"the clients {received:.0f}")
             if abs(counted / received - 1) > TOKENS_TOLERANCE:

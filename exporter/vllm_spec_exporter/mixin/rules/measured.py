@@ -97,6 +97,11 @@ def _on(labels: tuple[str, ...]) -> str:
     return ", ".join(dict.fromkeys(labels))
 
 
+def _per_server(cfg: MixinConfig) -> str:
+    """The labels that name one server's series of one model (an `on (...)` list)."""
+    return _on((*server_labels(cfg), "model_name"))
+
+
 def baseline(cfg: MixinConfig, read: Callable[[str], str]) -> str:
     """`read(matchers)` (per server and model) for baseline servers only: those the baseline_selector
     matches (passed into the read, so only their series are selected), by default those configured
@@ -107,7 +112,7 @@ def baseline(cfg: MixinConfig, read: Callable[[str], str]) -> str:
         # Drafted at any time in the rate window, not only now: a speculative server whose scrapes
         # failed for a while (a busy vLLM) keeps its window's latency out of the baseline.
         drafted = sources.drafts_present(cfg, cfg.windows.rate_window)
-        return f"({read('')})\nunless on ({_on((*server_labels(cfg), 'model_name'))})\n{drafted}"
+        return f"({read('')})\nunless on ({_per_server(cfg)})\n{drafted}"
     configured_off = sources.config_info(cfg, 'method="' + OFF + '"')
     off = f"({configured_off}\nor {sources.spec_off(cfg)})"
     return f"({read('')})\nand on ({_on(server_labels(cfg))})\n{off}"
@@ -116,7 +121,7 @@ def baseline(cfg: MixinConfig, read: Callable[[str], str]) -> str:
 def speculative(cfg: MixinConfig, read: Callable[[str], str]) -> str:
     """`read(matchers)` (per server and model) for servers that draft and are no baseline: the
     baseline_selector's servers (passed into the read) are taken out."""
-    on = _on((*server_labels(cfg), "model_name"))
+    on = _per_server(cfg)
     drafting = f"{read('')}\nand on ({on})\n{sources.drafts_present(cfg)}"
     if not cfg.baseline_selector:
         return drafting
@@ -128,6 +133,11 @@ def _quantile_rules(cfg: MixinConfig, record: str, histogram: sources.SourceHist
     # `>= 0` drops the NaN histogram_quantile gives where no request finished: absent, as the means.
     return [{"record": record, "expr": f"histogram_quantile({q:g}, {buckets}) >= 0", "labels": {"quantile": f"{q:g}"}}
             for q in QUANTILES]
+
+
+def _baseline_total(cfg: MixinConfig, fleet: str, read: Callable[[str], str]) -> str:
+    """`read` summed over the baseline servers, per `fleet` labels (a baseline ratio's one side)."""
+    return f"sum by ({fleet}) (\n{baseline(cfg, read)}\n)"
 
 
 def _summed(cfg: MixinConfig, histogram: sources.SourceHistogram, part: str, matchers: str = "") -> str:
@@ -147,16 +157,15 @@ def measured_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
         rules += _quantile_rules(cfg, quantile, histogram)
 
     def baseline_sum(part: str) -> str:
-        return f"sum by ({fleet}) (\n{baseline(cfg, lambda m: _summed(cfg, sources.TPOT, part, m))}\n)"
+        return _baseline_total(cfg, fleet, lambda m: _summed(cfg, sources.TPOT, part, m))
 
     rules.append({"record": n.baseline_tpot, "expr": histogram_mean(baseline_sum("sum"), baseline_sum("count"))})
     def batch(matchers: str) -> str:
         # Only servers whose requests finished in the window: the same ones the baseline's TPOT
         # covers (an idle baseline, or another engine's, would pull the batch towards 0).
         served = f"{_summed(cfg, sources.TPOT, 'count', matchers)} > 0"
-        on = _on((*server_labels(cfg), "model_name"))
         return (f"sum without (engine) ({sources.own(cfg, load.load_names(cfg).batch, matchers)})\n"
-                f"and on ({on})\n({served})")
+                f"and on ({_per_server(cfg)})\n({served})")
 
     rules.append({"record": n.baseline_batch, "expr": f"avg by ({fleet}) (\n{baseline(cfg, batch)}\n)"})
     speculating_tpot = speculative(cfg, lambda matchers: sources.own(cfg, n.tpot_mean, matchers))
@@ -169,8 +178,6 @@ def _end_to_end_rules(cfg: MixinConfig, n: MeasuredNames, fleet: str) -> list[di
     """The end-to-end latency per output token per server and of the baseline, and its speed-up: both
     histograms' sums cover the same finished requests (a server that finished none has no value,
     and adds nothing to the baseline's)."""
-    on = _on((*server_labels(cfg), "model_name"))
-
     def latency(matchers: str) -> str:
         return _summed(cfg, sources.E2E, "sum", matchers)
 
@@ -180,8 +187,8 @@ def _end_to_end_rules(cfg: MixinConfig, n: MeasuredNames, fleet: str) -> list[di
     def baseline_sum(read: Callable[[str], str], other: Callable[[str], str]) -> str:
         # Only servers serving both: one serving the latency alone would weigh in the numerator only.
         def paired(matchers: str) -> str:
-            return f"{read(matchers)}\nand on ({on})\n{other(matchers)}"
-        return f"sum by ({fleet}) (\n{baseline(cfg, paired)}\n)"
+            return f"{read(matchers)}\nand on ({_per_server(cfg)})\n{other(matchers)}"
+        return _baseline_total(cfg, fleet, paired)
 
     speculating = speculative(cfg, lambda matchers: sources.own(cfg, n.e2e_per_token, matchers))
     return [

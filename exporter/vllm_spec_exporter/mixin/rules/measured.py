@@ -156,10 +156,10 @@ def measured_rules(cfg: MixinConfig) -> list[dict[str, Any]]:
                                                               _summed(cfg, histogram, "count"))})
         rules += _quantile_rules(cfg, quantile, histogram)
 
-    def baseline_sum(part: str) -> str:
+    def baseline_tpot(part: str) -> str:
         return _baseline_total(cfg, fleet, lambda m: _summed(cfg, sources.TPOT, part, m))
 
-    rules.append({"record": n.baseline_tpot, "expr": histogram_mean(baseline_sum("sum"), baseline_sum("count"))})
+    rules.append({"record": n.baseline_tpot, "expr": histogram_mean(baseline_tpot("sum"), baseline_tpot("count"))})
     def batch(matchers: str) -> str:
         # Only servers whose requests finished in the window: the same ones the baseline's TPOT
         # covers (an idle baseline, or another engine's, would pull the batch towards 0).
@@ -184,7 +184,7 @@ def _end_to_end_rules(cfg: MixinConfig, n: MeasuredNames, fleet: str) -> list[di
     def tokens(matchers: str) -> str:
         return _summed(cfg, sources.OUTPUT_TOKENS, "sum", matchers)
 
-    def baseline_sum(read: Callable[[str], str], other: Callable[[str], str]) -> str:
+    def paired_baseline(read: Callable[[str], str], other: Callable[[str], str]) -> str:
         # Only servers serving both: one serving the latency alone would weigh in the numerator only.
         def paired(matchers: str) -> str:
             return f"{read(matchers)}\nand on ({_per_server(cfg)})\n{other(matchers)}"
@@ -194,7 +194,7 @@ def _end_to_end_rules(cfg: MixinConfig, n: MeasuredNames, fleet: str) -> list[di
     return [
         {"record": n.e2e_per_token, "expr": end_to_end_seconds_per_token(latency(""), tokens(""))},
         {"record": n.baseline_e2e_per_token,
-         "expr": end_to_end_seconds_per_token(baseline_sum(latency, tokens), baseline_sum(tokens, latency))},
+         "expr": end_to_end_seconds_per_token(paired_baseline(latency, tokens), paired_baseline(tokens, latency))},
         {"record": n.speedup_end_to_end, "expr": measured_speedup(
             sources.own(cfg, n.baseline_e2e_per_token), speculating, f"on ({fleet}) group_right ()")},
     ]
